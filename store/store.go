@@ -1,0 +1,297 @@
+// Package store owns respgate's durable records and the Store interface its backends implement
+// (DESIGN §3): responses, their items, conversations and their items, the server secret, and leases
+// on in-progress work. Backends live in store/postgres and store/sqlite; store/storetest is the
+// conformance suite both run. The interface never exposes driver types or transactions: every
+// method that must be atomic is one method.
+//
+// Every method takes the tenant and filters on it: an object of another tenant is ErrNotFound,
+// exactly as an unknown one.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// Sentinel errors every backend maps its driver errors to (in one interpretError per backend).
+var (
+	// ErrNotFound: no such object for this tenant.
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict: a uniqueness or lease conflict (e.g. a conversation turn already active).
+	ErrConflict = errors.New("store: conflict")
+)
+
+// Response statuses.
+const (
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusIncomplete = "incomplete"
+	StatusFailed     = "failed"
+	StatusCancelled  = "cancelled"
+)
+
+// Terminal reports whether status is final (completed, incomplete, failed, cancelled).
+func Terminal(status string) bool {
+	switch status {
+	case StatusCompleted, StatusIncomplete, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Item roles within a response.
+const (
+	RoleInput  = "input"
+	RoleOutput = "output"
+)
+
+// Response is a stored response record without its items.
+type Response struct {
+	ID                 string
+	Tenant             string
+	Status             string
+	Model              string
+	PreviousResponseID string // empty: none
+	ConversationID     string // empty: none
+	CreatedAt          time.Time
+	CompletedAt        *time.Time
+	// Echo is the request echo: the response object's request-derived members (everything but
+	// input), as a JSON object. Stored verbatim.
+	Echo json.RawMessage
+	// Usage, Error and IncompleteDetails are the server-set members as JSON, nil meaning null.
+	Usage             json.RawMessage
+	Error             json.RawMessage
+	IncompleteDetails json.RawMessage
+}
+
+// Conversation is a stored conversation.
+type Conversation struct {
+	ID        string
+	Tenant    string
+	CreatedAt time.Time
+	Metadata  json.RawMessage // a JSON object, never nil when read back ({} when empty)
+}
+
+// Order of a paginated list.
+type Order string
+
+const (
+	OrderAsc  Order = "asc"
+	OrderDesc Order = "desc"
+)
+
+// ItemPage is one page of a paginated item list.
+type ItemPage struct {
+	Items   []wire.Item
+	HasMore bool
+}
+
+// Chain is the loaded history of a previous_response_id chain.
+type Chain struct {
+	// Items: each ancestor's input items then output items, oldest response first, the target
+	// response last. Positions within a response are kept.
+	Items []wire.Item
+	// Responses are the chain's response records, oldest first, the target last.
+	Responses []Response
+	// Missing is the id of an ancestor that a response in the chain names as its
+	// previous_response_id but which no longer exists (deleted). Empty when the chain is whole.
+	Missing string
+}
+
+// Store is respgate's persistence. Implementations are safe for concurrent use.
+type Store interface {
+	// Ping checks that the store is reachable (readiness).
+	Ping(ctx context.Context) error
+	// Close releases the store's resources.
+	Close() error
+
+	// SecretGetOrCreate returns the named server secret, creating it with Generate if absent. Two
+	// concurrent callers get the same value.
+	SecretGetOrCreate(ctx context.Context, p *SecretGetOrCreateParams) ([]byte, error)
+
+	// ResponseBegin writes a response record in status in_progress (or queued) holding a lease
+	// owned by LeaseOwner until LeaseExpiresAt. ErrConflict if the id exists.
+	ResponseBegin(ctx context.Context, p *ResponseBeginParams) error
+	// ResponseLeaseExtend moves the lease of an in-progress response forward. ErrNotFound if the
+	// response is not in progress under this owner (e.g. the sweeper already failed it).
+	ResponseLeaseExtend(ctx context.Context, p *ResponseLeaseExtendParams) error
+	// ResponseCommit writes a finished turn in ONE transaction: the final response record
+	// (inserted, or updating the in-progress one from ResponseBegin), its input and output items,
+	// and, when ConversationID is set, the append of input then output items to that conversation
+	// (releasing the conversation's turn lease). It is idempotent by response id: committing a
+	// response that is already terminal changes nothing and returns nil, so a retry after an
+	// unknown outcome never duplicates anything.
+	ResponseCommit(ctx context.Context, p *ResponseCommitParams) error
+	// ResponseGet returns a response and its output items in position order.
+	ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response, []wire.Item, error)
+	// ResponseDelete deletes a response and its items. Items that a conversation still lists are
+	// kept (detached from the response) so the conversation loses nothing.
+	ResponseDelete(ctx context.Context, p *ResponseDeleteParams) error
+	// ResponseChainGet loads the whole history of a previous_response_id chain ending at ID, of
+	// any depth, in ONE round trip. ErrNotFound if ID itself does not exist for the tenant.
+	ResponseChainGet(ctx context.Context, p *ResponseChainGetParams) (*Chain, error)
+	// ResponseSweep moves every response still in progress whose lease expired before Now to
+	// status failed with error {code:"server_error", message:Message}; it returns how many.
+	ResponseSweep(ctx context.Context, p *ResponseSweepParams) (int, error)
+
+	// ItemListByResponse pages through a response's items of one role (input_items).
+	ItemListByResponse(ctx context.Context, p *ItemListByResponseParams) (*ItemPage, error)
+	// ItemGet returns the tenant's stored item with this id (the most recent one when the id was
+	// stored more than once), for item_reference resolution. ErrNotFound if none.
+	ItemGet(ctx context.Context, p *ItemGetParams) (wire.Item, error)
+
+	// ConversationCreate creates a conversation with optional initial items (seq 0..n-1).
+	ConversationCreate(ctx context.Context, p *ConversationCreateParams) error
+	ConversationGet(ctx context.Context, p *ConversationGetParams) (*Conversation, error)
+	// ConversationUpdate replaces the metadata and returns the updated conversation.
+	ConversationUpdate(ctx context.Context, p *ConversationUpdateParams) (*Conversation, error)
+	// ConversationDelete deletes the conversation and its item list. Items that belong to a
+	// response are kept; items created directly in the conversation are deleted.
+	ConversationDelete(ctx context.Context, p *ConversationDeleteParams) error
+	// ConversationItemAppend appends items at the end (dense seq) in one transaction.
+	ConversationItemAppend(ctx context.Context, p *ConversationItemAppendParams) error
+	// ConversationItemList pages through a conversation's items by seq.
+	ConversationItemList(ctx context.Context, p *ConversationItemListParams) (*ItemPage, error)
+	// ConversationItemsAll loads every item of a conversation in seq order in ONE round trip
+	// (rehydration). ErrNotFound if the conversation does not exist.
+	ConversationItemsAll(ctx context.Context, p *ConversationItemsAllParams) ([]wire.Item, error)
+	ConversationItemGet(ctx context.Context, p *ConversationItemGetParams) (wire.Item, error)
+	// ConversationItemDelete removes an item from the conversation.
+	ConversationItemDelete(ctx context.Context, p *ConversationItemDeleteParams) error
+	// ConversationTurnAcquire takes the conversation's active-turn lease for ResponseID. It is
+	// ErrConflict while another unexpired lease is held, ErrNotFound for an unknown conversation.
+	ConversationTurnAcquire(ctx context.Context, p *ConversationTurnAcquireParams) error
+	// ConversationTurnRelease drops the lease if ResponseID holds it (no error otherwise).
+	ConversationTurnRelease(ctx context.Context, p *ConversationTurnReleaseParams) error
+}
+
+type SecretGetOrCreateParams struct {
+	Name     string
+	Generate func() ([]byte, error)
+}
+
+type ResponseBeginParams struct {
+	Response       Response
+	LeaseOwner     string
+	LeaseExpiresAt time.Time
+}
+
+type ResponseLeaseExtendParams struct {
+	Tenant         string
+	ID             string
+	LeaseOwner     string
+	LeaseExpiresAt time.Time
+}
+
+type ResponseCommitParams struct {
+	// Response is the final record; its Status must be terminal.
+	Response Response
+	Input    []wire.Item
+	Output   []wire.Item
+	// ConversationID, when set, appends Input then Output to that conversation.
+	ConversationID string
+}
+
+type ResponseGetParams struct {
+	Tenant string
+	ID     string
+}
+
+type ResponseDeleteParams struct {
+	Tenant string
+	ID     string
+}
+
+type ResponseChainGetParams struct {
+	Tenant string
+	ID     string
+}
+
+type ResponseSweepParams struct {
+	Now     time.Time
+	Message string
+}
+
+type ItemListByResponseParams struct {
+	Tenant     string
+	ResponseID string
+	Role       string // RoleInput or RoleOutput
+	After      string // item id cursor; empty: from the start
+	Limit      int
+	Order      Order
+}
+
+type ItemGetParams struct {
+	Tenant string
+	ID     string
+}
+
+type ConversationCreateParams struct {
+	Conversation Conversation
+	Items        []wire.Item
+}
+
+type ConversationGetParams struct {
+	Tenant string
+	ID     string
+}
+
+type ConversationUpdateParams struct {
+	Tenant   string
+	ID       string
+	Metadata json.RawMessage
+}
+
+type ConversationDeleteParams struct {
+	Tenant string
+	ID     string
+}
+
+type ConversationItemAppendParams struct {
+	Tenant         string
+	ConversationID string
+	Items          []wire.Item
+}
+
+type ConversationItemListParams struct {
+	Tenant         string
+	ConversationID string
+	After          string // item id cursor
+	Limit          int
+	Order          Order
+}
+
+type ConversationItemsAllParams struct {
+	Tenant         string
+	ConversationID string
+}
+
+type ConversationItemGetParams struct {
+	Tenant         string
+	ConversationID string
+	ItemID         string
+}
+
+type ConversationItemDeleteParams struct {
+	Tenant         string
+	ConversationID string
+	ItemID         string
+}
+
+type ConversationTurnAcquireParams struct {
+	Tenant         string
+	ConversationID string
+	ResponseID     string
+	ExpiresAt      time.Time
+}
+
+type ConversationTurnReleaseParams struct {
+	Tenant         string
+	ConversationID string
+	ResponseID     string
+}

@@ -1,0 +1,19 @@
+package main
+import (
+ _ "github.com/jackc/pgx/v5/pgxpool"
+ _ "github.com/labstack/echo/v4"
+ _ "github.com/tmaxmax/go-sse"
+ _ "github.com/golang-migrate/migrate/v4"
+ _ "github.com/golang-migrate/migrate/v4/source/iofs"
+ _ "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+ _ "github.com/golang-migrate/migrate/v4/database/sqlite"
+ _ "modernc.org/sqlite"
+ _ "github.com/openai/openai-go/v3"
+ _ "go.opentelemetry.io/otel"
+ _ "go.opentelemetry.io/otel/sdk/trace"
+ _ "go.opentelemetry.io/otel/sdk/metric"
+ _ "go.opentelemetry.io/otel/exporters/prometheus"
+ _ "go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+ _ "go.uber.org/goleak"
+)
+func main(){}
