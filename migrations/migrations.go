@@ -1,0 +1,97 @@
+// Package migrations owns respgate's database schema: one directory of golang-migrate files per
+// backend (postgres/, sqlite/), embedded into the binary, always on identical version numbers
+// (DESIGN §2, STYLE "Store contract and conformance"). A version a backend does not need still gets
+// a file there, as a no-op placeholder, so the two sets never drift. It must not hold Go logic
+// beyond listing and applying these files.
+package migrations
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+)
+
+// Postgres holds the Postgres migrations under the directory "postgres".
+//
+//go:embed postgres/*.sql
+var Postgres embed.FS
+
+// SQLite holds the SQLite migrations under the directory "sqlite".
+//
+//go:embed sqlite/*.sql
+var SQLite embed.FS
+
+// Directories inside Postgres and SQLite.
+const (
+	PostgresDir = "postgres"
+	SQLiteDir   = "sqlite"
+)
+
+var fileName = regexp.MustCompile(`^([0-9]+)_[a-z0-9_]+\.(up|down)\.sql$`)
+
+// Versions lists the migration versions under dir in fsys, ascending and without duplicates. Every
+// file there must be named NNN_name.up.sql or NNN_name.down.sql, and each version needs both, so a
+// misnamed or half-written migration is an error here instead of being silently skipped.
+func Versions(fsys fs.FS, dir string) ([]uint, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("read migrations %s: %w", dir, err)
+	}
+	halves := map[uint]int{}
+	for _, e := range entries {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("read migrations %s: file %q is not NNN_name.(up|down).sql", dir, e.Name())
+		}
+		v, err := strconv.ParseUint(m[1], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("read migrations %s: version of %q: %w", dir, e.Name(), err)
+		}
+		halves[uint(v)]++
+	}
+	versions := make([]uint, 0, len(halves))
+	for v, n := range halves {
+		if n != 2 {
+			return nil, fmt.Errorf("read migrations %s: version %d needs exactly one up and one down file", dir, v)
+		}
+		versions = append(versions, v)
+	}
+	slices.Sort(versions)
+	return versions, nil
+}
+
+// Up applies every pending migration under dir in fsys through drv, a golang-migrate database
+// driver the caller opened on a dedicated connection: Up closes it (and so the *sql.DB under it)
+// before returning. Drivers that take a lock (Postgres: an advisory lock) make concurrent Ups from
+// several replicas safe.
+func Up(fsys fs.FS, dir string, drv database.Driver) (err error) {
+	src, err := iofs.New(fsys, dir)
+	if err != nil {
+		_ = drv.Close()
+		return fmt.Errorf("open migrations %s: %w", dir, err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, dir, drv)
+	if err != nil {
+		_ = src.Close()
+		_ = drv.Close()
+		return fmt.Errorf("start migrations %s: %w", dir, err)
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil && (srcErr != nil || dbErr != nil) {
+			err = fmt.Errorf("close migrations %s: %w", dir, errors.Join(srcErr, dbErr))
+		}
+	}()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("apply migrations %s: %w", dir, err)
+	}
+	return nil
+}

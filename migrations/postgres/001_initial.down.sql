@@ -1,0 +1,5 @@
+DROP TABLE IF EXISTS secrets;
+DROP TABLE IF EXISTS conversation_items;
+DROP TABLE IF EXISTS conversations;
+DROP TABLE IF EXISTS items;
+DROP TABLE IF EXISTS responses;

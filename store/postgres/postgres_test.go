@@ -1,0 +1,78 @@
+package postgres_test
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+
+	"github.com/respgate/respgate/internal/pgtest"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/postgres"
+	"github.com/respgate/respgate/store/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// newStore opens a store in a fresh schema of its own, dropped when tb ends.
+func newStore(tb testing.TB) *postgres.Store {
+	tb.Helper()
+	s, err := postgres.Open(tb.Context(), pgtest.DSN(tb))
+	if err != nil {
+		tb.Fatalf("open postgres store: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T) store.Store { return newStore(t) })
+}
+
+func TestOpenTwiceOnOneSchemaMigratesOnce(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	for i := range 2 {
+		s, err := postgres.Open(t.Context(), dsn)
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		_ = s.Close()
+	}
+}
+
+func TestWithSchemaSelectsTheSchema(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	s, err := postgres.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.ConversationCreate(t.Context(), &store.ConversationCreateParams{Conversation: store.Conversation{ID: "conv_1", Tenant: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Another schema's DSN, overridden by WithSchema, lands in the first schema.
+	s2, err := postgres.Open(t.Context(), pgtest.DSN(t), postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.ConversationGet(t.Context(), &store.ConversationGetParams{Tenant: "t", ID: "conv_1"}); err != nil {
+		t.Fatalf("conversation not found through WithSchema(%s): %v", schema, err)
+	}
+}
+
+func BenchmarkCommitTurn(b *testing.B) {
+	storetest.BenchmarkCommit(b, newStore(b))
+}
+
+func BenchmarkChainGet(b *testing.B) {
+	for _, depth := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			storetest.BenchmarkChainGet(b, newStore(b), depth)
+		})
+	}
+}
