@@ -124,8 +124,10 @@ type Store interface {
 	// (inserted, or updating the in-progress one from ResponseBegin), its input and output items,
 	// and, when ConversationID is set, the append of input then output items to that conversation
 	// (releasing the conversation's turn lease). It is idempotent by response id: committing a
-	// response that is already terminal changes nothing and returns nil, so a retry after an
-	// unknown outcome never duplicates anything.
+	// response that is already terminal with the same status changes nothing and returns nil, so a
+	// retry after an unknown outcome never duplicates anything. If the stored response is terminal
+	// with another status (the sweeper failed it after its lease expired), nothing changes and the
+	// error is ErrConflict, so the caller never reports a success the store does not hold.
 	ResponseCommit(ctx context.Context, p *ResponseCommitParams) error
 	// ResponseGet returns a response and its output items in position order.
 	ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response, []wire.Item, error)

@@ -110,7 +110,16 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 	if err := br.QueryRow().Scan(&one); err != nil {
 		_ = br.Close()
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // already terminal: idempotent no-op, rolled back
+			// Already terminal: an idempotent no-op (rolled back) when it holds the same status,
+			// a conflict when the sweeper failed it meanwhile.
+			var status string
+			if err := tx.QueryRow(ctx, `SELECT status FROM responses WHERE tenant = $1 AND id = $2`, r.Tenant, r.ID).Scan(&status); err != nil {
+				return fmt.Errorf("commit response: read status: %w", interpretError(err))
+			}
+			if status != r.Status {
+				return fmt.Errorf("commit response: stored as %s: %w", status, store.ErrConflict)
+			}
+			return nil
 		}
 		return fmt.Errorf("commit response: upsert: %w", interpretError(err))
 	}

@@ -59,6 +59,8 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 		var status string
 		err := tx.QueryRowContext(ctx, `SELECT status FROM responses WHERE tenant = ?1 AND id = ?2`, r.Tenant, r.ID).Scan(&status)
 		switch {
+		case err == nil && store.Terminal(status) && status != r.Status:
+			return fmt.Errorf("stored as %s: %w", status, store.ErrConflict)
 		case err == nil && store.Terminal(status):
 			return errNoop
 		case err == nil:

@@ -239,12 +239,19 @@ func testCommitIdempotent(t *testing.T, s store.Store) {
 	p := &store.ResponseCommitParams{Response: first, Input: in, Output: out, ConversationID: "conv_1"}
 	noErr(t, "first commit", s.ResponseCommit(ctx, p))
 	noErr(t, "same commit again", s.ResponseCommit(ctx, p))
-	// A retry that differs (another status, other items) changes nothing either.
+	// A retry with the same status but other items changes nothing and succeeds.
+	same := newResponse(tenantA, "resp_1", "", "conv_1", store.StatusCompleted)
+	noErr(t, "same-status commit with other items", s.ResponseCommit(ctx, &store.ResponseCommitParams{
+		Response: same, Input: msgs(t, "in3", 1), Output: msgs(t, "out3", 2), ConversationID: "conv_1",
+	}))
+	// One with another status changes nothing and is a conflict.
 	other := newResponse(tenantA, "resp_1", "", "conv_1", store.StatusFailed)
 	other.Error = json.RawMessage(`{"code":"server_error","message":"late"}`)
-	noErr(t, "different commit again", s.ResponseCommit(ctx, &store.ResponseCommitParams{
+	if err := s.ResponseCommit(ctx, &store.ResponseCommitParams{
 		Response: other, Input: msgs(t, "in2", 1), Output: msgs(t, "out2", 3), ConversationID: "conv_1",
-	}))
+	}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("commit with another status over a terminal response: %v, want ErrConflict", err)
+	}
 
 	got, gotOut, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_1"})
 	noErr(t, "get", err)
@@ -372,8 +379,10 @@ func testSweep(t *testing.T, s store.Store) {
 		}
 	}
 	isNotFound(t, "extend after sweep", s.ResponseLeaseExtend(ctx, &store.ResponseLeaseExtendParams{Tenant: tenantA, ID: "resp_expired", LeaseOwner: "w1", LeaseExpiresAt: future}))
-	// A late commit of a swept response is the idempotent no-op: the response stays failed.
-	noErr(t, "late commit", s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_expired", "", "", store.StatusCompleted), Output: msgs(t, "out_late", 1)}))
+	// A late commit of a swept response is a conflict that changes nothing: it stays failed.
+	if err := s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_expired", "", "", store.StatusCompleted), Output: msgs(t, "out_late", 1)}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("late commit of a swept response: %v, want ErrConflict", err)
+	}
 	got, out, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_expired"})
 	noErr(t, "get after late commit", err)
 	if got.Status != store.StatusFailed || len(out) != 0 {

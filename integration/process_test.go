@@ -1,0 +1,215 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/respgate/respgate/internal/pgtest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds cmd/respgate once per test process.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "respgate-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "respgate")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/respgate/respgate/cmd/respgate").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// proc is a running respgate binary.
+type proc struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *strings.Builder
+	mu   *sync.Mutex
+}
+
+func startBinary(t *testing.T, dbURL string, extra ...string) *proc {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{"--listen", addr, "--database-url", dbURL, "--lease-ttl", "2s", "--sweep-interval", "300ms"}, extra...)
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=")
+	stderr, _ := cmd.StderrPipe()
+	p := &proc{cmd: cmd, url: "http://" + addr, logs: &strings.Builder{}, mu: &sync.Mutex{}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.logs.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, 20*time.Second, "respgate /readyz", func() bool {
+		res, err := http.Get(p.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 200
+	})
+	return p
+}
+
+func (p *proc) client() openai.Client {
+	return openai.NewClient(option.WithBaseURL(p.url+"/v1"), option.WithAPIKey("proc-key"), option.WithMaxRetries(0))
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func dbURLs(t *testing.T) map[string]string {
+	return map[string]string{
+		"postgres": pgtest.DSN(t),
+		"sqlite":   "sqlite:" + filepath.Join(t.TempDir(), "data", "respgate.db"),
+	}
+}
+
+func TestKill9MidStreamThenRestartEndsTerminalAndKeepsData(t *testing.T) {
+	for name, db := range dbURLs(t) {
+		t.Run(name, func(t *testing.T) {
+			p := startBinary(t, db)
+			c := p.client()
+			done := createWith(t, c, `{"model":"`+harmony+`","input":"remember: the code word is heron"}`)
+
+			// Start a slow stream and kill the process with SIGKILL once it is under way.
+			req, _ := http.NewRequest("POST", p.url+"/v1/responses",
+				strings.NewReader(`{"model":"`+harmony+`?delay_ms=100&tokens=300","input":"hi","stream":true}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer proc-key")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(res.Body)
+			id := ""
+			for sc.Scan() {
+				line := sc.Text()
+				if strings.HasPrefix(line, "data: ") {
+					var ev struct {
+						Type     string
+						Response struct{ ID string }
+					}
+					_ = json.Unmarshal([]byte(line[6:]), &ev)
+					if id == "" {
+						id = ev.Response.ID
+					}
+					if strings.HasSuffix(ev.Type, ".delta") {
+						break
+					}
+				}
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = p.cmd.Wait()
+			res.Body.Close()
+
+			// Restart on the same database: the sweeper ends the response failed, and the old
+			// response is readable and continuable.
+			p2 := startBinary(t, db)
+			c2 := p2.client()
+			var got *responses.Response
+			waitFor(t, 10*time.Second, "sweeper to fail the killed response", func() bool {
+				got, err = c2.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
+				return err == nil && got.Status == "failed"
+			})
+			if got.Error.Code != "server_error" || !strings.Contains(got.Error.Message, "restarted") {
+				t.Fatalf("swept response error: %+v", got.Error)
+			}
+			if len(got.Output) != 0 {
+				t.Fatalf("a killed turn left %d half-written output items", len(got.Output))
+			}
+			next := createWith(t, c2, `{"model":"`+harmony+`","input":"what was it?","previous_response_id":"`+done.ID+`"}`)
+			if !strings.Contains(next.OutputText(), "heron") {
+				t.Fatalf("continuing after restart lost history: %s", next.OutputText())
+			}
+			if strings.Contains(p.log()+p2.log(), "heron") {
+				t.Fatalf("prompt text reached the logs")
+			}
+		})
+	}
+}
+
+func createWith(t *testing.T, c openai.Client, body string) *responses.Response {
+	t.Helper()
+	r, err := c.Responses.New(t.Context(), params(body))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	return r
+}
+
+func TestSIGTERMDrainsInFlightStreams(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "respgate.db")
+	p := startBinary(t, db, "--shutdown-timeout", "10s")
+	c := p.client()
+	s := c.Responses.NewStreaming(t.Context(), params(`{"model":"`+harmony+`?delay_ms=20&tokens=60","input":"hi","stream":true}`))
+	if !s.Next() {
+		t.Fatalf("no first event: %v", s.Err())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for s.Next() {
+		last = s.Current().Type
+	}
+	if last != "response.completed" {
+		t.Fatalf("stream in flight at SIGTERM ended with %q, want response.completed", last)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("respgate did not exit 0 after SIGTERM: %v", err)
+	}
+}

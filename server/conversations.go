@@ -1,0 +1,239 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/rehydrate"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// maxConversationItems bounds the items of one create or append call (CONTRACT §1.8).
+const maxConversationItems = 20
+
+func renderConversation(cv *store.Conversation) []byte {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"id":`...)
+	b = strconv.AppendQuote(b, cv.ID)
+	b = append(b, `,"object":"conversation","created_at":`...)
+	b = strconv.AppendInt(b, cv.CreatedAt.Unix(), 10)
+	b = append(b, `,"metadata":`...)
+	if len(cv.Metadata) == 0 {
+		b = append(b, "{}"...)
+	} else {
+		b = append(b, cv.Metadata...)
+	}
+	return append(b, '}')
+}
+
+func readJSONBody(c echo.Context) (map[string]json.RawMessage, error) {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, echo.NewHTTPError(http.StatusRequestEntityTooLarge)
+		}
+		return nil, err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return map[string]json.RawMessage{}, nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return nil, wire.Invalid("", "invalid_json", "The request body must be a JSON object.")
+	}
+	return m, nil
+}
+
+// conversationItems validates and normalises the "items" member: an array of at most 20 items,
+// each given an id when it has none and stored losslessly.
+func conversationItems(raw json.RawMessage) ([]wire.Item, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '[' {
+		return nil, wire.Invalid("items", "invalid_type", "'items' must be an array of items.")
+	}
+	in, err := rehydrate.ParseInput(raw)
+	if err != nil {
+		if ae := new(wire.APIError); errors.As(err, &ae) {
+			ae2 := *ae
+			if len(ae2.Param) >= 5 && ae2.Param[:5] == "input" {
+				ae2.Param = "items" + ae2.Param[5:]
+			}
+			return nil, &ae2
+		}
+		return nil, err
+	}
+	if len(in) > maxConversationItems {
+		return nil, wire.Invalid("items", "array_above_max_length", "'items' may have at most %d items; got %d.", maxConversationItems, len(in))
+	}
+	out := make([]wire.Item, 0, len(in))
+	for i, it := range in {
+		if it.Type == wire.TypeItemReference {
+			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", "unsupported_item_type", "Item references cannot be added to a conversation.")
+		}
+		n, err := rehydrate.Normalize(it, wire.NewID)
+		if err != nil {
+			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", "invalid_value", "items[%d] is not a valid item.", i)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (s *Server) createConversation(c echo.Context) error {
+	body, err := readJSONBody(c)
+	if err != nil {
+		return err
+	}
+	items, err := conversationItems(body["items"])
+	if err != nil {
+		return err
+	}
+	md, err := validMetadata(body["metadata"], "metadata")
+	if err != nil {
+		return err
+	}
+	cv := store.Conversation{ID: wire.NewID(wire.PrefixConversation), Tenant: tenant(c), CreatedAt: time.Now(), Metadata: md}
+	if err := s.store.ConversationCreate(c.Request().Context(), &store.ConversationCreateParams{Conversation: cv, Items: items}); err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(&cv))
+}
+
+func (s *Server) loadConversation(c echo.Context) (*store.Conversation, error) {
+	id := c.Param("id")
+	cv, err := s.store.ConversationGet(c.Request().Context(), &store.ConversationGetParams{Tenant: tenant(c), ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)
+	}
+	return cv, err
+}
+
+func (s *Server) getConversation(c echo.Context) error {
+	cv, err := s.loadConversation(c)
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(cv))
+}
+
+func (s *Server) updateConversation(c echo.Context) error {
+	body, err := readJSONBody(c)
+	if err != nil {
+		return err
+	}
+	raw, ok := body["metadata"]
+	if !ok {
+		return wire.Invalid("metadata", "missing_required_parameter", "Missing required parameter: 'metadata'.")
+	}
+	md, err := validMetadata(raw, "metadata")
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	cv, err := s.store.ConversationUpdate(c.Request().Context(), &store.ConversationUpdateParams{Tenant: tenant(c), ID: id, Metadata: md})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(cv))
+}
+
+func (s *Server) deleteConversation(c echo.Context) error {
+	id := c.Param("id")
+	err := s.store.ConversationDelete(c.Request().Context(), &store.ConversationDeleteParams{Tenant: tenant(c), ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"id": id, "object": "conversation.deleted", "deleted": true})
+}
+
+func (s *Server) listConversationItems(c echo.Context) error {
+	pg, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.loadConversation(c); err != nil {
+		return err
+	}
+	page, err := s.store.ConversationItemList(c.Request().Context(), &store.ConversationItemListParams{Tenant: tenant(c),
+		ConversationID: c.Param("id"), After: pg.after, Limit: pg.limit, Order: pg.order})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.Invalid("after", "invalid_value", "No item with id '%s' in this conversation.", pg.after)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
+}
+
+func (s *Server) addConversationItems(c echo.Context) error {
+	body, err := readJSONBody(c)
+	if err != nil {
+		return err
+	}
+	raw, ok := body["items"]
+	if !ok {
+		return wire.Invalid("items", "missing_required_parameter", "Missing required parameter: 'items'.")
+	}
+	items, err := conversationItems(raw)
+	if err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		return wire.Invalid("items", "array_below_min_length", "'items' must contain at least one item.")
+	}
+	id := c.Param("id")
+	err = s.store.ConversationItemAppend(c.Request().Context(), &store.ConversationItemAppendParams{Tenant: tenant(c), ConversationID: id, Items: items})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: items}))
+}
+
+func (s *Server) getConversationItem(c echo.Context) error {
+	id, itemID := c.Param("id"), c.Param("item_id")
+	it, err := s.store.ConversationItemGet(c.Request().Context(), &store.ConversationItemGetParams{Tenant: tenant(c), ConversationID: id, ItemID: itemID})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.NotFound("item_id", "Item with id '%s' not found in conversation '%s'.", itemID, id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, it.JSON)
+}
+
+func (s *Server) deleteConversationItem(c echo.Context) error {
+	id, itemID := c.Param("id"), c.Param("item_id")
+	ctx := c.Request().Context()
+	err := s.store.ConversationItemDelete(ctx, &store.ConversationItemDeleteParams{Tenant: tenant(c), ConversationID: id, ItemID: itemID})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.NotFound("item_id", "Item with id '%s' not found in conversation '%s'.", itemID, id)
+	}
+	if err != nil {
+		return err
+	}
+	cv, err := s.loadConversation(c)
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(cv))
+}

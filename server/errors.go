@@ -1,0 +1,75 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/wire"
+)
+
+// errorHandler is the only writer of error responses: every error becomes the OpenAI envelope
+// {"error":{"message","type","param","code"}} with its status (STYLE: one HTTPErrorHandler). Echo's
+// own default handler never answers. Internal error text never reaches the client; it is logged
+// next to the request id.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return // a stream already started reports failures in-band (response.failed)
+	}
+	ae := s.toAPIError(err, c)
+	if ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusTooManyRequests {
+		c.Response().Header().Set("Retry-After", "1")
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(ae.Status)
+		return
+	}
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	c.Response().WriteHeader(ae.Status)
+	_, _ = c.Response().Write(ae.Envelope())
+}
+
+func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
+	var ae *wire.APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var ue *upstream.Error
+	if errors.As(err, &ue) {
+		return ue.APIError()
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			return &wire.APIError{Status: 404, Type: wire.ErrInvalidRequest, Code: "not_found",
+				Message: "Unknown route " + c.Request().Method + " " + c.Request().URL.Path + "."}
+		case http.StatusMethodNotAllowed:
+			return &wire.APIError{Status: 405, Type: wire.ErrInvalidRequest, Code: "method_not_allowed",
+				Message: "Method " + c.Request().Method + " is not allowed on " + c.Request().URL.Path + "."}
+		case http.StatusRequestEntityTooLarge:
+			return &wire.APIError{Status: 413, Type: wire.ErrInvalidRequest, Code: "request_too_large",
+				Message: "The request body is larger than this gateway accepts."}
+		case http.StatusUnauthorized:
+			return &wire.APIError{Status: 401, Type: wire.ErrInvalidRequest, Code: "invalid_api_key",
+				Message: "Incorrect API key provided."}
+		}
+		msg := http.StatusText(he.Code)
+		if he.Code >= 500 {
+			return &wire.APIError{Status: he.Code, Type: wire.ErrServer, Message: msg}
+		}
+		return &wire.APIError{Status: he.Code, Type: wire.ErrInvalidRequest, Message: msg}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
+	}
+	s.log.Error("internal error", "request_id", requestID(c), "error", err)
+	return &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+}
+
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}

@@ -1,0 +1,179 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+func responseNotFound(id string) error {
+	return wire.NotFound("response_id", "Response with id '%s' not found.", id)
+}
+
+func (s *Server) loadResponse(c echo.Context) (*store.Response, []wire.Item, error) {
+	id := c.Param("id")
+	r, out, err := s.store.ResponseGet(c.Request().Context(), &store.ResponseGetParams{Tenant: tenant(c), ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, responseNotFound(id)
+	}
+	return r, out, err
+}
+
+// getResponse serves GET /v1/responses/{id}; with stream=true in the query, or (as openai-go's
+// GetStreaming sends it) "stream":true in a JSON body of the GET, it replays the stored response as
+// an event stream after starting_after (CONTRACT §1.2).
+func (s *Server) getResponse(c echo.Context) error {
+	stream, err := wantsStream(c)
+	if err != nil {
+		return err
+	}
+	after := -1
+	if v := c.QueryParam("starting_after"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return wire.Invalid("starting_after", "invalid_value", "'starting_after' must be a non-negative integer.")
+		}
+		after = n
+	}
+	r, out, err := s.loadResponse(c)
+	if err != nil {
+		return err
+	}
+	if !stream {
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), r, out))
+	}
+	res := c.Response()
+	res.Header().Set(echo.HeaderContentType, "text/event-stream")
+	res.Header().Set("Cache-Control", "no-cache")
+	res.WriteHeader(http.StatusOK)
+	buf := replayEvents(nil, r, out, after)
+	buf = append(buf, wire.DoneFrame...)
+	_, _ = res.Write(buf)
+	res.Flush()
+	return nil
+}
+
+func wantsStream(c echo.Context) (bool, error) {
+	if v := c.QueryParam("stream"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, wire.Invalid("stream", "invalid_value", "'stream' must be true or false.")
+		}
+		return b, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, 1<<16))
+	if err != nil || len(body) == 0 {
+		return false, nil
+	}
+	var v struct {
+		Stream bool `json:"stream"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return false, nil
+	}
+	return v.Stream, nil
+}
+
+func (s *Server) deleteResponse(c echo.Context) error {
+	id := c.Param("id")
+	err := s.store.ResponseDelete(c.Request().Context(), &store.ResponseDeleteParams{Tenant: tenant(c), ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return responseNotFound(id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
+}
+
+func (s *Server) cancelResponse(c echo.Context) error {
+	if _, _, err := s.loadResponse(c); err != nil {
+		return err
+	}
+	return wire.Invalid("response_id", "response_not_cancellable", "Cannot cancel a synchronous response.")
+}
+
+func (s *Server) listInputItems(c echo.Context) error {
+	pg, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	ctx := c.Request().Context()
+	if _, _, err := s.loadResponse(c); err != nil {
+		return err
+	}
+	page, err := s.store.ItemListByResponse(ctx, &store.ItemListByResponseParams{Tenant: tenant(c), ResponseID: id,
+		Role: store.RoleInput, After: pg.after, Limit: pg.limit, Order: pg.order})
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.Invalid("after", "invalid_value", "No item with id '%s' in this list.", pg.after)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
+}
+
+type pageQuery struct {
+	after string
+	limit int
+	order store.Order
+}
+
+func pageParams(c echo.Context) (pageQuery, error) {
+	p := pageQuery{after: c.QueryParam("after"), limit: 20, order: store.OrderDesc}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return p, wire.Invalid("limit", "invalid_value", "'limit' must be an integer between 1 and 100.")
+		}
+		p.limit = n
+	}
+	switch v := c.QueryParam("order"); v {
+	case "", "desc":
+	case "asc":
+		p.order = store.OrderAsc
+	default:
+		return p, wire.Invalid("order", "invalid_value", "'order' must be 'asc' or 'desc'.")
+	}
+	return p, nil
+}
+
+// renderList writes the list object {"object":"list","data","first_id","last_id","has_more"}.
+func renderList(page *store.ItemPage) []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"object":"list","data":[`...)
+	for i, it := range page.Items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it.JSON...)
+	}
+	b = append(b, `],"first_id":`...)
+	if n := len(page.Items); n > 0 {
+		b = strconv.AppendQuote(b, page.Items[0].ID)
+		b = append(b, `,"last_id":`...)
+		b = strconv.AppendQuote(b, page.Items[n-1].ID)
+	} else {
+		b = append(b, `null,"last_id":null`...)
+	}
+	b = append(b, `,"has_more":`...)
+	b = strconv.AppendBool(b, page.HasMore)
+	return append(b, '}')
+}
+
+// listModels proxies vLLM's model list.
+func (s *Server) listModels(c echo.Context) error {
+	raw, err := s.upstream.Models(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, raw)
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/wire"
+)
+
+const tenantKey = "respgate.tenant"
+
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.bodyLimitMiddleware)
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.readyz)
+
+	v1 := e.Group("/v1", s.authMiddleware)
+	v1.POST("/responses", s.createResponse)
+	v1.GET("/responses/:id", s.getResponse)
+	v1.DELETE("/responses/:id", s.deleteResponse)
+	v1.GET("/responses/:id/input_items", s.listInputItems)
+	v1.POST("/responses/:id/cancel", s.cancelResponse)
+	v1.GET("/models", s.listModels)
+
+	v1.POST("/conversations", s.createConversation)
+	v1.GET("/conversations/:id", s.getConversation)
+	v1.POST("/conversations/:id", s.updateConversation)
+	v1.DELETE("/conversations/:id", s.deleteConversation)
+	v1.GET("/conversations/:id/items", s.listConversationItems)
+	v1.POST("/conversations/:id/items", s.addConversationItems)
+	v1.GET("/conversations/:id/items/:item_id", s.getConversationItem)
+	v1.DELETE("/conversations/:id/items/:item_id", s.deleteConversationItem)
+
+	// Every other path is a JSON 404 through the error handler (Echo's default never answers).
+	e.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })
+	return e
+}
+
+// Routes lists the registered method+path pairs (tests enumerate them).
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.echo.Routes() {
+		if r.Method == echo.RouteNotFound {
+			continue
+		}
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if err := s.store.Ping(c.Request().Context()); err != nil {
+		s.log.Warn("readiness: store unreachable", "error", err)
+		return &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "store_unavailable",
+			Message: "The store is not reachable."}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// TenantOf is the tenant a bearer key maps to (tests and the fixture use it to read the store
+// directly). It is tenantOf, exported.
+func (s *Server) TenantOf(key string) string { return s.tenantOf(key) }
+
+// tenantOf is the tenant fingerprint of a bearer key: HMAC-SHA256 under the server secret, so raw
+// keys are never stored and a leaked database does not reveal them (DESIGN §6).
+func (s *Server) tenantOf(key string) string {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte(key))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// authMiddleware turns Authorization: Bearer <key> into the tenant. With an allowlist, other keys
+// (or none) are a 401; keys are compared by their HMAC in constant time. Without one, every key is
+// its own tenant and a missing key is the shared anonymous tenant.
+func (s *Server) authMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header.Get(echo.HeaderAuthorization)
+		key, ok := "", true
+		if h != "" {
+			if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+				key = strings.TrimSpace(h[7:])
+			} else {
+				ok = false
+			}
+		}
+		tenant := s.tenantOf(key)
+		if s.keys != nil {
+			found := 0
+			for _, k := range s.keys {
+				found |= subtle.ConstantTimeCompare([]byte(k), []byte(tenant))
+			}
+			ok = ok && key != "" && found == 1
+		}
+		if !ok {
+			return &wire.APIError{Status: http.StatusUnauthorized, Type: wire.ErrInvalidRequest, Code: "invalid_api_key",
+				Message: "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'."}
+		}
+		c.Set(tenantKey, tenant)
+		return next(c)
+	}
+}
+
+func tenant(c echo.Context) string { t, _ := c.Get(tenantKey).(string); return t }
+
+func (s *Server) requestIDMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderXRequestID, wire.NewID("req_"))
+		return next(c)
+	}
+}
+
+// logMiddleware logs one line per request: method, route, status, bytes, duration, request id.
+// Never bodies, headers or query values (DESIGN §1 invariant 6).
+func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		status := c.Response().Status
+		if err != nil && !c.Response().Committed {
+			status = s.toAPIError(err, c).Status
+		}
+		s.log.Info("request",
+			"request_id", requestID(c),
+			"method", c.Request().Method,
+			"route", c.Path(),
+			"status", status,
+			"bytes_in", c.Request().ContentLength,
+			"bytes_out", c.Response().Size,
+			"duration_ms", float64(time.Since(start).Microseconds())/1000)
+		return err
+	}
+}
+
+func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path())
+				err = &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+			}
+		}()
+		return next(c)
+	}
+}
+
+// bodyLimitMiddleware rejects bodies over MaxBodyBytes with 413, by Content-Length when known and
+// while reading otherwise.
+func (s *Server) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			return echo.NewHTTPError(http.StatusRequestEntityTooLarge)
+		}
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+		return next(c)
+	}
+}

@@ -1,0 +1,178 @@
+// Package server owns respgate's HTTP surface: the Echo routes, authentication to a tenant,
+// request validation, the OpenAI error envelope, SSE writing and the turn lifecycle that ties the
+// store, rehydration, the upstream client and the accumulator together (DESIGN §1). It holds no
+// SQL and no wire-format reconciliation of its own.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/wire"
+)
+
+// ToolPolicy says what happens to request tools vLLM cannot serve (hosted tools, custom tools).
+type ToolPolicy string
+
+const (
+	// ToolPolicyDrop removes them, names them in the X-Respgate-Dropped-Tools header and counts them.
+	ToolPolicyDrop ToolPolicy = "drop"
+	// ToolPolicyReject answers 400 naming the first unsupported tool.
+	ToolPolicyReject ToolPolicy = "reject"
+)
+
+// Config holds the server's settings. The zero value of every field means its default.
+type Config struct {
+	// APIKeys, when non-empty, is the allowlist of accepted bearer keys; any other key is a 401.
+	APIKeys []string
+	// MaxBodyBytes bounds a request body (default 32 MiB → 413).
+	MaxBodyBytes int64
+	// MaxInputItems bounds the items of one request's input (default 10,000).
+	MaxInputItems int
+	// KeepAlive is the interval of SSE comment keepalives during upstream silence (default 15 s).
+	KeepAlive time.Duration
+	// LeaseTTL is how long an in-progress response's lease lasts before the sweeper may fail it; it
+	// is renewed while the stream runs (default 60 s).
+	LeaseTTL time.Duration
+	// SweepInterval is how often expired leases are swept (default 30 s).
+	SweepInterval time.Duration
+	// CommitTimeout bounds the final commit (default 15 s).
+	CommitTimeout time.Duration
+	// ToolPolicy for tools vLLM cannot serve (default drop).
+	ToolPolicy ToolPolicy
+	// MaxConcurrentStreams bounds concurrent streaming responses (default 0: unbounded); beyond it
+	// a request gets 503 with Retry-After.
+	MaxConcurrentStreams int
+	// Logger receives structured logs (default slog.Default()). Bodies are never logged.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxInputItems <= 0 {
+		c.MaxInputItems = 10000
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 60 * time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 30 * time.Second
+	}
+	if c.CommitTimeout <= 0 {
+		c.CommitTimeout = 15 * time.Second
+	}
+	if c.ToolPolicy == "" {
+		c.ToolPolicy = ToolPolicyDrop
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Server is respgate's HTTP application. Build it with New; it is an http.Handler.
+type Server struct {
+	cfg      Config
+	store    store.Store
+	upstream *upstream.Client
+	log      *slog.Logger
+	echo     *echo.Echo
+	secret   []byte
+	keys     []string // tenant fingerprints of the allowlisted keys (nil: every key accepted)
+	owner    string   // lease owner id of this process
+
+	streams  atomic.Int64 // active streaming responses
+	inflight sync.WaitGroup
+	closing  atomic.Bool
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// New builds the server: it loads (or creates) the server secret from the store and registers the
+// routes. It does not start background work; call Run for the sweeper.
+func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (*Server, error) {
+	cfg.defaults()
+	secret, err := st.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{
+		Name:     "tenant-hmac",
+		Generate: func() ([]byte, error) { return []byte(wire.NewID("")), nil },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load server secret: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		store:    st,
+		upstream: up,
+		log:      cfg.Logger,
+		secret:   secret,
+		owner:    wire.NewID("gw_"),
+		stop:     make(chan struct{}),
+	}
+	if len(cfg.APIKeys) > 0 {
+		for _, k := range cfg.APIKeys {
+			s.keys = append(s.keys, s.tenantOf(k))
+		}
+	}
+	s.echo = s.routes()
+	return s, nil
+}
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// Run sweeps expired leases at start and every SweepInterval until ctx ends (crash recovery: a
+// response left in_progress by a process that died is moved to failed).
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		s.Sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep runs the lease sweeper once.
+func (s *Server) Sweep(ctx context.Context) {
+	n, err := s.store.ResponseSweep(ctx, &store.ResponseSweepParams{
+		Now:     time.Now(),
+		Message: "The gateway restarted while this response was in progress.",
+	})
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		s.log.Error("sweep expired leases", "error", err)
+	case n > 0:
+		s.log.Warn("swept responses whose gateway died", "count", n)
+	}
+}
+
+// Shutdown stops taking new turns and waits for in-flight ones until ctx ends; streams still
+// running then are ended with response.failed (stored) by cancelling them.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.closing.Store(true)
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.stopOnce.Do(func() { close(s.stop) })
+		<-done
+	}
+}
