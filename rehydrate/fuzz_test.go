@@ -1,0 +1,150 @@
+package rehydrate
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// bodyMembers is every top-level member Build may write.
+var bodyMembers = append([]string{"model", "instructions", "stream", "store", "tools", "tool_choice",
+	"reasoning", "include", "input"}, passThrough[:]...)
+
+// FuzzBuild: for any history, input and request, Build either answers a 400 APIError or returns a
+// valid JSON body that carries no encrypted_content and only allowlisted members.
+func FuzzBuild(f *testing.F) {
+	chain, err := os.ReadFile(filepath.Join("testdata", "chain5.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var c struct {
+		History json.RawMessage            `json:"history"`
+		Request map[string]json.RawMessage `json:"request"`
+	}
+	if err := json.Unmarshal(chain, &c); err != nil {
+		f.Fatal(err)
+	}
+	req, _ := json.Marshal(c.Request)
+	f.Add(string(c.History), string(c.Request["input"]), string(req))
+	captures, _ := filepath.Glob(filepath.Join("testdata", "captures", "*.json"))
+	for _, p := range captures {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if len(raw) > 4<<10 {
+			continue // the Codex captures: large seeds make the fuzzer spend its time minimising
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(`[]`, string(m["input"]), string(raw))
+	}
+	f.Add(`[{"id":"rs_1","type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"t"}],"encrypted_content":"E"}]`,
+		`[{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"E"},{"type":"item_reference","id":"rs_1"},{"role":"user","content":"q"}]`,
+		`{"model":"m","include":["reasoning.encrypted_content"]}`)
+	f.Add(`[{"id":"fc_1","type":"function_call","call_id":"c","name":"f","arguments":"{}"}]`,
+		`[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"a"},{"type":"input_image","image_url":"u"}]}]`,
+		`{"model":"m","tools":[{"type":"function","name":"f"},{"type":"web_search"}],"tool_choice":{"type":"mcp"}}`)
+	f.Add(`[]`, `"hi"`, `{"model":"m","instructions":"x","stream":true}`)
+
+	f.Fuzz(func(t *testing.T, history, input, request string) {
+		var hraw []json.RawMessage
+		if json.Unmarshal([]byte(history), &hraw) != nil {
+			return
+		}
+		var hist []wire.Item
+		lookup := MapLookup{}
+		for _, r := range hraw {
+			it, err := wire.ParseItem(r)
+			if err != nil {
+				continue
+			}
+			hist = append(hist, it)
+			if it.ID != "" {
+				lookup[it.ID] = it
+			}
+		}
+		var reqm map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(request), &reqm)
+
+		in, err := ParseInput(json.RawMessage(input))
+		if err != nil {
+			mustBe400(t, err)
+			return
+		}
+		res, err := Build(&Params{History: hist, Input: in, Request: reqm, Lookup: lookup, NewID: seqIDs()})
+		if err != nil {
+			mustBe400(t, err)
+			return
+		}
+		if !json.Valid(res.Body) || !utf8.Valid(res.Body) {
+			t.Fatalf("invalid body %q", res.Body)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(res.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		for k := range body {
+			if !slices.Contains(bodyMembers, k) {
+				t.Fatalf("member %q in body", k)
+			}
+		}
+		if body["store"] != false {
+			t.Fatalf("store = %v", body["store"])
+		}
+		walkKeys(body["input"], func(k string) {
+			if k == "encrypted_content" || k == "status" {
+				t.Fatalf("%s upstream: %s", k, res.Body)
+			}
+		})
+		if inc, ok := body["include"].([]any); ok && slices.Contains(inc, any("reasoning.encrypted_content")) {
+			t.Fatal("include asks for encrypted_content")
+		}
+		if n := len(body["input"].([]any)); n != res.Stats.Items {
+			t.Fatalf("Stats.Items %d, body has %d", res.Stats.Items, n)
+		}
+		for _, it := range res.Input {
+			if it.ID == "" || !json.Valid(it.JSON) {
+				t.Fatalf("stored item without id or invalid: %s", it.JSON)
+			}
+		}
+	})
+}
+
+func mustBe400(t *testing.T, err error) {
+	t.Helper()
+	var ae *wire.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code == "" || ae.Message == "" {
+		t.Fatalf("error %v (%T) is not a 400 APIError with a code", err, err)
+	}
+	if !utf8.ValidString(ae.Message) {
+		t.Fatalf("message is not UTF-8: %q", ae.Message)
+	}
+}
+
+// FuzzScan: the scanner accepts exactly what encoding/json accepts.
+func FuzzScan(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `{"a":[1,-2.5e+3,"x\u00e9\n",true,false,null,{"b":{}}]}`, `"\ud800"`,
+		`[1,]`, `{"a" 1}`, `01`, `1.`, `-`, `"\x"`, "\"\x01\"", `[[[[`, ` {"a":"b"} `, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		i := skipWS(b, 0)
+		ok := false
+		if i < len(b) {
+			e, _, err := skipValue(b, i)
+			ok = err == nil && skipWS(b, e) == len(b)
+		}
+		if ok != json.Valid(b) {
+			t.Fatalf("scanner says %v, encoding/json says %v for %q", ok, !ok, b)
+		}
+	})
+}

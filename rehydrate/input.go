@@ -1,0 +1,243 @@
+package rehydrate
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// ParseInput turns the request's "input" (a JSON string, or an array of items) into items as the
+// client sent them: easy-form messages ({role, content}) and item references stay as they are, and
+// nothing is validated beyond each element being an object (Build validates the rest, with the
+// element's index in its errors). A string becomes one user message {"type":"message","role":"user",
+// "content":"…"}. An absent or null input returns no items and no error: whether input may be
+// missing depends on the history, which Build knows.
+//
+// Errors are *wire.APIError 400 with param "input" or "input[i]".
+func ParseInput(raw json.RawMessage) ([]wire.Item, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		e, f, err := scanString(raw, 0)
+		if err != nil || e != len(raw) {
+			return nil, wire.Invalid("input", CodeInvalidJSON, "Invalid JSON in 'input'.")
+		}
+		b := make([]byte, 0, len(raw)+40)
+		b = append(b, `{"type":"message","role":"user","content":`...)
+		b = appendStr(b, raw, span{0, e, f})
+		b = append(b, '}')
+		return []wire.Item{{Type: wire.TypeMessage, JSON: b}}, nil
+	case '[':
+		var elems []json.RawMessage
+		if err := json.Unmarshal(raw, &elems); err != nil {
+			return nil, wire.Invalid("input", CodeInvalidJSON, "Invalid JSON in 'input'.")
+		}
+		items := make([]wire.Item, len(elems))
+		for i, e := range elems {
+			it, err := wire.ParseItem(e)
+			if err != nil && len(e) > 0 && e[0] == '{' {
+				// An object whose "id" or "type" is not a string: keep it, so Build can name the
+				// member that is wrong.
+				it, err = wire.Item{JSON: append(json.RawMessage(nil), e...)}, nil
+			}
+			if err != nil {
+				w := where{prefix: "input", idx: i}
+				return nil, wire.Invalid(w.param(""), CodeInvalidType,
+					"Invalid type for %s: expected an object (an input item).", w.name(""))
+			}
+			items[i] = it
+		}
+		return items, nil
+	}
+	return nil, wire.Invalid("input", CodeInvalidType,
+		"Invalid type for 'input': expected a string or an array of input items.")
+}
+
+// ReferencedIDs lists, once each and in order, the ids the caller must load from the tenant's
+// store and hand to Build through Params.Lookup:
+//   - the ids of item_reference items ({"type":"item_reference","id"} or a bare {"id"});
+//   - the ids of reasoning items that arrive without plaintext content (only encrypted_content,
+//     or only a summary, as some SDKs replay them). If respgate stored that reasoning item, Build
+//     replays the plaintext it stored instead of rejecting the item (or replaying nothing).
+//
+// Items that do not parse are skipped here; Build reports them.
+func ReferencedIDs(input []wire.Item) []string {
+	var ids []string
+	for i := range input {
+		v, _, err := scanItem(input[i].JSON, nil)
+		if err != nil || classify(&v, where{prefix: "input", idx: i}) != nil || !v.id.isStr(v.b) {
+			continue
+		}
+		if v.kind != kindReference && (v.kind != kindReasoning || hasPlaintext(&v)) {
+			continue
+		}
+		id := str(v.b, v.id)
+		if id == "" || contains(ids, id) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Lookup resolves item ids (from item_reference items, and reasoning items without plaintext) to
+// stored items of the request's tenant. Implementations must only return the tenant's own items.
+type Lookup interface {
+	LookupItem(id string) (wire.Item, bool)
+}
+
+// MapLookup is a Lookup over a map the caller filled beforehand (with the items of ReferencedIDs
+// it found); ids it lacks are unknown.
+type MapLookup map[string]wire.Item
+
+// LookupItem returns the item stored under id.
+func (m MapLookup) LookupItem(id string) (wire.Item, bool) {
+	it, ok := m[id]
+	return it, ok
+}
+
+// Normalize returns the storable form of one client item, as NormalizeAt does with errors naming
+// the item "input". Build uses it for response input items; use NormalizeAt for items of another
+// request member (conversation items) so errors carry their index.
+func Normalize(it wire.Item, newID func(prefix string) string) (wire.Item, error) {
+	return normalize(it, newID, where{prefix: "input", idx: -1})
+}
+
+// NormalizeAt returns the storable form of one client item; param names the item in errors (for
+// example "items[2]"). The result:
+//   - easy-form messages ({role, content:"text"}, or a message without "type") become
+//     {"type":"message", "id", "role", "content":[{"type":"input_text","text"}], "status":"completed"}
+//     (assistant text becomes {"type":"output_text","text","annotations":[]});
+//   - an id is minted with newID(wire.PrefixForType(type)) when the item has none (or null, or "");
+//   - messages without a status get "status":"completed";
+//   - every other member is kept verbatim, in order (lossless: encrypted_content, unknown SDK
+//     fields, unknown item types all survive).
+//
+// An item that needs no change is returned as is (sharing its bytes, which are immutable). Only
+// what normalising needs is validated (messages: role and content; every item: a string id); Build
+// validates the rest. An item_reference is not an item and cannot be normalised (400
+// item_reference_not_storable): resolve it first. newID nil means wire.NewID.
+func NormalizeAt(it wire.Item, newID func(prefix string) string, param string) (wire.Item, error) {
+	return normalize(it, newID, where{prefix: param, idx: -1})
+}
+
+func normalize(it wire.Item, newID func(string) string, w where) (wire.Item, error) {
+	if newID == nil {
+		newID = wire.NewID
+	}
+	v, _, err := scanItem(it.JSON, nil)
+	if err != nil {
+		return wire.Item{}, w.invalidJSON()
+	}
+	if err := classify(&v, w); err != nil {
+		return wire.Item{}, err
+	}
+	return normalizeView(it, &v, newID, w)
+}
+
+func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (wire.Item, error) {
+	b := v.b
+	id, err := idOf(&it, v, w)
+	if err != nil {
+		return wire.Item{}, err
+	}
+	var typ, role string
+	easy, addStatus := false, false
+	switch v.kind {
+	case kindReference:
+		return wire.Item{}, wire.Invalid(w.param(""), CodeReferenceNotStorable,
+			"%s is an item_reference; only the item it references can be stored.", upperFirst(w.name("")))
+	case kindMessage:
+		typ = wire.TypeMessage
+		if role, err = checkRole(v, w); err != nil {
+			return wire.Item{}, err
+		}
+		if err := checkContent(v, w); err != nil {
+			return wire.Item{}, err
+		}
+		easy = !v.typ.present() || v.content.isStr(b)
+		addStatus = v.status.absent(b)
+	default:
+		typ = str(b, v.typ)
+	}
+	if id != "" && !easy && !addStatus && !v.typ.absent(b) {
+		it.ID, it.Type = id, typ
+		return it, nil
+	}
+
+	mint := id == ""
+	if mint {
+		id = newID(wire.PrefixForType(typ))
+	}
+	out := make([]byte, 0, len(b)+len(id)+96)
+	out = append(out, '{')
+	n := 0
+	sep := func() {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+	}
+	if v.typ.absent(b) {
+		sep()
+		out = append(out, `"type":"message"`...)
+	}
+	if mint {
+		sep()
+		out = append(out, `"id":`...)
+		out = appendQuoted(out, id)
+	}
+	o := scanTop(b)
+	for {
+		m, ok := o.next()
+		if !ok {
+			break
+		}
+		switch {
+		case m.is(b, "id") && mint, m.is(b, "type") && v.typ.absent(b), m.is(b, "status") && addStatus:
+			continue // replaced (or a null we re-add)
+		case m.is(b, "content") && m.val.s == v.content.s && v.content.isStr(b):
+			sep()
+			part := `[{"type":"input_text","text":`
+			if role == "assistant" {
+				part = `[{"type":"output_text","text":`
+			}
+			out = append(out, `"content":`...)
+			out = append(out, part...)
+			out = appendStr(out, b, v.content)
+			if role == "assistant" {
+				out = append(out, `,"annotations":[]`...)
+			}
+			out = append(out, "}]"...)
+			continue
+		}
+		sep()
+		out = append(out, b[m.key.s:m.val.e]...) // key, colon, value: verbatim
+	}
+	if addStatus {
+		sep()
+		out = append(out, `"status":"completed"`...)
+	}
+	out = append(out, '}')
+	return wire.Item{ID: id, Type: typ, JSON: out}, nil
+}
+
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}

@@ -1,0 +1,393 @@
+package rehydrate
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// Stable error codes (the "code" member of the 400 envelope). Clients and tests match on them.
+const (
+	CodeEncryptedReasoning   = "encrypted_reasoning_unsupported"
+	CodeItemIDConflict       = "item_id_conflict"
+	CodeReferenceNotFound    = "item_reference_not_found"
+	CodeOutputWithoutCall    = "function_call_output_without_call"
+	CodeUnsupportedItemType  = "unsupported_item_type"
+	CodeUnsupportedContent   = "unsupported_content_type"
+	CodeEmptyInput           = "empty_input"
+	CodeInvalidType          = "invalid_type"
+	CodeInvalidValue         = "invalid_value"
+	CodeMissingParameter     = "missing_required_parameter"
+	CodeInvalidJSON          = "invalid_json"
+	CodeReferenceNotStorable = "item_reference_not_storable"
+)
+
+const (
+	defaultHistoryParam       = "previous_response_id"
+	upstreamSupportedItemList = "message, reasoning, function_call, function_call_output and item_reference"
+	storedSupportedItemList   = "message, reasoning, function_call and function_call_output"
+)
+
+// kind is what an item is, decided from its members (type, or role/id for the type-less forms).
+type kind int
+
+const (
+	kindMessage kind = iota + 1
+	kindReasoning
+	kindFunctionCall
+	kindFunctionCallOutput
+	kindReference
+	kindOther // any other type: storable verbatim, never sent upstream
+)
+
+// view is one item scanned once: the spans of the members rehydration reads, and the parts of its
+// "content" and "output" arrays. Later duplicates of a key win, as in encoding/json and Python's
+// json.
+type view struct {
+	b                                        []byte
+	typ, id, role, content, status           span
+	callID, name, arguments, output, summary span
+	encrypted                                span
+	contentParts, outputParts                []part // when content / output is an array
+	kind                                     kind
+}
+
+// part is one element of a content (or output) array: an object's members, or obj false for an
+// element that is not an object.
+type part struct {
+	obj                                  bool
+	typ, text, refusal, imageURL, detail span
+}
+
+// scanItem validates b, which must be exactly one JSON object, in a single pass, recording the
+// members rehydration reads and the parts of its content/output arrays. Everything projection
+// later copies comes from these spans, so no byte is scanned twice. parts is scratch space for the
+// parts (reused across items by Build); the view's part slices point into the returned slice.
+func scanItem(b []byte, parts []part) (view, []part, error) {
+	v := view{b: b}
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return v, parts, errSyntax
+	}
+	i++
+	cs, ce, ps, pe := 0, 0, 0, 0
+	for n := 0; ; n++ {
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return v, parts, errSyntax
+		}
+		if b[i] == '}' {
+			i++
+			break
+		}
+		if n > 0 {
+			if b[i] != ',' {
+				return v, parts, errSyntax
+			}
+			i = skipWS(b, i+1)
+		}
+		if i >= len(b) || b[i] != '"' {
+			return v, parts, errSyntax
+		}
+		ke, kf, err := scanString(b, i)
+		if err != nil {
+			return v, parts, err
+		}
+		m := member{key: span{i, ke, kf}}
+		i = skipWS(b, ke)
+		if i >= len(b) || b[i] != ':' {
+			return v, parts, errSyntax
+		}
+		i = skipWS(b, i+1)
+		key := m.keyBytes(b)
+		var ve, vf int
+		if (string(key) == "content" || string(key) == "output") && i < len(b) && b[i] == '[' {
+			start := len(parts)
+			ve, vf, parts, err = scanParts(b, i, parts)
+			if string(key) == "content" {
+				cs, ce = start, len(parts)
+			} else {
+				ps, pe = start, len(parts)
+			}
+		} else {
+			ve, vf, err = skipValue(b, i)
+		}
+		if err != nil {
+			return v, parts, err
+		}
+		m.val = span{i, ve, vf}
+		i = ve
+		switch string(key) {
+		case "type":
+			v.typ = m.val
+		case "id":
+			v.id = m.val
+		case "role":
+			v.role = m.val
+		case "content":
+			v.content = m.val
+		case "status":
+			v.status = m.val
+		case "call_id":
+			v.callID = m.val
+		case "name":
+			v.name = m.val
+		case "arguments":
+			v.arguments = m.val
+		case "output":
+			v.output = m.val
+		case "summary":
+			v.summary = m.val
+		case "encrypted_content":
+			v.encrypted = m.val
+		}
+	}
+	if skipWS(b, i) != len(b) {
+		return v, parts, errSyntax
+	}
+	if v.content.kind(b) == '[' {
+		v.contentParts = parts[cs:ce:ce]
+	}
+	if v.output.kind(b) == '[' {
+		v.outputParts = parts[ps:pe:pe]
+	}
+	return v, parts, nil
+}
+
+// scanParts validates the array at b[i] and appends one part per element.
+func scanParts(b []byte, i int, parts []part) (int, int, []part, error) {
+	flags := 0
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, 0, parts, nil
+	}
+	for {
+		if i >= len(b) {
+			return 0, 0, parts, errSyntax
+		}
+		var p part
+		if b[i] == '{' {
+			p.obj = true
+			o := newObjIter(b, i)
+			for {
+				m, ok := o.next()
+				if !ok {
+					break
+				}
+				flags |= m.key.f | m.val.f
+				switch string(m.keyBytes(b)) {
+				case "type":
+					p.typ = m.val
+				case "text":
+					p.text = m.val
+				case "refusal":
+					p.refusal = m.val
+				case "image_url":
+					p.imageURL = m.val
+				case "detail":
+					p.detail = m.val
+				}
+			}
+			if o.err != nil {
+				return 0, 0, parts, o.err
+			}
+			i = o.end
+		} else {
+			e, f, err := skipValue(b, i)
+			if err != nil {
+				return 0, 0, parts, err
+			}
+			flags |= f
+			i = e
+		}
+		parts = append(parts, p)
+		i = skipWS(b, i)
+		if i >= len(b) {
+			return 0, 0, parts, errSyntax
+		}
+		switch b[i] {
+		case ']':
+			return i + 1, flags, parts, nil
+		case ',':
+			i = skipWS(b, i+1)
+		default:
+			return 0, 0, parts, errSyntax
+		}
+	}
+}
+
+// where names an item in errors: an element of the client's input array (or of another array the
+// caller names, e.g. "items[2]"), or a stored history item (whose param is the request member that
+// brought the history in).
+type where struct {
+	prefix string // "input" or the caller's name; for history, the history param
+	idx    int
+	hist   bool
+	ref    bool   // resolved from an item_reference
+	id     string // the item's id when known, for messages about stored items
+}
+
+// param is the error's param for the item, or for one of its members (path like ".content[0]").
+// History items have no addressable index in the request, so their param is the request member
+// that loaded them.
+func (w where) param(path string) string {
+	if w.hist {
+		return w.prefix
+	}
+	if w.ref {
+		path = "" // the stored item's members are not in the request
+	}
+	if w.idx < 0 {
+		return w.prefix + path
+	}
+	return w.prefix + "[" + strconv.Itoa(w.idx) + "]" + path
+}
+
+// name is how a message refers to the item or one of its members.
+func (w where) name(path string) string {
+	var item string
+	switch {
+	case w.hist:
+		item = fmt.Sprintf("stored item '%s' (from '%s')", w.id, w.prefix)
+	case w.ref:
+		item = fmt.Sprintf("item '%s' referenced by '%s'", w.id, w.param(""))
+	default:
+		return "'" + w.param(path) + "'"
+	}
+	if path == "" {
+		return item
+	}
+	return "'" + path[1:] + "' of " + item
+}
+
+func (w where) invalidType(path, want string) error {
+	return wire.Invalid(w.param(path), CodeInvalidType, "Invalid type for %s: expected %s.", w.name(path), want)
+}
+
+func (w where) missing(path string) error {
+	return wire.Invalid(w.param(path), CodeMissingParameter, "Missing required parameter: %s.", w.name(path))
+}
+
+func (w where) invalidJSON() error {
+	return wire.Invalid(w.param(""), CodeInvalidJSON, "Invalid JSON in %s.", w.name(""))
+}
+
+// classify decides the item's kind. Items without "type" are messages when they have a role, and
+// item references when they have an id and no content (CONTRACT §4: "type may be omitted").
+func classify(v *view, w where) error {
+	b := v.b
+	if !v.typ.absent(b) {
+		if !v.typ.isStr(b) {
+			return w.invalidType(".type", "a string")
+		}
+		switch word(b, v.typ) {
+		case wire.TypeMessage:
+			v.kind = kindMessage
+		case wire.TypeReasoning:
+			v.kind = kindReasoning
+		case wire.TypeFunctionCall:
+			v.kind = kindFunctionCall
+		case wire.TypeFunctionCallOutput:
+			v.kind = kindFunctionCallOutput
+		case wire.TypeItemReference:
+			v.kind = kindReference
+		default:
+			v.kind = kindOther
+		}
+		return nil
+	}
+	switch {
+	case v.role.present():
+		v.kind = kindMessage
+	case v.id.present() && !v.content.present():
+		v.kind = kindReference
+	default:
+		return wire.Invalid(w.param(".type"), CodeMissingParameter,
+			"Missing required parameter: %s (an item needs a 'type', or a 'role' and 'content' for a message).",
+			w.name(".type"))
+	}
+	return nil
+}
+
+// idOf returns the item's id ("" when absent or null). It reuses it.ID when that is the same
+// string, so indexing stored items costs no allocation.
+func idOf(it *wire.Item, v *view, w where) (string, error) {
+	b := v.b
+	if v.id.absent(b) {
+		return "", nil
+	}
+	if !v.id.isStr(b) {
+		return "", w.invalidType(".id", "a string")
+	}
+	if v.id.f&(strEscaped|strBadUTF8) == 0 && string(v.id.inner(b)) == it.ID {
+		return it.ID, nil
+	}
+	return str(b, v.id), nil
+}
+
+// words are the names rehydration switches on; word returns them without allocating.
+var words = [...]string{
+	wire.TypeMessage, wire.TypeReasoning, wire.TypeFunctionCall, wire.TypeFunctionCallOutput,
+	wire.TypeItemReference, "user", "assistant", "system", "developer", "input_text", "output_text",
+	"input_image", "input_file", "refusal", "reasoning_text", "summary_text", "function",
+}
+
+// word decodes a string value, returning the shared constant for the names in words (so switching
+// on a stored item's type or role allocates nothing).
+func word(b []byte, sp span) string {
+	if sp.f&(strEscaped|strBadUTF8) == 0 {
+		raw := sp.inner(b)
+		for _, w := range words {
+			if string(raw) == w {
+				return w
+			}
+		}
+	}
+	return str(b, sp)
+}
+
+// checkRole validates a message's role and returns it.
+func checkRole(v *view, w where) (string, error) {
+	b := v.b
+	if v.role.absent(b) {
+		return "", w.missing(".role")
+	}
+	if !v.role.isStr(b) {
+		return "", w.invalidType(".role", "a string")
+	}
+	r := word(b, v.role)
+	switch r {
+	case "user", "assistant", "system", "developer":
+	default:
+		return "", wire.Invalid(w.param(".role"), CodeInvalidValue,
+			"Invalid value for %s: '%s'. Supported values are: 'user', 'assistant', 'system' and 'developer'.",
+			w.name(".role"), clip(r))
+	}
+	return r, nil
+}
+
+// clip shortens a client-sent value quoted back in an error message.
+func clip(s string) string {
+	n := 64
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// checkContent validates that a message has content that is a string or an array.
+func checkContent(v *view, w where) error {
+	b := v.b
+	if v.content.absent(b) {
+		return w.missing(".content")
+	}
+	if k := v.content.kind(b); k != '"' && k != '[' {
+		return w.invalidType(".content", "a string or an array of content parts")
+	}
+	return nil
+}

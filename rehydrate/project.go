@@ -1,0 +1,425 @@
+package rehydrate
+
+import (
+	"strconv"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// This file writes the vLLM-bound form of each item (the projection). Each writer emits a fixed,
+// allowlisted set of members built from validated tokens; nothing else of the item crosses. Why each
+// shape is what it is (CONTRACT §6.4 and the Addendum; vLLM's ResponsesRequest.input is validated
+// against openai-python's ResponseInputItemParam | ResponseOutputItem union, then read by
+// responses/utils.py for chat-template models and responses/harmony.py for gpt-oss):
+//
+//   - message, user/system/developer: {"type":"message","role","content":[parts]} with parts
+//     input_text{type,text} and input_image{type,image_url,detail} (string content becomes one
+//     input_text part, as in the normalised form). This is the shape of
+//     EasyInputMessageParam. output_text parts in these roles become input_text (an output_text part
+//     would only validate inside an output message). detail is required by openai-python's
+//     ResponseInputImageParam, so a missing one is sent as "auto" (OpenAI's default).
+//   - message, assistant: {"type":"message","role":"assistant","content":"<all text>"}: the text of
+//     every output_text (and refusal) part, concatenated without separator, as ONE string. vLLM's
+//     chat-template path reads only content[0] of an assistant message, so several parts must be
+//     merged; and a string is the only assistant form that validates without an id, a status and
+//     per-part annotations (EasyInputMessageParam). Harmony reads the string the same way.
+//   - reasoning: {"type":"reasoning","id","summary":[],"content":[{"type":"reasoning_text","text"}]}
+//     with ALL plaintext parts joined by "\n" into one part: harmony joins parts with "\n" itself and
+//     the chat-template path reads only content[0], so one joined part gives both paths the full
+//     text. summary is always empty (Addendum: some vLLM versions read summary[0] first when it is
+//     present). id is required by ResponseReasoningItemParam. encrypted_content and status never
+//     cross.
+//   - function_call: {"type":"function_call","call_id","name","arguments"}. A namespace member is
+//     dropped (namespace tools are not forwarded either; see Params).
+//   - function_call_output: {"type":"function_call_output","call_id","output"}; an output array of
+//     text parts only is sent as their concatenated string (harmony takes only a string), other
+//     arrays as projected parts.
+//
+// No status crosses: vLLM continues (instead of answering) a final assistant or reasoning item whose
+// status is in_progress or incomplete (utils.should_continue_final_message), and an absent status
+// is never that. No id crosses except the reasoning id.
+
+// itemStats are the counters of one projected item, committed only if the item is kept.
+type itemStats struct {
+	reasoning  bool
+	rbytes     int
+	encDropped bool
+	skip       skipReason
+}
+
+type skipReason int
+
+const (
+	keep skipReason = iota
+	skipEmptyMessage
+	skipReasoningNoText
+)
+
+func partPath(field string, j int) string { return "." + field + "[" + strconv.Itoa(j) + "]" }
+
+// partOf checks element j of an item's content or output array: an object with a string type.
+func partOf(b []byte, p *part, w where, field string, j int) (string, error) {
+	if !p.obj {
+		return "", w.invalidType(partPath(field, j), "an object (a content part)")
+	}
+	if p.typ.absent(b) {
+		return "", w.missing(partPath(field, j) + ".type")
+	}
+	if !p.typ.isStr(b) {
+		return "", w.invalidType(partPath(field, j)+".type", "a string")
+	}
+	return word(b, p.typ), nil
+}
+
+// stringMember checks that sp is a string. The member is named field (j < 0), or field[j].sub; the
+// name is only built for an error, since this runs for every part of every stored item.
+func stringMember(b []byte, sp span, w where, field string, j int, sub string) error {
+	if sp.isStr(b) {
+		return nil
+	}
+	path := "." + field
+	if j >= 0 {
+		path = partPath(field, j) + "." + sub
+	}
+	if sp.absent(b) {
+		return w.missing(path)
+	}
+	return w.invalidType(path, "a string")
+}
+
+func unsupportedPart(w where, path, typ, allowed string) error {
+	return wire.Invalid(w.param(path), CodeUnsupportedContent,
+		"Content part type '%s' in %s is not supported: vLLM accepts %s here.", clip(typ), w.name(path), allowed)
+}
+
+// project appends the vLLM-bound form of an item (already classified) to bd.buf; it appends nothing
+// for an item it skips.
+func (bd *builder) project(v *view, w where, id string) (itemStats, error) {
+	switch v.kind {
+	case kindMessage:
+		return bd.message(v, w)
+	case kindReasoning:
+		return bd.reasoning(v, w, id)
+	case kindFunctionCall:
+		return bd.functionCall(v, w)
+	case kindFunctionCallOutput:
+		return bd.functionCallOutput(v, w)
+	}
+	return itemStats{}, unsupportedItem(v, w)
+}
+
+func unsupportedItem(v *view, w where) error {
+	t := "item_reference"
+	if v.typ.isStr(v.b) {
+		t = str(v.b, v.typ)
+	}
+	accepted := upstreamSupportedItemList
+	if w.hist || w.ref {
+		accepted = storedSupportedItemList // an item_reference is resolved only in a request's input
+	}
+	return wire.Invalid(w.param(""), CodeUnsupportedItemType,
+		"Item type '%s' in %s is not supported: vLLM accepts only %s items.", clip(t), w.name(""), accepted)
+}
+
+func (bd *builder) message(v *view, w where) (itemStats, error) {
+	b := v.b
+	role, err := checkRole(v, w)
+	if err != nil {
+		return itemStats{}, err
+	}
+	if err := checkContent(v, w); err != nil {
+		return itemStats{}, err
+	}
+	start := len(bd.buf)
+	if role == "assistant" {
+		bd.buf = append(bd.buf, `{"type":"message","role":"assistant","content":"`...)
+		text := len(bd.buf)
+		if v.content.isStr(b) {
+			bd.buf = appendStrInner(bd.buf, b, v.content)
+		} else {
+			for j := range v.contentParts {
+				p := &v.contentParts[j]
+				typ, err := partOf(b, p, w, "content", j)
+				if err != nil {
+					return itemStats{}, err
+				}
+				var t span
+				var sub string
+				switch typ {
+				case "output_text", "input_text":
+					t, sub = p.text, "text"
+				case "refusal":
+					t, sub = p.refusal, "refusal"
+				default:
+					return itemStats{}, unsupportedPart(w, partPath("content", j), typ,
+						"output_text and refusal parts in assistant messages")
+				}
+				if err := stringMember(b, t, w, "content", j, sub); err != nil {
+					return itemStats{}, err
+				}
+				bd.buf = appendStrInner(bd.buf, b, t)
+			}
+		}
+		if len(bd.buf) == text {
+			bd.buf = bd.buf[:start]
+			return itemStats{skip: skipEmptyMessage}, nil
+		}
+		bd.buf = append(bd.buf, `"}`...)
+		return itemStats{}, nil
+	}
+
+	bd.buf = append(bd.buf, `{"type":"message","role":"`...)
+	bd.buf = append(bd.buf, role...)
+	bd.buf = append(bd.buf, `","content":`...)
+	if v.content.isStr(b) {
+		if v.content.emptyStr() {
+			bd.buf = bd.buf[:start]
+			return itemStats{skip: skipEmptyMessage}, nil
+		}
+		// The same shape as the normalised form, so a stored string and a replayed part compare
+		// equal in dedupe.
+		bd.buf = append(bd.buf, `[{"type":"input_text","text":`...)
+		bd.buf = appendStr(bd.buf, b, v.content)
+		bd.buf = append(bd.buf, "}]}"...)
+		return itemStats{}, nil
+	}
+	bd.buf = append(bd.buf, '[')
+	n, err := bd.inputParts(b, v.contentParts, w, "content",
+		"input_text and input_image (image_url) parts in user, system and developer messages")
+	if err != nil {
+		return itemStats{}, err
+	}
+	if n == 0 {
+		bd.buf = bd.buf[:start]
+		return itemStats{skip: skipEmptyMessage}, nil
+	}
+	bd.buf = append(bd.buf, "]}"...)
+	return itemStats{}, nil
+}
+
+// inputParts appends the projected input parts (input_text, output_text as input_text,
+// input_image) and returns how many it wrote.
+func (bd *builder) inputParts(b []byte, parts []part, w where, field, allowed string) (int, error) {
+	n := 0
+	for j := range parts {
+		p := &parts[j]
+		typ, err := partOf(b, p, w, field, j)
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			bd.buf = append(bd.buf, ',')
+		}
+		switch typ {
+		case "input_text", "output_text":
+			if err := stringMember(b, p.text, w, field, j, "text"); err != nil {
+				return 0, err
+			}
+			bd.buf = append(bd.buf, `{"type":"input_text","text":`...)
+			bd.buf = appendStr(bd.buf, b, p.text)
+			bd.buf = append(bd.buf, '}')
+		case "input_image":
+			if p.imageURL.absent(b) {
+				return 0, wire.Invalid(w.param(partPath(field, j)+".image_url"), CodeUnsupportedContent,
+					"Missing %s: vLLM accepts images only by image_url (not file_id).", w.name(partPath(field, j)+".image_url"))
+			}
+			if err := stringMember(b, p.imageURL, w, field, j, "image_url"); err != nil {
+				return 0, err
+			}
+			bd.buf = append(bd.buf, `{"type":"input_image","image_url":`...)
+			bd.buf = appendStr(bd.buf, b, p.imageURL)
+			bd.buf = append(bd.buf, `,"detail":`...)
+			if p.detail.absent(b) {
+				bd.buf = append(bd.buf, `"auto"`...)
+			} else {
+				if err := stringMember(b, p.detail, w, field, j, "detail"); err != nil {
+					return 0, err
+				}
+				bd.buf = appendStr(bd.buf, b, p.detail)
+			}
+			bd.buf = append(bd.buf, '}')
+		default:
+			return 0, unsupportedPart(w, partPath(field, j), typ, allowed)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// hasPlaintext reports whether a reasoning item has at least one non-empty content text.
+func hasPlaintext(v *view) bool {
+	for j := range v.contentParts {
+		p := &v.contentParts[j]
+		if p.obj && p.text.isStr(v.b) && !p.text.emptyStr() {
+			return true
+		}
+	}
+	return false
+}
+
+func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
+	b := v.b
+	if !v.summary.absent(b) && v.summary.kind(b) != '[' {
+		return itemStats{}, w.invalidType(".summary", "an array")
+	}
+	enc := false
+	switch v.encrypted.kind(b) {
+	case 0, 'n':
+	case '"':
+		enc = !v.encrypted.emptyStr()
+	default:
+		return itemStats{}, w.invalidType(".encrypted_content", "a string or null")
+	}
+	if k := v.content.kind(b); k != 0 && k != 'n' && k != '[' {
+		return itemStats{}, w.invalidType(".content", "an array of reasoning_text parts, or null")
+	}
+
+	start := len(bd.buf)
+	bd.buf = append(bd.buf, `{"type":"reasoning","id":`...)
+	if v.id.isStr(b) {
+		bd.buf = appendStr(bd.buf, b, v.id)
+	} else {
+		// A stored item without an id: vLLM requires one, and no client sees this one.
+		bd.buf = appendQuoted(bd.buf, bd.newID(wire.PrefixReasoning))
+	}
+	bd.buf = append(bd.buf, `,"summary":[],"content":[{"type":"reasoning_text","text":"`...)
+	text := len(bd.buf)
+	for j := range v.contentParts {
+		p := &v.contentParts[j]
+		if !p.obj {
+			return itemStats{}, w.invalidType(partPath("content", j), "an object (a reasoning_text part)")
+		}
+		if err := stringMember(b, p.text, w, "content", j, "text"); err != nil {
+			return itemStats{}, err
+		}
+		if p.text.emptyStr() {
+			continue
+		}
+		if len(bd.buf) > text {
+			bd.buf = append(bd.buf, `\n`...)
+		}
+		bd.buf = appendStrInner(bd.buf, b, p.text)
+	}
+	n := len(bd.buf) - text
+	if n == 0 {
+		bd.buf = bd.buf[:start]
+		if enc {
+			return itemStats{}, encryptedOnly(w)
+		}
+		// Nothing readable: no content, or only a summary, which is never substituted for
+		// content (DESIGN §5). Harmony would skip such an item too.
+		return itemStats{skip: skipReasoningNoText}, nil
+	}
+	bd.buf = append(bd.buf, `"}]}`...)
+	return itemStats{reasoning: true, rbytes: n, encDropped: enc}, nil
+}
+
+func encryptedOnly(w where) error {
+	switch {
+	case w.hist:
+		return wire.Invalid(w.param(""), CodeEncryptedReasoning,
+			"Stored reasoning item '%s' (from '%s') carries only encrypted_content, which respgate cannot read and vLLM cannot accept; this history cannot be replayed.",
+			w.id, w.prefix)
+	case w.id != "":
+		return wire.Invalid(w.param(""), CodeEncryptedReasoning,
+			"Reasoning item '%s' carries only encrypted_content, which respgate cannot read and vLLM cannot accept; send its plaintext content or omit the item.",
+			w.id)
+	}
+	return wire.Invalid(w.param(""), CodeEncryptedReasoning,
+		"Reasoning item %s carries only encrypted_content, which respgate cannot read and vLLM cannot accept; send its plaintext content or omit the item.",
+		w.name(""))
+}
+
+func (bd *builder) functionCall(v *view, w where) (itemStats, error) {
+	b := v.b
+	if err := stringMember(b, v.callID, w, "call_id", -1, ""); err != nil {
+		return itemStats{}, err
+	}
+	if err := stringMember(b, v.name, w, "name", -1, ""); err != nil {
+		return itemStats{}, err
+	}
+	if v.arguments.absent(b) {
+		return itemStats{}, w.missing(".arguments")
+	}
+	if !v.arguments.isStr(b) {
+		return itemStats{}, w.invalidType(".arguments", "a string (the JSON-encoded arguments)")
+	}
+	bd.buf = append(bd.buf, `{"type":"function_call","call_id":`...)
+	bd.buf = appendStr(bd.buf, b, v.callID)
+	bd.buf = append(bd.buf, `,"name":`...)
+	bd.buf = appendStr(bd.buf, b, v.name)
+	bd.buf = append(bd.buf, `,"arguments":`...)
+	bd.buf = appendStr(bd.buf, b, v.arguments)
+	bd.buf = append(bd.buf, '}')
+	if v.callID.f == 0 {
+		if _, ok := bd.calls[string(v.callID.inner(b))]; ok {
+			return itemStats{}, nil
+		}
+	}
+	bd.calls[str(b, v.callID)] = struct{}{}
+	return itemStats{}, nil
+}
+
+func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
+	b := v.b
+	if err := stringMember(b, v.callID, w, "call_id", -1, ""); err != nil {
+		return itemStats{}, err
+	}
+	var known bool
+	if v.callID.f == 0 {
+		_, known = bd.calls[string(v.callID.inner(b))]
+	} else {
+		_, known = bd.calls[str(b, v.callID)]
+	}
+	if !known {
+		return itemStats{}, wire.Invalid(w.param(""), CodeOutputWithoutCall,
+			"The function_call_output %s has call_id '%s', but no function_call with that call_id comes before it; send the function_call item first (or continue the response that made it).",
+			w.name(""), clip(str(b, v.callID)))
+	}
+	if v.output.absent(b) {
+		return itemStats{}, w.missing(".output")
+	}
+	k := v.output.kind(b)
+	if k != '"' && k != '[' {
+		return itemStats{}, w.invalidType(".output", "a string or an array of content parts")
+	}
+	bd.buf = append(bd.buf, `{"type":"function_call_output","call_id":`...)
+	bd.buf = appendStr(bd.buf, b, v.callID)
+	bd.buf = append(bd.buf, `,"output":`...)
+	if k == '"' {
+		bd.buf = appendStr(bd.buf, b, v.output)
+		bd.buf = append(bd.buf, '}')
+		return itemStats{}, nil
+	}
+	// Text-only arrays become one string (harmony renders a tool message from a string only).
+	allText := true
+	for j := range v.outputParts {
+		p := &v.outputParts[j]
+		typ, err := partOf(b, p, w, "output", j)
+		if err != nil {
+			return itemStats{}, err
+		}
+		if typ != "input_text" && typ != "output_text" {
+			allText = false
+			break
+		}
+		if err := stringMember(b, p.text, w, "output", j, "text"); err != nil {
+			return itemStats{}, err
+		}
+	}
+	if allText {
+		bd.buf = append(bd.buf, '"')
+		for j := range v.outputParts {
+			bd.buf = appendStrInner(bd.buf, b, v.outputParts[j].text)
+		}
+		bd.buf = append(bd.buf, `"}`...)
+		return itemStats{}, nil
+	}
+	bd.buf = append(bd.buf, '[')
+	if _, err := bd.inputParts(b, v.outputParts, w, "output",
+		"input_text and input_image (image_url) parts in function_call_output"); err != nil {
+		return itemStats{}, err
+	}
+	bd.buf = append(bd.buf, "]}"...)
+	return itemStats{}, nil
+}
