@@ -1,0 +1,380 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultMaxEventBytes  = 16 << 20
+)
+
+// Config configures a Client. The zero value of every field but BaseURL is a sensible default.
+type Config struct {
+	// BaseURL is vLLM's base URL including /v1, e.g. http://localhost:8000/v1.
+	BaseURL string
+	// APIKey is sent as "Authorization: Bearer"; empty sends no Authorization. It never appears
+	// in errors or logs, and String redacts it.
+	APIKey string
+	// ConnectTimeout bounds dialling, TLS and, for Stream and Models, the wait for response
+	// headers. For Create it ends once the request is written: vLLM sends the headers of a
+	// non-streamed answer only after generating it, so bound Create with its context. Default
+	// 10s. It relies on httptrace for Create; a custom Transport that does not report
+	// WroteRequest makes it bound Create's headers too.
+	ConnectTimeout time.Duration
+	// IdleTimeout is the longest silence allowed between bytes of a response body (a stream, or
+	// a non-stream body once its headers arrived). Time the caller spends between calls to
+	// Stream.Next does not count. Default 60s.
+	IdleTimeout time.Duration
+	// MaxEventBytes bounds the raw size of one SSE event (field names, data lines and line
+	// endings) and of a non-stream body; larger gives KindEventTooLarge, and memory stays bounded
+	// by a small multiple of it per stream. Default 16 MiB.
+	MaxEventBytes int
+	// Transport is the RoundTripper to use; default a tuned *http.Transport with up to 1024 idle
+	// connections to the one vLLM host, since the gateway multiplexes many streams onto it.
+	Transport http.RoundTripper
+}
+
+// String prints the config with the API key redacted.
+func (c Config) String() string {
+	key := ""
+	if c.APIKey != "" {
+		key = "[redacted]"
+	}
+	base := c.BaseURL
+	if u, err := url.Parse(c.BaseURL); err == nil {
+		base = u.Redacted()
+	}
+	return fmt.Sprintf("upstream.Config{BaseURL:%q APIKey:%q ConnectTimeout:%s IdleTimeout:%s MaxEventBytes:%d}",
+		base, key, c.ConnectTimeout, c.IdleTimeout, c.MaxEventBytes)
+}
+
+// GoString is String.
+func (c Config) GoString() string { return c.String() }
+
+// Format prints String for every verb, so %+v and %#v cannot print the key.
+func (c Config) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.String()) }
+
+// LogValue logs the config with the API key redacted.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// Client calls one vLLM server. It is safe for concurrent use; make one per upstream and share it.
+type Client struct {
+	cfg            Config // defaults applied
+	hc             *http.Client
+	ownTransport   *http.Transport // nil when Config.Transport was given
+	responsesURL   string
+	modelsURL      string
+	auth           string // "Bearer <key>" or ""
+	connectTimeout time.Duration
+	idleTimeout    time.Duration
+	maxEventBytes  int
+	redact         redactor
+}
+
+// New checks cfg, applies the defaults and returns a Client.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" ||
+		u.Fragment != "" {
+		// Never echo the URL: it may hold credentials.
+		return nil, errors.New("upstream: BaseURL must be an absolute http(s) URL without query or fragment")
+	}
+	if cfg.ConnectTimeout < 0 || cfg.IdleTimeout < 0 || cfg.MaxEventBytes < 0 {
+		return nil, errors.New("upstream: timeouts and MaxEventBytes must not be negative")
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxEventBytes == 0 {
+		cfg.MaxEventBytes = DefaultMaxEventBytes
+	}
+	c := &Client{
+		cfg:            cfg,
+		connectTimeout: cfg.ConnectTimeout,
+		idleTimeout:    cfg.IdleTimeout,
+		maxEventBytes:  cfg.MaxEventBytes,
+		redact:         newRedactor(u, cfg.APIKey),
+	}
+	base := strings.TrimSuffix(u.String(), "/")
+	c.responsesURL = base + "/responses"
+	c.modelsURL = base + "/models"
+	if cfg.APIKey != "" {
+		c.auth = "Bearer " + cfg.APIKey
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		c.ownTransport = newTransport(cfg.ConnectTimeout)
+		rt = c.ownTransport
+	}
+	c.hc = &http.Client{
+		Transport: rt,
+		// A redirect would replay the body (and the key) somewhere else, or turn POST into GET;
+		// report the 3xx instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c, nil
+}
+
+func newTransport(connect time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   connect,
+		ExpectContinueTimeout: time.Second,
+		// SSE must not sit in a gzip reader's buffer, and vLLM does not compress anyway.
+		DisableCompression: true,
+	}
+}
+
+// String prints a safe summary, never the API key.
+func (c *Client) String() string { return "upstream.Client{" + c.cfg.String() + "}" }
+
+// GoString is String.
+func (c *Client) GoString() string { return c.String() }
+
+// Format prints String for every verb.
+func (c *Client) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.String()) }
+
+// LogValue logs the redacted config.
+func (c *Client) LogValue() slog.Value { return c.cfg.LogValue() }
+
+// CloseIdleConnections closes the idle keep-alive connections of the Client's transport (for
+// shutdown, and for tests that check for leaked goroutines).
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// call is the state of one request: the caller's context, the request's own context (cancelled
+// with a cause by our timers and by Stream.Close) and the idle timer.
+type call struct {
+	caller context.Context
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   *time.Timer
+	idleD  time.Duration
+}
+
+// headersBound says how long the connect timer runs.
+type headersBound bool
+
+const (
+	untilHeaders headersBound = true  // Stream, Models
+	untilWritten headersBound = false // Create: vLLM answers only after generating
+)
+
+// do sends one request and returns a 2xx response, whose body the caller reads through an
+// idleReader and releases with call.end; any other answer becomes an *Error here, after reading
+// at most maxErrorBody bytes of it to find vLLM's envelope.
+func (c *Client) do(ctx context.Context, method, u string, body []byte, accept string, bound headersBound) (*http.Response, *call, error) {
+	if ctx.Err() != nil {
+		return nil, nil, ctxError(ctx)
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	connect := time.AfterFunc(c.connectTimeout, func() { cancel(errConnectTimeout) })
+	reqCtx := rctx
+	if bound == untilWritten {
+		reqCtx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+			WroteRequest: func(i httptrace.WroteRequestInfo) {
+				if i.Err == nil {
+					connect.Stop()
+				}
+			},
+		})
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(reqCtx, method, u, rd)
+	if err != nil {
+		connect.Stop()
+		cancel(nil)
+		return nil, nil, &Error{Kind: KindBadBody, Message: "cannot build the request", cause: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "respgate")
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	resp, err := c.hc.Do(req)
+	connect.Stop()
+	if err != nil {
+		err = c.classify(ctx, rctx, err, false)
+		cancel(nil)
+		return nil, nil, err
+	}
+	cl := &call{caller: ctx, ctx: rctx, cancel: cancel, idleD: c.idleTimeout}
+	cl.idle = time.AfterFunc(c.idleTimeout, func() { cancel(errIdleTimeout) })
+	cl.idle.Stop()
+	if context.Cause(rctx) != nil { // the connect timer fired as the headers arrived
+		err := c.classify(ctx, rctx, context.Cause(rctx), true)
+		cl.end(resp.Body)
+		return nil, nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, rerr := cl.readAll(resp.Body, maxErrorBody)
+		var tooLarge *Error
+		if rerr == nil || errors.As(rerr, &tooLarge) && tooLarge.Kind == KindEventTooLarge {
+			// A huge error body is cut; what we have may still hold the envelope.
+			err = c.httpError(resp.StatusCode, b)
+		} else {
+			err = c.classify(ctx, rctx, rerr, true)
+			if e, ok := err.(*Error); ok {
+				e.Status = resp.StatusCode
+			}
+		}
+		cl.end(resp.Body)
+		return nil, nil, err
+	}
+	return resp, cl, nil
+}
+
+// end releases the request: stops the idle timer, closes the body and cancels the context.
+func (cl *call) end(body io.Closer) {
+	cl.idle.Stop()
+	_ = body.Close()
+	cl.cancel(nil)
+}
+
+// idleReader arms the idle timer around every Read of a response body, so silence is measured
+// only while someone waits for bytes: no goroutine per read, and two timer operations per Read
+// (not per event).
+type idleReader struct {
+	r    io.Reader
+	cl   *call
+	d    time.Duration
+	eof  bool // r returned io.EOF
+	tail int  // bytes of eventTerminator already returned after eof (Stream only)
+	sse  bool
+}
+
+// eventTerminator is appended to a stream's body at a clean EOF so go-sse dispatches a final
+// event that lacks its blank line (sse.Read discards it otherwise).
+const eventTerminator = "\n\n"
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	if r.eof {
+		return r.terminate(p)
+	}
+	r.cl.idle.Reset(r.d)
+	n, err := r.r.Read(p)
+	r.cl.idle.Stop()
+	if err == io.EOF {
+		r.eof = true
+		if n > 0 {
+			return n, nil
+		}
+		return r.terminate(p)
+	}
+	return n, err
+}
+
+func (r *idleReader) terminate(p []byte) (int, error) {
+	if !r.sse || r.tail == len(eventTerminator) {
+		return 0, io.EOF
+	}
+	n := copy(p, eventTerminator[r.tail:])
+	r.tail += n
+	return n, nil
+}
+
+// injected reports whether the reader has started returning the terminator: an event decoded
+// after that lacked its own blank line.
+func (r *idleReader) injected() bool { return r.tail > 0 }
+
+// readAll reads a whole body, at most limit bytes; more is KindEventTooLarge (with the first
+// limit bytes returned).
+func (cl *call) readAll(body io.Reader, limit int) ([]byte, error) {
+	rd := &idleReader{r: body, cl: cl, d: cl.idleD}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(rd, int64(limit)+1))
+	if err != nil {
+		return buf.Bytes(), err
+	}
+	if n > int64(limit) {
+		return buf.Bytes()[:limit], &Error{Kind: KindEventTooLarge, Message: "body exceeds " + strconv.Itoa(limit) + " bytes"}
+	}
+	return buf.Bytes(), nil
+}
+
+// Create sends a non-streamed request (POST {BaseURL}/responses) with body exactly as given (the
+// caller sets "stream":false) and returns vLLM's raw JSON answer on 2xx. Every failure is an
+// *Error. The time to the answer's headers is bounded only by ctx (see Config.ConnectTimeout).
+func (c *Client) Create(ctx context.Context, body []byte) ([]byte, error) {
+	return c.getJSON(ctx, http.MethodPost, c.responsesURL, body, untilWritten)
+}
+
+// Models returns the raw JSON of GET {BaseURL}/models.
+func (c *Client) Models(ctx context.Context) ([]byte, error) {
+	return c.getJSON(ctx, http.MethodGet, c.modelsURL, nil, untilHeaders)
+}
+
+func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bound headersBound) ([]byte, error) {
+	resp, cl, err := c.do(ctx, method, u, body, "application/json", bound)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.end(resp.Body)
+	if resp.ContentLength > int64(c.maxEventBytes) {
+		return nil, &Error{Kind: KindEventTooLarge, Status: resp.StatusCode,
+			Message: "body exceeds " + strconv.Itoa(c.maxEventBytes) + " bytes"}
+	}
+	b, err := cl.readAll(resp.Body, c.maxEventBytes)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Status = resp.StatusCode
+			return nil, e
+		}
+		return nil, c.classify(ctx, cl.ctx, err, true)
+	}
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' || !json.Valid(b) {
+		return nil, &Error{Kind: KindBadBody, Status: resp.StatusCode, Message: "2xx answer is not a JSON object"}
+	}
+	return b, nil
+}
+
+// Stream sends a streamed request (POST {BaseURL}/responses, body as given with "stream":true)
+// and returns once vLLM answered 2xx with Content-Type text/event-stream. Every failure is an
+// *Error. ctx governs the whole stream: cancelling it aborts the request at once, including a
+// blocked Next. The caller must Close the Stream.
+func (c *Client) Stream(ctx context.Context, body []byte) (*Stream, error) {
+	resp, cl, err := c.do(ctx, http.MethodPost, c.responsesURL, body, "text/event-stream", untilHeaders)
+	if err != nil {
+		return nil, err
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		cl.end(resp.Body)
+		msg := "stream answered without Content-Type text/event-stream"
+		if mt != "" && len(mt) <= 64 {
+			msg += " (got " + c.redact.clean(mt, 64) + ")"
+		}
+		return nil, &Error{Kind: KindBadBody, Status: resp.StatusCode, Message: msg}
+	}
+	return c.newStream(cl, resp.StatusCode, resp.Body), nil
+}

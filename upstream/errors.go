@@ -1,0 +1,492 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// Kind says why an upstream call failed. The server picks the client-facing status from it (see
+// Error.APIError) and decides whether the failure is the upstream's or the client's.
+type Kind int
+
+// Kinds of upstream failure.
+const (
+	// KindUnreachable: no connection could be made (connection refused, DNS, dial or TLS
+	// handshake failure). Nothing of the request reached vLLM.
+	KindUnreachable Kind = iota + 1
+	// KindTimeout: the connect timeout (dial to response headers), the idle timeout (silence
+	// between bytes) or a deadline of the caller's context expired.
+	KindTimeout
+	// KindHTTP: vLLM answered non-2xx with its JSON error envelope; Status, Type, Code, Param
+	// and Message hold it (Code as a string whether vLLM sent 404 or "404").
+	KindHTTP
+	// KindBadBody: the answer was not what the call expects: a non-2xx status without vLLM's
+	// envelope, a 2xx body that is not a JSON object, or a stream whose Content-Type is not
+	// text/event-stream, or an event without a type. Only Status is kept.
+	KindBadBody
+	// KindStreamBroken: the connection failed after the request was sent (reset, or the body
+	// ended mid-chunk or mid-event).
+	KindStreamBroken
+	// KindEventTooLarge: one SSE event, or a non-stream body, exceeded Config.MaxEventBytes.
+	KindEventTooLarge
+	// KindCanceled: the caller's context was cancelled (for the gateway: the client went away).
+	KindCanceled
+)
+
+var kindNames = [...]string{
+	KindUnreachable:   "unreachable",
+	KindTimeout:       "timeout",
+	KindHTTP:          "http",
+	KindBadBody:       "bad_body",
+	KindStreamBroken:  "stream_broken",
+	KindEventTooLarge: "event_too_large",
+	KindCanceled:      "canceled",
+}
+
+// String returns the kind's snake_case name, for logs and metrics labels.
+func (k Kind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Error is the error every Client and Stream method returns for an upstream failure (always as
+// error; find it with errors.As). All its fields are safe to log: Message is vLLM's own error
+// message (cut to 1 KiB, with the upstream URL and API key removed) for KindHTTP, and a short
+// description written by this package otherwise; nothing else of an upstream body is kept.
+// Unwrap returns the underlying cause (a net, context or io error), which is not sanitised:
+// print the Error, not its cause.
+type Error struct {
+	Kind Kind
+	// Status is the upstream HTTP status, 0 when no response arrived (a failure mid-stream
+	// keeps the stream's 200).
+	Status int
+	// Type, Code and Param are vLLM's envelope fields (KindHTTP only); Code is normalised to a
+	// string ("404" for vLLM's integer code).
+	Type, Code, Param string
+	Message           string
+
+	cause error
+}
+
+// Error prints a safe one-line summary: "upstream: http status=404 NotFoundError code=404: msg".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("upstream: ")
+	b.WriteString(e.Kind.String())
+	if e.Status != 0 {
+		b.WriteString(" status=")
+		b.WriteString(strconv.Itoa(e.Status))
+	}
+	if e.Type != "" {
+		b.WriteByte(' ')
+		b.WriteString(e.Type)
+	}
+	if e.Code != "" {
+		b.WriteString(" code=")
+		b.WriteString(e.Code)
+	}
+	if e.Param != "" {
+		b.WriteString(" param=")
+		b.WriteString(e.Param)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause, so errors.Is(err, context.Canceled) and similar work.
+func (e *Error) Unwrap() error { return e.cause }
+
+// String is Error.
+func (e *Error) String() string { return e.Error() }
+
+// GoString is Error, so %#v cannot print the cause.
+func (e *Error) GoString() string { return e.Error() }
+
+// Format prints Error for every verb, so %+v and %#v are as safe as %v.
+func (e *Error) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, e.Error()) }
+
+// LogValue logs the fields as a group, never the cause.
+func (e *Error) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.String("kind", e.Kind.String())}
+	if e.Status != 0 {
+		attrs = append(attrs, slog.Int("upstream_status", e.Status))
+	}
+	if e.Type != "" {
+		attrs = append(attrs, slog.String("type", e.Type))
+	}
+	if e.Code != "" {
+		attrs = append(attrs, slog.String("code", e.Code))
+	}
+	if e.Param != "" {
+		attrs = append(attrs, slog.String("param", e.Param))
+	}
+	attrs = append(attrs, slog.String("message", e.Message))
+	return slog.GroupValue(attrs...)
+}
+
+// openAIClientTypes are the error types of OpenAI's envelope that may describe a 4xx the client
+// caused; vLLM's own names (BadRequestError, NotFoundError) become invalid_request_error.
+var openAIClientTypes = map[string]bool{
+	wire.ErrInvalidRequest: true,
+	wire.ErrNotFound:       true,
+	wire.ErrRateLimit:      true,
+}
+
+// APIError maps e to the envelope the gateway sends its own client (STYLE "Error envelope"):
+//
+//   - unreachable, stream broken, event too large, bad body: 502 server_error; only the upstream
+//     status survives, in the message;
+//   - timeout: 504 server_error;
+//   - http 4xx: the same status with vLLM's sanitised message, code and param, and type
+//     invalid_request_error unless vLLM sent an OpenAI client error type. Exception: 401, 403 and
+//     407 mean vLLM rejected the gateway's own credentials, which the client cannot fix, so they
+//     become 502;
+//   - http 5xx (and any other non-2xx): 502 server_error with a generic message and the status;
+//   - canceled: 499, which the server logs and never writes.
+func (e *Error) APIError() *wire.APIError {
+	switch e.Kind {
+	case KindUnreachable:
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_unreachable",
+			Message: "upstream unreachable"}
+	case KindTimeout:
+		return &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
+			Message: "upstream timed out"}
+	case KindCanceled:
+		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
+	case KindStreamBroken:
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream connection broken"}
+	case KindEventTooLarge:
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream answer exceeds the gateway's size limit"}
+	case KindHTTP:
+		switch {
+		case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden ||
+			e.Status == http.StatusProxyAuthRequired:
+			return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+				Message: "upstream rejected the gateway's credentials (status " + strconv.Itoa(e.Status) + ")"}
+		case e.Status >= 400 && e.Status < 500:
+			typ := wire.ErrInvalidRequest
+			if openAIClientTypes[e.Type] {
+				typ = e.Type
+			}
+			msg := e.Message
+			if msg == "" {
+				msg = "upstream rejected the request (status " + strconv.Itoa(e.Status) + ")"
+			}
+			return &wire.APIError{Status: e.Status, Type: typ, Code: e.Code, Param: e.Param, Message: msg}
+		}
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream error (status " + strconv.Itoa(e.Status) + ")"}
+	}
+	// KindBadBody and anything unknown.
+	msg := "upstream sent an unexpected answer"
+	if e.Status != 0 {
+		msg += " (status " + strconv.Itoa(e.Status) + ")"
+	}
+	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
+}
+
+// IsClientGone reports whether err is an upstream failure caused by the caller's context being
+// cancelled: the gateway's client left, which is not the upstream's fault (log it as such, do not
+// count it as an upstream error; STYLE, the relay model).
+func IsClientGone(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindCanceled
+}
+
+// ErrClosed is returned by Stream.Next after Close (also when Close interrupts a blocked Next).
+var ErrClosed = errors.New("upstream: stream closed")
+
+// Causes set on a request's context by this package's timers, so a failed read can be
+// classified after the fact.
+var (
+	errConnectTimeout = errors.New("upstream: connect timeout")
+	errIdleTimeout    = errors.New("upstream: idle timeout")
+)
+
+// Size caps of what an Error keeps from vLLM's envelope.
+const (
+	maxMessageBytes = 1 << 10
+	maxFieldBytes   = 256
+	maxErrorBody    = 64 << 10 // bytes of a non-2xx body read to find the envelope
+)
+
+// redactor removes the upstream URL and the API key from text that leaves the package.
+type redactor struct {
+	secrets []string // longest first
+}
+
+func newRedactor(base *url.URL, apiKey string) redactor {
+	var s []string
+	add := func(v string) {
+		if len(v) >= 3 {
+			s = append(s, v)
+		}
+	}
+	add(apiKey)
+	add(strings.TrimSuffix(base.String(), "/"))
+	add(base.Redacted())
+	add(base.Scheme + "://" + base.Host)
+	add(base.Host)
+	// A bare host name is only replaced when it cannot be an ordinary word ("vllm").
+	if h := base.Hostname(); strings.ContainsAny(h, ".:") {
+		add(h)
+	}
+	if base.User != nil {
+		add(base.User.String())
+	}
+	// Longest first, so a URL is replaced whole before its host.
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && len(s[j]) > len(s[j-1]); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return redactor{secrets: s}
+}
+
+func (r redactor) clean(s string, limit int) string {
+	if len(s) > 4*limit {
+		s = s[:4*limit] // bound the work on a hostile message
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	for _, v := range r.secrets {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, "[upstream]")
+		}
+	}
+	s = strings.Map(func(c rune) rune {
+		if c < 0x20 && c != '\n' && c != '\t' || c == 0x7f {
+			return ' '
+		}
+		return c
+	}, s)
+	s = strings.TrimSpace(s)
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}
+
+// ctxError classifies the end of the caller's context.
+// The cause keeps both the context's error and its cause (context.WithCancelCause), so
+// errors.Is finds context.Canceled as well as the caller's own reason.
+func ctxError(ctx context.Context) *Error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause != err {
+		cause = fmt.Errorf("%w: %w", err, cause)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Kind: KindTimeout, Message: "caller's deadline exceeded", cause: cause}
+	}
+	return &Error{Kind: KindCanceled, Message: "canceled by the caller", cause: cause}
+}
+
+// classify turns a transport error into an *Error (or ErrClosed). caller is the caller's
+// context, req the request's own (derived) context whose cause tells our timers and Close apart.
+// headers says whether response headers arrived: before them, dial, DNS and TLS failures are
+// KindUnreachable; any other transport failure is KindStreamBroken.
+func (c *Client) classify(caller, req context.Context, err error, headers bool) error {
+	if caller.Err() != nil {
+		return ctxError(caller)
+	}
+	switch cause := context.Cause(req); {
+	case errors.Is(cause, errConnectTimeout):
+		return &Error{Kind: KindTimeout, Message: "no response headers within " + c.connectTimeout.String(), cause: err}
+	case errors.Is(cause, errIdleTimeout):
+		return &Error{Kind: KindTimeout, Message: "no bytes for " + c.idleTimeout.String(), cause: err}
+	case errors.Is(cause, ErrClosed):
+		return ErrClosed
+	}
+	if errors.Is(err, bufio.ErrTooLong) {
+		return &Error{Kind: KindEventTooLarge,
+			Message: "event exceeds " + strconv.Itoa(c.maxEventBytes) + " bytes", cause: err}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+		return &Error{Kind: KindTimeout, Message: c.describe(err), cause: err}
+	}
+	if !headers && unreachable(err) {
+		return &Error{Kind: KindUnreachable, Message: c.describe(err), cause: err}
+	}
+	return &Error{Kind: KindStreamBroken, Message: c.describe(err), cause: err}
+}
+
+// unreachable reports whether err happened before the request could be sent: dialling, DNS,
+// a proxy's CONNECT, or the TLS handshake.
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var (
+		rh  tls.RecordHeaderError
+		ae  tls.AlertError
+		cv  *tls.CertificateVerificationError
+		ua  x509.UnknownAuthorityError
+		hn  x509.HostnameError
+		cie x509.CertificateInvalidError
+	)
+	return errors.As(err, &rh) || errors.As(err, &ae) || errors.As(err, &cv) || errors.As(err, &ua) ||
+		errors.As(err, &hn) || errors.As(err, &cie)
+}
+
+// describe summarises a transport error without addresses, URLs, certificate names or upstream
+// bytes (net/http quotes a malformed response in its error text): operation names and errno text
+// only.
+func (c *Client) describe(err error) string {
+	var parts []string
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op != "" {
+		parts = append(parts, op.Op)
+	}
+	var dns *net.DNSError
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &dns):
+		switch {
+		case dns.IsNotFound:
+			parts = append(parts, "lookup: no such host")
+		case dns.IsTimeout:
+			parts = append(parts, "lookup: timeout")
+		default:
+			parts = append(parts, "lookup failed")
+		}
+	case errors.As(err, &errno):
+		parts = append(parts, errno.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		parts = append(parts, "unexpected EOF")
+	case errors.Is(err, io.EOF):
+		parts = append(parts, "connection closed before the response")
+	case unreachable(err):
+		parts = append(parts, "tls handshake failed")
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			parts = append(parts, "timeout")
+		} else {
+			parts = append(parts, "transport error")
+		}
+	}
+	return c.redact.clean(strings.Join(parts, ": "), maxFieldBytes)
+}
+
+// httpError builds the error for a non-2xx answer from its (bounded) body: KindHTTP when it
+// holds vLLM's envelope, KindBadBody otherwise.
+func (c *Client) httpError(status int, body []byte) error {
+	env, ok := parseEnvelope(body)
+	if !ok {
+		return &Error{Kind: KindBadBody, Status: status, Message: "non-2xx answer without an error envelope"}
+	}
+	return &Error{
+		Kind:    KindHTTP,
+		Status:  status,
+		Type:    c.redact.clean(env.Type, maxFieldBytes),
+		Code:    c.redact.clean(env.Code, maxFieldBytes),
+		Param:   c.redact.clean(env.Param, maxFieldBytes),
+		Message: c.redact.clean(env.Message, maxMessageBytes),
+	}
+}
+
+type envelope struct{ Message, Type, Code, Param string }
+
+// parseEnvelope reads vLLM's error bodies (CONTRACT §6.1): {"error":{"message","type","param",
+// "code"}} with code an integer (older trees) or a string or null (newer), the flat form of older
+// releases ({"object":"error","message",…,"code":400}), and {"error":"Unauthorized"} from the
+// API-key middleware.
+func parseEnvelope(body []byte) (envelope, bool) {
+	type fields struct {
+		Object  string          `json:"object"`
+		Message *string         `json:"message"`
+		Type    string          `json:"type"`
+		Param   json.RawMessage `json:"param"`
+		Code    json.RawMessage `json:"code"`
+	}
+	var top struct {
+		fields
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(body, &top); err != nil {
+		return envelope{}, false
+	}
+	var f fields
+	switch e := bytes.TrimSpace(top.Error); {
+	case len(e) > 0 && e[0] == '{':
+		if err := json.Unmarshal(e, &f); err != nil || f.Message == nil {
+			return envelope{}, false
+		}
+	case len(e) > 0 && e[0] == '"':
+		var s string
+		if err := json.Unmarshal(e, &s); err != nil {
+			return envelope{}, false
+		}
+		return envelope{Message: s}, true
+	case top.Object == "error" && top.Message != nil:
+		f = top.fields
+	default:
+		return envelope{}, false
+	}
+	return envelope{Message: *f.Message, Type: f.Type, Code: scalar(f.Code), Param: scalar(f.Param)}, true
+}
+
+// scalar renders a JSON string or number as text; null, absent and anything else give "".
+func scalar(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil {
+			if i, err := n.Int64(); err == nil {
+				return strconv.FormatInt(i, 10)
+			}
+			if f, err := n.Float64(); err == nil && f == float64(int64(f)) {
+				return strconv.FormatInt(int64(f), 10) // 404.0
+			}
+			return n.String()
+		}
+	}
+	return ""
+}
