@@ -61,7 +61,10 @@ func newGateway(t *testing.T, st store.Store, opts ...respgatetest.Options) *gw 
 	}
 	o.Store = st
 	g := respgatetest.New(t, o)
-	return &gw{Gateway: g, client: openai.NewClient(option.WithBaseURL(g.URL), option.WithAPIKey("test-key"), option.WithMaxRetries(0))}
+	// Every response object and streamed event the client receives is checked against the Open
+	// Responses schema (openresponses_test.go).
+	return &gw{Gateway: g, client: openai.NewClient(option.WithBaseURL(g.URL), option.WithAPIKey("test-key"), option.WithMaxRetries(0),
+		option.WithMiddleware(conformance(t)))}
 }
 
 // params turns a raw JSON body into openai-go params, so tests send exactly the bytes they mean.

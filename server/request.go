@@ -198,6 +198,7 @@ func decodeCreate(body []byte) (*createRequest, error) {
 	if e.Text, err = validObject(raw["text"], "text", defaultText); err != nil {
 		return nil, err
 	}
+	e.Text = withMembers(e.Text, "format", json.RawMessage(`{"type":"text"}`))
 	if e.Tools, err = validTools(raw["tools"]); err != nil {
 		return nil, err
 	}
@@ -211,7 +212,7 @@ func decodeCreate(body []byte) (*createRequest, error) {
 		}
 		for i, v := range list {
 			if !knownInclude[v] {
-				return nil, wire.Invalid("include", "invalid_value", "include[%d]: unsupported value '%s'.", i, truncate(v, 64))
+				return nil, wire.Invalid("include", "invalid_value", "include[%d] is not a supported value.", i)
 			}
 		}
 	}
@@ -348,6 +349,42 @@ func validMetadata(v json.RawMessage, param string) (json.RawMessage, error) {
 	return v, nil
 }
 
+// withMembers returns the object obj with each of the given members (name, value pairs) added
+// when it lacks it, so the echo has every member the Open Responses schema requires (its
+// Reasoning needs effort and summary, its TextField format; CONTRACT §7.1) whatever subset the
+// client sent (Codex sends reasoning {"summary":"auto"} and text {"verbosity":"low"}). Members
+// the client sent are kept as sent, in order.
+func withMembers(obj json.RawMessage, kv ...any) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(obj, &m) != nil || m == nil {
+		return obj
+	}
+	out := bytes.TrimSpace(append(json.RawMessage(nil), obj...))
+	out = bytes.TrimSpace(out[:len(out)-1]) // drop the closing brace (exactly one)
+	n := len(m)
+	for i := 0; i+1 < len(kv); i += 2 {
+		name := kv[i].(string)
+		if _, ok := m[name]; ok {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		k, _ := json.Marshal(name)
+		out = append(out, k...)
+		out = append(out, ':')
+		switch v := kv[i+1].(type) {
+		case json.RawMessage:
+			out = append(out, v...)
+		default:
+			b, _ := json.Marshal(v)
+			out = append(out, b...)
+		}
+	}
+	return append(out, '}')
+}
+
 func validReasoning(v json.RawMessage) (json.RawMessage, error) {
 	if isNull(v) {
 		return jsonNull, nil
@@ -365,7 +402,7 @@ func validReasoning(v json.RawMessage) (json.RawMessage, error) {
 	if r.Summary != nil && !oneOf(*r.Summary, "auto", "concise", "detailed") {
 		return nil, wire.Invalid("reasoning.summary", "invalid_value", "'reasoning.summary' must be one of: auto, concise, detailed.")
 	}
-	return v, nil
+	return withMembers(v, "effort", jsonNull, "summary", jsonNull), nil
 }
 
 func validTools(v json.RawMessage) (json.RawMessage, error) {
@@ -388,7 +425,52 @@ func validTools(v json.RawMessage) (json.RawMessage, error) {
 			}
 		}
 	}
-	return v, nil
+	return toolsEcho(tools), nil
+}
+
+// toolsEcho is the response's "tools": the tools the model was given, in the client's terms
+// (OpenAI: "the tools that were available to the model"). Function tools, with description,
+// parameters and strict present (null when not sent: the Open Responses FunctionTool requires
+// the keys); namespace tools as sent, their function tools likewise completed. Tools vLLM cannot
+// serve are not in it: under the drop policy the model never had them (the
+// X-Respgate-Dropped-Tools header names them), under the reject policy there is no response.
+func toolsEcho(tools []map[string]json.RawMessage) json.RawMessage {
+	fn := func(t map[string]json.RawMessage) map[string]json.RawMessage {
+		for _, k := range []string{"description", "parameters", "strict"} {
+			if _, ok := t[k]; !ok {
+				t[k] = jsonNull
+			}
+		}
+		return t
+	}
+	out := make([]map[string]json.RawMessage, 0, len(tools))
+	for _, t := range tools {
+		var typ string
+		_ = json.Unmarshal(t["type"], &typ)
+		switch typ {
+		case "function":
+			out = append(out, fn(t))
+		case "namespace":
+			var inner []map[string]json.RawMessage
+			if json.Unmarshal(t["tools"], &inner) != nil {
+				continue // rehydrate answers the 400
+			}
+			kept := make([]map[string]json.RawMessage, 0, len(inner))
+			for _, f := range inner {
+				var ft string
+				if json.Unmarshal(f["type"], &ft) == nil && ft == "function" {
+					kept = append(kept, fn(f))
+				}
+			}
+			t["tools"], _ = json.Marshal(kept)
+			out = append(out, t)
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return emptyArray
+	}
+	return b
 }
 
 func validToolChoice(v json.RawMessage) (json.RawMessage, error) {

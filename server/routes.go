@@ -5,11 +5,16 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/respgate/respgate/wire"
 )
@@ -20,10 +25,12 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.bodyLimitMiddleware)
+	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.headerLimitMiddleware, s.bodyLimitMiddleware)
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
+	// /metrics holds no tenant data but still needs a key when an allowlist is configured.
+	e.GET("/metrics", echo.WrapHandler(s.tel.handler), s.authMiddleware)
 
 	v1 := e.Group("/v1", s.authMiddleware)
 	v1.POST("/responses", s.createResponse)
@@ -120,16 +127,29 @@ func (s *Server) requestIDMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// logMiddleware logs one line per request: method, route, status, bytes, duration, request id.
-// Never bodies, headers or query values (DESIGN §1 invariant 6).
+// logMiddleware opens the request's server span, then logs one line and records the request
+// metrics: method, route, status, bytes, duration, request id. Never bodies, headers or query
+// values (DESIGN §1 invariant 6).
 func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		route := c.Path()
+		if route == "" || c.Get("echo_route_not_found") != nil {
+			route = "unmatched"
+		}
+		ctx, span := s.tel.tracer.Start(c.Request().Context(), c.Request().Method+" "+route,
+			trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", c.Request().Method), attribute.String("http.route", route),
+				attribute.String("respgate.request_id", requestID(c))))
+		defer span.End()
+		c.SetRequest(c.Request().WithContext(ctx))
 		err := next(c)
 		status := c.Response().Status
 		if err != nil && !c.Response().Committed {
 			status = s.toAPIError(err, c).Status
 		}
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		s.tel.request(ctx, route, status, time.Since(start))
 		s.log.Info("request",
 			"request_id", requestID(c),
 			"method", c.Request().Method,
@@ -157,15 +177,62 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// headerLimitMiddleware answers 431 with the envelope when the request's headers exceed
+// MaxHeaderBytes (net/http's own, larger cap answers in plain text, so it is only a backstop).
+func (s *Server) headerLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		n := len(c.Request().RequestURI)
+		for k, vs := range c.Request().Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n > s.cfg.MaxHeaderBytes {
+			return &wire.APIError{Status: http.StatusRequestHeaderFieldsTooLarge, Type: wire.ErrInvalidRequest,
+				Code: "headers_too_large", Message: "The request headers are larger than this gateway accepts."}
+		}
+		return next(c)
+	}
+}
+
 // bodyLimitMiddleware rejects bodies over MaxBodyBytes with 413, by Content-Length when known and
-// while reading otherwise.
+// while reading otherwise, and bounds the time to read a body (a 1-byte-per-second client gets
+// 408 instead of holding a handler).
 func (s *Server) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if r.ContentLength > s.cfg.MaxBodyBytes {
 			return echo.NewHTTPError(http.StatusRequestEntityTooLarge)
 		}
-		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+		r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes),
+			rc: http.NewResponseController(c.Response()), timeout: s.cfg.BodyReadTimeout}
 		return next(c)
 	}
 }
+
+// deadlineBody sets a read deadline on the connection at the first read of a body and clears it
+// at EOF, so the deadline covers reading the body and nothing after it (a stream's lifetime).
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	armed   bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if !b.armed {
+		b.armed = true
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, errBodyTimeout
+	}
+	return n, err
+}
+
+var errBodyTimeout = &wire.APIError{Status: http.StatusRequestTimeout, Type: wire.ErrInvalidRequest, Code: "request_timeout",
+	Message: "The request body was not received in time."}

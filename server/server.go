@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
@@ -37,6 +38,9 @@ type Config struct {
 	APIKeys []string
 	// MaxBodyBytes bounds a request body (default 32 MiB → 413).
 	MaxBodyBytes int64
+	// MaxHeaderBytes bounds the request line and headers (default 64 KiB → 431). The HTTP
+	// server's own MaxHeaderBytes should be larger (the command sets 1 MiB).
+	MaxHeaderBytes int
 	// MaxInputItems bounds the items of one request's input (default 10,000).
 	MaxInputItems int
 	// KeepAlive is the interval of SSE comment keepalives during upstream silence (default 15 s).
@@ -46,6 +50,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// SweepInterval is how often expired leases are swept (default 30 s).
 	SweepInterval time.Duration
+	// SyncTimeout bounds a non-streamed upstream call, which vLLM answers only when generation is
+	// done (default 10 min → 504).
+	SyncTimeout time.Duration
 	// CommitTimeout bounds the final commit (default 15 s).
 	CommitTimeout time.Duration
 	// ToolPolicy for tools vLLM cannot serve (default drop).
@@ -53,6 +60,15 @@ type Config struct {
 	// MaxConcurrentStreams bounds concurrent streaming responses (default 0: unbounded); beyond it
 	// a request gets 503 with Retry-After.
 	MaxConcurrentStreams int
+	// WriteTimeout bounds each write of an event to a client (default 30 s): a client that stops
+	// reading is dropped instead of holding the stream's memory without bound.
+	WriteTimeout time.Duration
+	// BodyReadTimeout bounds reading a request body (default 30 s → 408), so a 1-byte-per-second
+	// client cannot hold a handler.
+	BodyReadTimeout time.Duration
+	// TracerProvider receives spans (default: the global provider, a no-op unless the command
+	// installed the OTLP exporter).
+	TracerProvider trace.TracerProvider
 	// Logger receives structured logs (default slog.Default()). Bodies are never logged.
 	Logger *slog.Logger
 }
@@ -60,6 +76,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 64 << 10
 	}
 	if c.MaxInputItems <= 0 {
 		c.MaxInputItems = 10000
@@ -73,11 +92,20 @@ func (c *Config) defaults() {
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 30 * time.Second
 	}
+	if c.SyncTimeout <= 0 {
+		c.SyncTimeout = 10 * time.Minute
+	}
 	if c.CommitTimeout <= 0 {
 		c.CommitTimeout = 15 * time.Second
 	}
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -90,6 +118,7 @@ type Server struct {
 	store    store.Store
 	upstream *upstream.Client
 	log      *slog.Logger
+	tel      *telemetry
 	echo     *echo.Echo
 	secret   []byte
 	keys     []string // tenant fingerprints of the allowlisted keys (nil: every key accepted)
@@ -113,7 +142,12 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 	if err != nil {
 		return nil, fmt.Errorf("load server secret: %w", err)
 	}
+	tel, err := newTelemetry(cfg.TracerProvider)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	s := &Server{
+		tel:      tel,
 		cfg:      cfg,
 		store:    st,
 		upstream: up,
@@ -159,9 +193,13 @@ func (s *Server) Sweep(ctx context.Context) {
 	case err != nil && !errors.Is(err, context.Canceled):
 		s.log.Error("sweep expired leases", "error", err)
 	case n > 0:
+		s.tel.sweeps.Add(ctx, int64(n))
 		s.log.Warn("swept responses whose gateway died", "count", n)
 	}
 }
+
+// ActiveStreams is the number of streaming responses in flight.
+func (s *Server) ActiveStreams() int64 { return s.streams.Load() }
 
 // Shutdown stops taking new turns and waits for in-flight ones until ctx ends; streams still
 // running then are ended with response.failed (stored) by cancelling them.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/rehydrate"
@@ -26,6 +28,9 @@ type turn struct {
 	body     []byte         // the vLLM-bound request
 	leased   bool           // ResponseBegin ran
 	convTurn bool           // the conversation's turn lease is held
+	// toolNames maps the flat names of namespaced function tools back to the client's
+	// (rehydrate.Result.ToolNames), for the accumulator.
+	toolNames map[string]accumulator.ToolName
 }
 
 // createResponse is the turn lifecycle of DESIGN §1: validate, load history in one round trip,
@@ -81,9 +86,13 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
 	}
 	var history []wire.Item
+	hctx, span := s.tel.tracer.Start(ctx, "history.load")
+	defer span.End()
+	loadStart := time.Now()
 	switch {
 	case req.PreviousResponseID != "":
-		chain, err := s.store.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tn, ID: req.PreviousResponseID})
+		chain, err := s.store.ResponseChainGet(hctx, &store.ResponseChainGetParams{Tenant: tn, ID: req.PreviousResponseID})
+		s.tel.store(ctx, "response_chain_get", loadStart)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, wire.Invalid("previous_response_id", "previous_response_not_found",
 				"Previous response with id '%s' not found.", req.PreviousResponseID)
@@ -101,7 +110,8 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 		}
 		history = chain.Items
 	case req.ConversationID != "":
-		history, err = s.store.ConversationItemsAll(ctx, &store.ConversationItemsAllParams{Tenant: tn, ConversationID: req.ConversationID})
+		history, err = s.store.ConversationItemsAll(hctx, &store.ConversationItemsAllParams{Tenant: tn, ConversationID: req.ConversationID})
+		s.tel.store(ctx, "conversation_items_all", loadStart)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, conversationNotFound(req.ConversationID)
 		}
@@ -123,10 +133,16 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 			lookup[id] = it
 		}
 	}
+	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
+	span.End()
 	res, err := rehydrate.Build(&rehydrate.Params{History: history, Input: input, Request: req.raw, Lookup: lookup, NewID: wire.NewID})
 	if err != nil {
+		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
+			s.tel.idConflicts.Add(ctx, 1)
+		}
 		return nil, err
 	}
+	s.tel.rehydrated(ctx, res.Stats, res.DroppedTools)
 	if len(res.DroppedTools) > 0 {
 		if s.cfg.ToolPolicy == ToolPolicyReject {
 			return nil, wire.Invalid("tools", "unsupported_tool_type",
@@ -138,7 +154,7 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, input: res.Input, body: res.Body, rec: store.Response{
+	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: clientToolNames(res.ToolNames), rec: store.Response{
 		ID:                 wire.NewID(wire.PrefixResponse),
 		Tenant:             tn,
 		Status:             store.StatusInProgress,
@@ -175,16 +191,32 @@ func (s *Server) begin(ctx context.Context, t *turn) <-chan error {
 		return ch
 	}
 	go func() {
-		ch <- s.store.ResponseBegin(context.WithoutCancel(ctx), &store.ResponseBeginParams{
+		start := time.Now()
+		err := s.store.ResponseBegin(context.WithoutCancel(ctx), &store.ResponseBeginParams{
 			Response: t.rec, LeaseOwner: s.owner, LeaseExpiresAt: time.Now().Add(s.cfg.LeaseTTL)})
+		s.tel.store(ctx, "response_begin", start)
+		ch <- err
 	}()
 	return ch
+}
+
+// clientToolNames converts rehydrate's reverse map of flattened namespace tools for the accumulator.
+func clientToolNames(m map[string]rehydrate.ToolName) map[string]accumulator.ToolName {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]accumulator.ToolName, len(m))
+	for flat, tn := range m {
+		out[flat] = accumulator.ToolName{Namespace: tn.Namespace, Name: tn.Name}
+	}
+	return out
 }
 
 func (s *Server) accOptions(t *turn) accumulator.Options {
 	return accumulator.Options{
 		ResponseID: t.rec.ID,
 		NewID:      wire.NewID,
+		ToolNames:  t.toolNames,
 		Render: func(snap *accumulator.Snapshot) []byte {
 			r := t.rec
 			r.Status = snap.Status
@@ -214,6 +246,11 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CommitTimeout)
 	defer cancel()
+	ctx, span := s.tel.tracer.Start(ctx, "store.commit", trace.WithAttributes(
+		attribute.Int("respgate.input_items", len(t.input)), attribute.Int("respgate.output_items", len(r.Output))))
+	defer span.End()
+	start := time.Now()
+	defer s.tel.store(ctx, "response_commit", start)
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = s.store.ResponseCommit(ctx, p); err == nil || ctx.Err() != nil || errors.Is(err, store.ErrConflict) {
@@ -282,7 +319,17 @@ func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) err
 func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	ctx := c.Request().Context()
 	began := s.begin(ctx, t)
-	raw, upErr := s.upstream.Create(ctx, t.body)
+	uctx, span := s.tel.tracer.Start(ctx, "upstream.create")
+	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
+	defer cancel()
+	upStart := time.Now()
+	raw, upErr := s.upstream.Create(uctx, t.body)
+	if upErr != nil && errors.Is(context.Cause(uctx), errSyncTimeout) && ctx.Err() == nil {
+		upErr = &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
+			Message: "The upstream model server did not answer in time."}
+	}
+	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
+	span.End()
 	if err := <-began; err != nil {
 		s.releaseConversation(t)
 		return err
@@ -358,8 +405,14 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
 
+	s.tel.activeStreams.Add(ctx, 1)
+	defer s.tel.activeStreams.Add(context.WithoutCancel(ctx), -1)
 	began := s.begin(ctx, t)
-	up, upErr := s.upstream.Stream(ctx, t.body)
+	uctx, span := s.tel.tracer.Start(ctx, "upstream.stream")
+	defer span.End()
+	upStart := time.Now()
+	up, upErr := s.upstream.Stream(uctx, t.body)
+	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
 	if err := <-began; err != nil {
 		if up != nil {
 			_ = up.Close()
@@ -384,7 +437,7 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	res.WriteHeader(http.StatusOK)
-	w := &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: 30 * time.Second}
+	w := &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: s.cfg.WriteTimeout}
 
 	// One helper goroutine per stream: keepalive comments during silence, lease renewal, and
 	// shutdown past its deadline.
@@ -398,6 +451,7 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	if err := w.write(buf); err != nil {
 		cause = errClientGone
 	}
+	events, firstDelta := int64(0), false
 	for cause == nil && !acc.Done() {
 		ev, err := up.Next()
 		if err == io.EOF {
@@ -406,6 +460,13 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 		if err != nil {
 			cause = err
 			break
+		}
+		events++
+		if !firstDelta && strings.HasSuffix(ev.Type, ".delta") {
+			firstDelta = true
+			d := time.Since(upStart)
+			s.tel.ttft.Record(ctx, d.Seconds())
+			span.AddEvent("first_token")
 		}
 		buf, err = acc.Feed(buf[:0], ev)
 		if len(buf) > 0 {
@@ -419,11 +480,13 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 			break
 		}
 	}
+	s.tel.events.Add(context.WithoutCancel(ctx), events)
 	clientGone := errors.Is(cause, errClientGone) || reqCtx.Err() != nil
 	if stop := context.Cause(ctx); stop != nil && errors.Is(stop, errShutdown) && !clientGone {
 		cause = errShutdown
 	}
 	buf, r := acc.Close(buf[:0], cause)
+	s.tel.droppedEvents.Add(context.WithoutCancel(ctx), int64(r.Dropped))
 	if clientGone {
 		// The client left: stop upstream at once (deferred Close/cancel), keep what it received,
 		// and record the response as cancelled (neither the model's incompleteness nor a gateway
@@ -448,7 +511,10 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	return nil
 }
 
-var errShutdown = errors.New("server: gateway shutting down")
+var (
+	errShutdown    = errors.New("server: gateway shutting down")
+	errSyncTimeout = errors.New("server: non-streamed upstream call timed out")
+)
 
 func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc, t *turn, w *sseWriter, done <-chan struct{}) {
 	tick := s.cfg.KeepAlive / 2

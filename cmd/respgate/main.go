@@ -20,6 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/postgres"
@@ -157,6 +161,19 @@ func run() error {
 		"lease_ttl", cfg.leaseTTL.String(),
 		"sweep_interval", cfg.sweep.String())
 
+	// Traces go over OTLP/HTTP when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or the traces one)
+	// is set; the exporter reads the rest of the OTEL_* variables itself.
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return fmt.Errorf("otlp exporter: %w", err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		otel.SetTracerProvider(tp)
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		log.Info("exporting traces over OTLP")
+	}
+
 	st, err := openStore(ctx, cfg.databaseURL)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -193,7 +210,7 @@ func run() error {
 		Addr:              cfg.listen,
 		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    1 << 20, // a backstop: the server answers 431 with an envelope past 64 KiB
 		// No WriteTimeout: it would cut long streams; slow readers are bounded per write instead.
 		IdleTimeout: 120 * time.Second,
 	}

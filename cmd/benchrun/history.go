@@ -1,0 +1,497 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/respgate/respgate/bench/loadgen"
+	"github.com/respgate/respgate/rehydrate"
+	"github.com/respgate/respgate/server"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/wire"
+)
+
+// benchKey is the bearer key of every benchmark request; its tenant is computed with the
+// server's own function (server.TenantOf) over the secret stored in the arm's database.
+const benchKey = "bench"
+
+// backendStore opens, in this process, the store of a respgate arm (D: Postgres, E: SQLite) and
+// returns the tenant of benchKey in it.
+func (b *bench) backendStore(ctx context.Context, name string) (store.Store, string, error) {
+	dsn := b.pgDSN
+	if name == "E" {
+		dsn = "sqlite:" + filepath.Join(b.sqliteDir, "E.db")
+	}
+	st, err := openStore(ctx, dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	up, err := upstream.New(upstream.Config{BaseURL: b.sim.baseURL()})
+	if err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	srv, err := server.New(ctx, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, up)
+	if err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	return st, srv.TenantOf(benchKey), nil
+}
+
+// one sends a single request and returns its sample (an error if it failed).
+func (b *bench) one(ctx context.Context, a *arm, body []byte, keepTerminal bool) (loadgen.Sample, error) {
+	rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Requests: 1, KeepTerminal: keepTerminal,
+		Body: constBody(body)})
+	if err != nil {
+		return loadgen.Sample{}, err
+	}
+	s := rs.samples[0]
+	if !s.OK() {
+		p := s.Err
+		if p == "" && len(s.Check.Problems) > 0 {
+			p = s.Check.Problems[0]
+		}
+		return s, fmt.Errorf("%s: request failed: %s", a.Name, p)
+	}
+	return s, nil
+}
+
+// --- chain depth -------------------------------------------------------------------------------
+
+type chainResult struct {
+	Depths []*chainDepth `json:"depths"`
+}
+
+type chainDepth struct {
+	Label         string                   `json:"label"`
+	Depth         int                      `json:"depth"`
+	HistoryBytes  int                      `json:"history_bytes"`
+	UpstreamBytes int                      `json:"upstream_bytes"`
+	A             []float64                `json:"a_ttfb_us"`
+	AP50          float64                  `json:"a_ttfb_p50_us"`
+	AP99          float64                  `json:"a_ttfb_p99_us"`
+	Backends      map[string]*chainBackend `json:"backends"`
+}
+
+type chainBackend struct {
+	ColdUS float64   `json:"cold_ttfb_us"`
+	Warm   []float64 `json:"warm_ttfb_us"`
+	Raw    []float64 `json:"raw_query_us"`
+	// Added figures are X − A: over A's median for cold and the warm p50, over A's p99 for the
+	// warm p99.
+	AddedCold    float64 `json:"added_cold_us"`
+	AddedWarmP50 float64 `json:"added_warm_p50_us"`
+	AddedWarmP99 float64 `json:"added_warm_p99_us"`
+	RawP50       float64 `json:"raw_query_p50_us"`
+	RawP99       float64 `json:"raw_query_p99_us"`
+}
+
+// template is one real turn stored by respgate, whose items give the synthesised chains their
+// exact stored shape.
+type template struct {
+	resp    store.Response
+	in, out wire.Item
+}
+
+func (b *bench) templateTurn(ctx context.Context, a *arm, st store.Store, tenant string) (*template, error) {
+	body := a.body(model(0, 8, "reasoning=0"), "template turn", true, nil)
+	s, err := b.one(ctx, a, body, false)
+	if err != nil {
+		return nil, err
+	}
+	resp, out, err := st.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenant, ID: s.Check.ResponseID})
+	if err != nil {
+		return nil, fmt.Errorf("read template turn: %w", err)
+	}
+	in, err := st.ItemListByResponse(ctx, &store.ItemListByResponseParams{Tenant: tenant, ResponseID: resp.ID, Role: store.RoleInput, Limit: 10})
+	if err != nil {
+		return nil, fmt.Errorf("read template input: %w", err)
+	}
+	if len(in.Items) != 1 || len(out) != 1 {
+		return nil, fmt.Errorf("template turn stored %d input and %d output items, want 1 and 1", len(in.Items), len(out))
+	}
+	return &template{resp: *resp, in: in.Items[0], out: out[0]}, nil
+}
+
+// retext copies a stored message item with a new id and its (first) text replaced.
+func retext(it wire.Item, id, text string) (wire.Item, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(it.JSON, &m); err != nil {
+		return wire.Item{}, err
+	}
+	q := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	m["id"] = q(id)
+	if c := m["content"]; len(c) > 0 && c[0] == '"' {
+		m["content"] = q(text)
+	} else {
+		var parts []map[string]json.RawMessage
+		if err := json.Unmarshal(c, &parts); err != nil || len(parts) == 0 {
+			return wire.Item{}, errors.New("template item has no content parts")
+		}
+		parts[0]["text"] = q(text)
+		m["content"] = q(parts)
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return wire.Item{}, err
+	}
+	return wire.ParseItem(raw)
+}
+
+// filler is n bytes of words.
+func filler(word string, n int) string {
+	var sb strings.Builder
+	for i := 0; sb.Len() < n; i++ {
+		fmt.Fprintf(&sb, "%s%d ", word, i)
+	}
+	return sb.String()[:n]
+}
+
+// buildChain commits depth turns of two message items (input and output, each about itemBytes
+// of stored JSON) chained by previous_response_id, directly through the store: the same records
+// respgate writes, without a thousand model calls. It returns the response ids, oldest first.
+func buildChain(ctx context.Context, st store.Store, tenant string, t *template, depth, itemBytes int) ([]string, error) {
+	text := max(itemBytes-160, 16)
+	inText, outText := filler("question", text), filler("answer", text)
+	ids := make([]string, depth)
+	prev := ""
+	for i := range depth {
+		in, err := retext(t.in, wire.NewID(wire.PrefixMessage), inText)
+		if err != nil {
+			return nil, err
+		}
+		out, err := retext(t.out, wire.NewID(wire.PrefixMessage), outText)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now().UTC()
+		r := t.resp
+		r.ID, r.Tenant, r.PreviousResponseID, r.Status, r.CreatedAt, r.CompletedAt = wire.NewID(wire.PrefixResponse), tenant, prev, store.StatusCompleted, now, &now
+		if err := st.ResponseCommit(ctx, &store.ResponseCommitParams{Response: r, Input: []wire.Item{in}, Output: []wire.Item{out}}); err != nil {
+			return nil, fmt.Errorf("build chain: %w", err)
+		}
+		ids[i], prev = r.ID, r.ID
+	}
+	return ids, nil
+}
+
+func (b *bench) scenarioChain(ctx context.Context) error {
+	p := b.p
+	res := &chainResult{}
+	b.rep.Chain = res
+	backs := []string{"D", "E"}
+	type backend struct {
+		a      *arm
+		st     store.Store
+		tenant string
+		ids    []string // the 1 KiB-per-item chain
+		big    []string // the 2 MB chain
+	}
+	bk := map[string]*backend{}
+	maxDepth := 0
+	for _, d := range p.Depths {
+		maxDepth = max(maxDepth, d)
+	}
+	for _, name := range backs {
+		st, tenant, err := b.backendStore(ctx, name)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		x := &backend{a: b.armByKey[name], st: st, tenant: tenant}
+		t, err := b.templateTurn(ctx, x.a, st, tenant)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if x.ids, err = buildChain(ctx, st, tenant, t, maxDepth, p.ItemBytes); err != nil {
+			return err
+		}
+		if x.big, err = buildChain(ctx, st, tenant, t, p.BigDepth, p.BigItem); err != nil {
+			return err
+		}
+		b.log.Info("chains built", "backend", name, "took", time.Since(t0).Round(time.Millisecond))
+		bk[name] = x
+	}
+	type level struct {
+		label string
+		depth int
+		tip   func(x *backend) string
+	}
+	var levels []level
+	for _, d := range p.Depths {
+		levels = append(levels, level{fmt.Sprintf("%d", d), d, func(x *backend) string { return x.ids[d-1] }})
+	}
+	levels = append(levels, level{fmt.Sprintf("%d turns × 2 × %d KiB (2 MB)", p.BigDepth, p.BigItem>>10), p.BigDepth,
+		func(x *backend) string { return x.big[len(x.big)-1] }})
+
+	mdl := model(0, 2, "reasoning=0")
+	input := "next question"
+	parsedInput, err := rehydrate.ParseInput(json.RawMessage(`"` + input + `"`))
+	if err != nil {
+		return err
+	}
+	A := b.arms[0]
+	for _, lv := range levels {
+		cd := &chainDepth{Label: lv.label, Depth: lv.depth, Backends: map[string]*chainBackend{}}
+		res.Depths = append(res.Depths, cd)
+		// Arm A gets the very body respgate sends upstream for this chain (rehydrate.Build over
+		// the stored history): what a stateless client would have to send itself.
+		d := bk["D"]
+		chain, err := d.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: d.tenant, ID: lv.tip(d)})
+		if err != nil {
+			return err
+		}
+		for _, it := range chain.Items {
+			cd.HistoryBytes += len(it.JSON)
+		}
+		raw := map[string]json.RawMessage{}
+		for k, v := range map[string]any{"model": mdl, "input": input, "stream": true} {
+			raw[k], _ = json.Marshal(v)
+		}
+		built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items, Input: parsedInput, Request: raw, NewID: wire.NewID})
+		if err != nil {
+			return fmt.Errorf("rehydrate chain for arm A: %w", err)
+		}
+		aBody := built.Body
+		cd.UpstreamBytes = len(aBody)
+		bodies := map[string][]byte{}
+		for _, name := range backs {
+			x := bk[name]
+			bodies[name] = x.a.body(mdl, input, true, map[string]any{"previous_response_id": lv.tip(x)})
+			cd.Backends[name] = &chainBackend{}
+		}
+		// Cold: the first load of this chain by the respgate process (it has no chain cache, and
+		// the database pages are warm: they were just written).
+		for _, name := range backs {
+			s, err := b.one(ctx, bk[name].a, bodies[name], false)
+			if err != nil {
+				return err
+			}
+			cd.Backends[name].ColdUS = usOf(s.TTFB)
+		}
+		order := append([]string{"A"}, backs...)
+		for i := range p.ChainN {
+			for _, name := range rotate(order, i) {
+				if name == "A" {
+					s, err := b.one(ctx, A, aBody, false)
+					if err != nil {
+						return err
+					}
+					cd.A = append(cd.A, usOf(s.TTFB))
+					continue
+				}
+				x := bk[name]
+				s, err := b.one(ctx, x.a, bodies[name], false)
+				if err != nil {
+					return err
+				}
+				cb := cd.Backends[name]
+				cb.Warm = append(cb.Warm, usOf(s.TTFB))
+				t0 := time.Now()
+				if _, err := x.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: x.tenant, ID: lv.tip(x)}); err != nil {
+					return err
+				}
+				cb.Raw = append(cb.Raw, usOf(time.Since(t0)))
+			}
+		}
+		cd.AP50, cd.AP99 = medianOf(cd.A), quantile(cd.A, 0.99)
+		for _, name := range backs {
+			cb := cd.Backends[name]
+			cb.RawP50, cb.RawP99 = medianOf(cb.Raw), quantile(cb.Raw, 0.99)
+			cb.AddedCold = cb.ColdUS - cd.AP50
+			cb.AddedWarmP50 = medianOf(cb.Warm) - cd.AP50
+			cb.AddedWarmP99 = quantile(cb.Warm, 0.99) - cd.AP99
+		}
+		b.log.Info("chain depth measured", "depth", lv.label, "added_warm_p50_D", fmtUS(cd.Backends["D"].AddedWarmP50),
+			"raw_query_p50_D", fmtUS(cd.Backends["D"].RawP50))
+	}
+	return nil
+}
+
+// --- agent session -----------------------------------------------------------------------------
+
+type agentResult struct {
+	Turns    int                      `json:"turns"`
+	Backends map[string]*agentBackend `json:"backends"`
+}
+
+type agentTurn struct {
+	TTFBUS      float64 `json:"ttfb_us"`
+	RequestB    int     `json:"request_bytes"`
+	NewBytes    int     `json:"new_bytes"`    // the turn's own input and output items (JSON)
+	StoredBytes int64   `json:"stored_bytes"` // Postgres: the response row and its item rows
+	Items       int     `json:"items"`
+}
+
+type agentBackend struct {
+	Turns      []agentTurn `json:"turns"`
+	ProbeFirst []float64   `json:"probe_turn1_ttfb_us"`
+	ProbeLast  []float64   `json:"probe_last_ttfb_us"`
+	RatioP50   float64     `json:"ratio_p50"`
+	RatioP99   float64     `json:"ratio_p99"`
+	// Bytes stored (Postgres only): median over the first and the last ten turns, their ratio,
+	// and stored bytes per byte of the turn's own items.
+	StoredFirst10 float64 `json:"stored_first10"`
+	StoredLast10  float64 `json:"stored_last10"`
+	StoredPerNew  stat    `json:"stored_per_new_byte"`
+	// RelationGrowth is the growth of responses + items (with indexes and TOAST) per turn.
+	RelationGrowth float64 `json:"relation_growth_per_turn"`
+}
+
+var agentTools = []any{map[string]any{
+	"type": "function", "name": "lookup", "description": "Look a term up in the knowledge base.",
+	"parameters": map[string]any{"type": "object", "properties": map[string]any{"query": map[string]any{"type": "string"}},
+		"required": []string{"query"}},
+}}
+
+// agentBody is turn's request: odd turns a user message that makes the model call the tool, even
+// turns the tool's output (ToolBytes) for the previous turn's call.
+func (b *bench) agentBody(a *arm, turn int, prev, callID string) []byte {
+	var input any
+	if turn%2 == 1 {
+		input = []any{map[string]any{"type": "message", "role": "user", "content": fmt.Sprintf("Step %d: call lookup for the next fact.", turn)}}
+	} else {
+		input = []any{map[string]any{"type": "function_call_output", "call_id": callID,
+			"output": filler(fmt.Sprintf("result%d-", turn), b.p.ToolBytes)}}
+	}
+	extra := map[string]any{"tools": agentTools}
+	if prev != "" {
+		extra["previous_response_id"] = prev
+	}
+	return a.body(model(0, 24, ""), input, true, extra)
+}
+
+func (b *bench) scenarioAgent(ctx context.Context) error {
+	p := b.p
+	n := p.AgentTurns
+	if n%2 == 1 {
+		n++ // end on a tool output, so the last turn carries one
+	}
+	res := &agentResult{Turns: n, Backends: map[string]*agentBackend{}}
+	b.rep.Agent = res
+	for _, name := range []string{"D", "E"} {
+		a := b.armByKey[name]
+		ab := &agentBackend{}
+		res.Backends[name] = ab
+		var conn *pgx.Conn
+		var tenant string
+		var sizeBefore int64
+		if name == "D" {
+			var err error
+			conn, err = pgx.Connect(ctx, b.pgDSN)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			st, tn, err := b.backendStore(ctx, "D")
+			if err != nil {
+				return err
+			}
+			st.Close()
+			tenant = tn
+			if err := conn.QueryRow(ctx, relSizeSQL).Scan(&sizeBefore); err != nil {
+				return err
+			}
+		}
+		ids := make([]string, n)
+		calls := make([]string, n)
+		prev, call := "", ""
+		for turn := 1; turn <= n; turn++ {
+			body := b.agentBody(a, turn, prev, call)
+			s, err := b.one(ctx, a, body, true)
+			if err != nil {
+				return fmt.Errorf("turn %d: %w", turn, err)
+			}
+			var term struct {
+				Output []json.RawMessage `json:"output"`
+			}
+			if err := json.Unmarshal(s.Check.Terminal, &term); err != nil {
+				return fmt.Errorf("turn %d: terminal response: %w", turn, err)
+			}
+			var req struct {
+				Input json.RawMessage `json:"input"`
+			}
+			_ = json.Unmarshal(body, &req)
+			at := agentTurn{TTFBUS: usOf(s.TTFB), RequestB: len(body), NewBytes: len(req.Input)}
+			call = ""
+			for _, o := range term.Output {
+				at.NewBytes += len(o)
+				var it struct {
+					Type   string `json:"type"`
+					CallID string `json:"call_id"`
+				}
+				if json.Unmarshal(o, &it) == nil && it.Type == "function_call" && call == "" {
+					call = it.CallID
+				}
+			}
+			if turn%2 == 1 && call == "" {
+				return fmt.Errorf("turn %d: the model made no tool call", turn)
+			}
+			ids[turn-1], calls[turn-1] = s.Check.ResponseID, call
+			prev = s.Check.ResponseID
+			ab.Turns = append(ab.Turns, at)
+		}
+		if conn != nil {
+			var sizeAfter int64
+			if err := conn.QueryRow(ctx, relSizeSQL).Scan(&sizeAfter); err != nil {
+				return err
+			}
+			ab.RelationGrowth = float64(sizeAfter-sizeBefore) / float64(n)
+			var perNew, first, last []float64
+			for i, id := range ids {
+				var rowBytes, itemBytes, items int64
+				if err := conn.QueryRow(ctx, `SELECT pg_column_size(r.*) FROM responses r WHERE r.tenant = $1 AND r.id = $2`,
+					tenant, id).Scan(&rowBytes); err != nil {
+					return fmt.Errorf("stored bytes of turn %d: %w", i+1, err)
+				}
+				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(pg_column_size(i.*)), 0)::bigint, count(*) FROM items i
+					WHERE i.tenant = $1 AND i.response_id = $2`, tenant, id).Scan(&itemBytes, &items); err != nil {
+					return err
+				}
+				t := &ab.Turns[i]
+				t.StoredBytes, t.Items = rowBytes+itemBytes, int(items)
+				perNew = append(perNew, float64(t.StoredBytes)/float64(max(t.NewBytes, 1)))
+				if i < 10 {
+					first = append(first, float64(t.StoredBytes))
+				}
+				if i >= n-10 {
+					last = append(last, float64(t.StoredBytes))
+				}
+			}
+			ab.StoredFirst10, ab.StoredLast10 = medianOf(first), medianOf(last)
+			ab.StoredPerNew = newStat(perNew)
+		}
+		// Probes: turn 1 (a new session) against turn n (continuing the stored session),
+		// interleaved.
+		for range p.AgentProbes {
+			s, err := b.one(ctx, a, b.agentBody(a, 1, "", ""), false)
+			if err != nil {
+				return err
+			}
+			ab.ProbeFirst = append(ab.ProbeFirst, usOf(s.TTFB))
+			s, err = b.one(ctx, a, b.agentBody(a, n, ids[n-2], calls[n-2]), false)
+			if err != nil {
+				return err
+			}
+			ab.ProbeLast = append(ab.ProbeLast, usOf(s.TTFB))
+		}
+		ab.RatioP50 = medianOf(ab.ProbeLast) / medianOf(ab.ProbeFirst)
+		ab.RatioP99 = quantile(ab.ProbeLast, 0.99) / quantile(ab.ProbeFirst, 0.99)
+		b.log.Info("agent session measured", "backend", name, "ttfb_ratio_p50", fmt.Sprintf("%.2f", ab.RatioP50))
+	}
+	return nil
+}
+
+const relSizeSQL = `SELECT pg_total_relation_size('responses') + pg_total_relation_size('items')`

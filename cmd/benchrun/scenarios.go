@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/respgate/respgate/bench/loadgen"
+)
+
+const benchInput = "Hello! remember: the sky is green"
+
+func constBody(b []byte) func(int) []byte { return func(int) []byte { return b } }
+
+// latencyResult: c=1. Probe requests (ProbeTokens tokens, no reasoning) give time to first byte
+// and first delta; one long stream per arm and round gives the inter-event gaps. A′ is the
+// direct arm measured a second time: A′ − A is the noise floor of every "added" figure.
+type latencyResult struct {
+	PerRound table                      `json:"per_round"`
+	Added    map[string]map[string]stat `json:"added"`
+	Failed   map[string]int             `json:"failed"`
+}
+
+var latencyMetrics = []string{"ttfb_p50", "ttfb_p99", "ttfd_p50", "ttfd_p99", "gap_p50", "gap_p99"}
+
+func (b *bench) scenarioLatency(ctx context.Context) error {
+	p := b.p
+	aPrime := *b.arms[0]
+	aPrime.Name, aPrime.Label = "A′", "direct again (noise floor)"
+	arms := append([]*arm{b.arms[0], &aPrime}, b.arms[1:]...)
+	res := &latencyResult{PerRound: table{}, Added: map[string]map[string]stat{}, Failed: map[string]int{}}
+	b.rep.Latency = res
+	// Warm every arm's connections (client→arm and arm→simulator) before measuring.
+	for _, a := range arms {
+		if _, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 2, Requests: 4,
+			Body: constBody(a.body(model(0, 4, ""), benchInput, true, nil))}); err != nil {
+			return err
+		}
+	}
+	for r := range b.opt.rounds {
+		for _, a := range rotate(arms, r) {
+			probe, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Duration: p.ProbeDur,
+				Body: constBody(a.body(model(p.PaceMS, p.ProbeTokens, "reasoning=0"), benchInput, true, nil))})
+			if err != nil {
+				return err
+			}
+			gaps, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Requests: 1, KeepGaps: true,
+				Body: constBody(a.body(model(p.PaceMS, p.GapTokens, ""), benchInput, true, nil))})
+			if err != nil {
+				return err
+			}
+			t := res.PerRound
+			t.add(a.Name, "ttfb_p50", probe.Summary.TTFB.P50)
+			t.add(a.Name, "ttfb_p99", probe.Summary.TTFB.P99)
+			t.add(a.Name, "ttfd_p50", probe.Summary.TTFD.P50)
+			t.add(a.Name, "ttfd_p99", probe.Summary.TTFD.P99)
+			t.add(a.Name, "gap_p50", gaps.Summary.Gap.P50)
+			t.add(a.Name, "gap_p99", gaps.Summary.Gap.P99)
+			t.add(a.Name, "probes", float64(probe.Summary.OK))
+			res.Failed[a.Name] += probe.Summary.Failed + gaps.Summary.Failed
+			b.noteProblems("latency "+a.Name, probe.Summary, gaps.Summary)
+		}
+		b.log.Info("latency round done", "round", r+1)
+	}
+	for _, a := range arms[1:] {
+		res.Added[a.Name] = map[string]stat{}
+		for _, m := range latencyMetrics {
+			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
+		}
+	}
+	return nil
+}
+
+// c256Result: Conc concurrent streams of Tokens tokens at the pace, one wave per arm and round.
+type c256Result struct {
+	PerRound table                      `json:"per_round"`
+	Added    map[string]map[string]stat `json:"added"`
+	CPURatio map[string]stat            `json:"cpu_ratio_to_b"`
+	Failed   map[string]int             `json:"failed"`
+	Profiles []string                   `json:"profiles,omitempty"`
+}
+
+func (b *bench) scenarioC256(ctx context.Context) error {
+	p := b.p
+	res := &c256Result{PerRound: table{}, Added: map[string]map[string]stat{}, CPURatio: map[string]stat{}, Failed: map[string]int{}}
+	b.rep.C256 = res
+	for r := range b.opt.rounds {
+		for _, a := range rotate(b.arms, r) {
+			rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
+				KeepGaps: true, Body: constBody(a.body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
+			if err != nil {
+				return err
+			}
+			s := rs.Summary
+			t := res.PerRound
+			t.add(a.Name, "ttfb_p50", s.TTFB.P50)
+			t.add(a.Name, "ttfb_p99", s.TTFB.P99)
+			t.add(a.Name, "ttfd_p50", s.TTFD.P50)
+			t.add(a.Name, "ttfd_p99", s.TTFD.P99)
+			t.add(a.Name, "gap_p50", s.Gap.P50)
+			t.add(a.Name, "gap_p99", s.Gap.P99)
+			t.add(a.Name, "max_gap", s.MaxGap.Max)
+			if s.Events > 0 {
+				t.add(a.Name, "cpu_us_per_event", rs.GatewayCPU/float64(s.Events))
+				t.add(a.Name, "sim_cpu_us_per_event", rs.SimCPU/float64(s.Events))
+				t.add(a.Name, "client_cpu_us_per_event", rs.ClientCPU/float64(s.Events))
+			}
+			if a.proc != nil {
+				t.add(a.Name, "rss_kib_per_stream", float64(rs.RSSPeak-rs.RSSBefore)/float64(p.Conc)/1024)
+				t.add(a.Name, "rss_peak_mib", float64(rs.RSSPeak)/(1<<20))
+			}
+			t.add(a.Name, "output_bytes", rs.OutputBytes)
+			t.add(a.Name, "events", float64(s.Events))
+			res.Failed[a.Name] += s.Failed
+			b.noteProblems("c256 "+a.Name, s)
+		}
+		b.log.Info("c256 round done", "round", r+1)
+	}
+	for _, a := range b.arms[1:] {
+		res.Added[a.Name] = map[string]stat{}
+		for _, m := range latencyMetrics {
+			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
+		}
+		res.CPURatio[a.Name] = res.PerRound.ratio(a.Name, "B", "cpu_us_per_event")
+	}
+	if b.opt.profile {
+		b.profileTwin(ctx, res)
+	}
+	return nil
+}
+
+// profileTwin saves a CPU profile of the Postgres twin under the c=256 load, for `go tool pprof`.
+func (b *bench) profileTwin(ctx context.Context, res *c256Result) {
+	tw := b.twins["pg"]
+	a := &arm{Name: "D-twin", URL: tw.baseURL(), proc: tw, done: true}
+	path := filepath.Join(b.logDir, "twin-pg-c256.cpu.pprof")
+	secs := int(b.p.Spread.Seconds()) + b.p.Tokens*b.p.PaceMS/1000
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tw.addr, max(secs, 1)))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer f.Close()
+		_, err = io.Copy(f, resp.Body)
+		done <- err
+	}()
+	_, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: b.p.Conc, Requests: b.p.Conc, Spread: b.p.Spread,
+		Body: constBody(a.body(model(b.p.PaceMS, b.p.Tokens, ""), benchInput, true, nil))})
+	if perr := <-done; perr == nil && err == nil {
+		res.Profiles = append(res.Profiles, path)
+	}
+}
+
+// allocResult: heap allocations per relayed event in the instrumented twins (B is the proxy
+// process itself). Two answer lengths separate the per-request cost from the per-delta one.
+type allocResult struct {
+	Arms []allocArm `json:"arms"`
+}
+
+type allocArm struct {
+	Arm   string `json:"arm"`
+	Label string `json:"label"`
+	// Per request and per relayed event at the long answer; the marginal allocations per added
+	// delta event between the short and the long answer.
+	AllocsPerRequest      map[int]float64 `json:"allocs_per_request"`
+	AllocsPerEvent        float64         `json:"allocs_per_event"`
+	BytesPerEvent         float64         `json:"bytes_per_event"`
+	MarginalAllocsPerDelt float64         `json:"marginal_allocs_per_delta"`
+	Failed                int             `json:"failed"`
+}
+
+func (b *bench) scenarioAllocs(ctx context.Context) error {
+	p := b.p
+	short, long := 64, 256
+	if b.opt.quick {
+		long = 128
+	}
+	res := &allocResult{}
+	b.rep.Allocs = res
+	tpg, tsq := b.twins["pg"], b.twins["sqlite"]
+	targets := []*arm{
+		{Name: "B", Label: "bare reverse proxy (the process of arm B)", URL: b.proxy.baseURL(), proc: b.proxy},
+		{Name: "C", Label: "respgate twin, store:false", URL: tpg.baseURL(), proc: tpg, store: "false", done: true},
+		{Name: "D", Label: "respgate twin, Postgres", URL: tpg.baseURL(), proc: tpg, done: true},
+		{Name: "E", Label: "respgate twin, SQLite", URL: tsq.baseURL(), proc: tsq, done: true},
+	}
+	for _, a := range targets {
+		// Warm up (connections, pools, first-use allocations).
+		if _, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 8, Requests: 8,
+			Body: constBody(a.body(model(1, short, ""), benchInput, true, nil))}); err != nil {
+			return err
+		}
+		aa := allocArm{Arm: a.Name, Label: a.Label, AllocsPerRequest: map[int]float64{}}
+		var deltas = map[int]float64{}
+		for _, tokens := range []int{short, long} {
+			m0, err := a.proc.memstats()
+			if err != nil {
+				return err
+			}
+			rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 8, Requests: p.AllocN,
+				Body: constBody(a.body(model(1, tokens, ""), benchInput, true, nil))})
+			if err != nil {
+				return err
+			}
+			m1, err := a.proc.memstats()
+			if err != nil {
+				return err
+			}
+			s := rs.Summary
+			aa.Failed += s.Failed
+			n := float64(max(s.Requests, 1))
+			allocs := float64(m1.Mallocs - m0.Mallocs)
+			aa.AllocsPerRequest[tokens] = allocs / n
+			deltas[tokens] = float64(s.Deltas) / n
+			if tokens == long && s.Events > 0 {
+				aa.AllocsPerEvent = allocs / float64(s.Events)
+				aa.BytesPerEvent = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(s.Events)
+			}
+		}
+		if d := deltas[long] - deltas[short]; d > 0 {
+			aa.MarginalAllocsPerDelt = (aa.AllocsPerRequest[long] - aa.AllocsPerRequest[short]) / d
+		}
+		res.Arms = append(res.Arms, aa)
+	}
+	return nil
+}
+
+// nsResult: non-streaming requests per second at NSConc (closed loop), every arm, interleaved;
+// then, for A and D, the best rate whose p99 stays within 10 ms.
+type nsResult struct {
+	PerRound table                `json:"per_round"`
+	Search   map[string][]nsPoint `json:"search"`
+	Best     map[string]*nsPoint  `json:"best_within_10ms"`
+	Failed   map[string]int       `json:"failed"`
+}
+
+type nsPoint struct {
+	Conc int     `json:"c"`
+	RPS  float64 `json:"rps"`
+	P50  float64 `json:"p50_us"`
+	P99  float64 `json:"p99_us"`
+}
+
+func (b *bench) scenarioNonStream(ctx context.Context) error {
+	p := b.p
+	res := &nsResult{PerRound: table{}, Search: map[string][]nsPoint{}, Best: map[string]*nsPoint{}, Failed: map[string]int{}}
+	b.rep.NonStream = res
+	mdl := model(0, 16, "")
+	run := func(a *arm, c int) (*runStats, error) {
+		return b.measure(ctx, a, loadgen.Config{Concurrency: c, Duration: p.NSDur,
+			Body: constBody(a.body(mdl, benchInput, false, nil))})
+	}
+	for _, a := range b.arms { // warm-up
+		if _, err := b.measure(ctx, a, loadgen.Config{Concurrency: p.NSConc, Requests: 2 * p.NSConc,
+			Body: constBody(a.body(mdl, benchInput, false, nil))}); err != nil {
+			return err
+		}
+	}
+	for r := range b.opt.rounds {
+		for _, a := range rotate(b.arms, r) {
+			rs, err := run(a, p.NSConc)
+			if err != nil {
+				return err
+			}
+			s := rs.Summary
+			t := res.PerRound
+			t.add(a.Name, "rps", s.RPS)
+			t.add(a.Name, "p50", s.E2E.P50)
+			t.add(a.Name, "p99", s.E2E.P99)
+			if s.OK > 0 {
+				t.add(a.Name, "cpu_us_per_request", rs.GatewayCPU/float64(s.OK))
+				t.add(a.Name, "sim_cpu_us_per_request", rs.SimCPU/float64(s.OK))
+			}
+			res.Failed[a.Name] += s.Failed
+			b.noteProblems("nonstream "+a.Name, s)
+		}
+	}
+	for _, name := range []string{"A", "D"} {
+		a := b.armByKey[name]
+		pt := nsPoint{Conc: p.NSConc, RPS: res.PerRound.stat(name, "rps").Median, P50: res.PerRound.stat(name, "p50").Median,
+			P99: res.PerRound.stat(name, "p99").Median}
+		res.Search[name] = append(res.Search[name], pt)
+		if pt.P99 <= 10000 {
+			best := pt
+			res.Best[name] = &best
+			continue
+		}
+		for c := p.NSConc / 2; c >= 1; c /= 2 {
+			rs, err := run(a, c)
+			if err != nil {
+				return err
+			}
+			pt := nsPoint{Conc: c, RPS: rs.Summary.RPS, P50: rs.Summary.E2E.P50, P99: rs.Summary.E2E.P99}
+			res.Search[name] = append(res.Search[name], pt)
+			if pt.P99 <= 10000 && rs.Summary.Failed == 0 {
+				best := pt
+				res.Best[name] = &best
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// capResult: a ramp of concurrent streams at RampPaceMS per token; a step passes with every
+// stream whole and no gap over 10× the pace. D is a fresh respgate process, so its RSS per
+// stream is measured from its idle RSS.
+type capResult struct {
+	Steps     []capStep        `json:"steps"`
+	MaxPassed map[string]int   `json:"max_passed"`
+	IdleRSS   map[string]int64 `json:"idle_rss"`
+}
+
+type capStep struct {
+	Arm             string   `json:"arm"`
+	Streams         int      `json:"streams"`
+	Passed          bool     `json:"passed"`
+	Failed          int      `json:"failed"`
+	Lost            int      `json:"lost"`
+	MaxGapUS        float64  `json:"max_gap_us"`
+	GapP99US        float64  `json:"gap_p99_us"`
+	TTFBP99US       float64  `json:"ttfb_p99_us"`
+	CPUPerEventUS   float64  `json:"cpu_us_per_event"`
+	SimCPUPerEvent  float64  `json:"sim_cpu_us_per_event"`
+	ClientCPUPerEvt float64  `json:"client_cpu_us_per_event"`
+	RSSPerStreamKiB float64  `json:"rss_kib_per_stream"`
+	OutputBytes     float64  `json:"output_bytes"`
+	PeakRSSMiB      float64  `json:"peak_rss_mib"`
+	Problems        []string `json:"problems,omitempty"`
+}
+
+func (b *bench) scenarioCapacity(ctx context.Context) error {
+	p := b.p
+	res := &capResult{MaxPassed: map[string]int{}, IdleRSS: map[string]int64{}}
+	b.rep.Capacity = res
+	var arms []*arm
+	for _, name := range b.opt.rampArms {
+		a := b.armByKey[name]
+		if a == nil {
+			return fmt.Errorf("-ramp-arms: unknown arm %q", name)
+		}
+		if name == "D" {
+			// A fresh process: its idle RSS is the baseline of the RSS per stream.
+			respgate, _ := filepath.Abs(filepath.Join(b.opt.binDir, "respgate"))
+			c, err := startChild(ctx, b.logDir, "respgate-D-capacity", respgate,
+				[]string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", b.pgDSN}, "/readyz")
+			if err != nil {
+				return err
+			}
+			defer c.stop()
+			fresh := *a
+			fresh.URL, fresh.proc = c.baseURL(), c
+			a = &fresh
+		}
+		if a.proc != nil {
+			st, err := loadgen.ReadProc(a.proc.pid())
+			if err != nil {
+				return err
+			}
+			res.IdleRSS[a.Name] = st.RSS
+		}
+		arms = append(arms, a)
+	}
+	failed := map[string]bool{}
+	limit := float64(10*p.RampPaceMS) * 1000
+	for _, n := range b.opt.ramp {
+		for _, a := range arms {
+			if failed[a.Name] {
+				continue
+			}
+			rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: n, Requests: n, Spread: p.RampSpread,
+				KeepGaps: true, Body: constBody(a.body(model(p.RampPaceMS, p.RampTokens, ""), benchInput, true, nil))})
+			if err != nil {
+				return err
+			}
+			s := rs.Summary
+			st := capStep{Arm: a.Name, Streams: n, Failed: s.Failed, Lost: s.Lost, MaxGapUS: s.MaxGap.Max, GapP99US: s.Gap.P99,
+				TTFBP99US: s.TTFB.P99, OutputBytes: rs.OutputBytes, Problems: s.Problems}
+			st.Passed = s.Failed == 0 && s.OK == n && s.MaxGap.Max <= limit
+			if s.Events > 0 {
+				st.CPUPerEventUS = rs.GatewayCPU / float64(s.Events)
+				st.SimCPUPerEvent = rs.SimCPU / float64(s.Events)
+				st.ClientCPUPerEvt = rs.ClientCPU / float64(s.Events)
+			}
+			if a.proc != nil {
+				st.RSSPerStreamKiB = float64(rs.RSSPeak-res.IdleRSS[a.Name]) / float64(n) / 1024
+				st.PeakRSSMiB = float64(rs.RSSPeak) / (1 << 20)
+			}
+			res.Steps = append(res.Steps, st)
+			if st.Passed {
+				res.MaxPassed[a.Name] = n
+			} else {
+				failed[a.Name] = true
+			}
+			b.log.Info("capacity step", "arm", a.Name, "streams", n, "passed", st.Passed, "failed", s.Failed,
+				"max_gap", time.Duration(s.MaxGap.Max*1e3).Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// noteProblems records the first problems of failed runs in the report.
+func (b *bench) noteProblems(what string, ss ...loadgen.Summary) {
+	for _, s := range ss {
+		if s.Failed > 0 && len(b.rep.Problems) < 40 {
+			b.rep.Problems = append(b.rep.Problems, fmt.Sprintf("%s: %d of %d failed: %v", what, s.Failed, s.Requests, s.Problems))
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/http/pprof"
+	"net/url"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/respgate/respgate/server"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/postgres"
+	"github.com/respgate/respgate/store/sqlite"
+	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/upstream/vllmsim"
+)
+
+// The serve modes run the benchmark's helper servers as separate processes, so that /proc charges
+// each one its own CPU time and RSS:
+//
+//	benchrun sim     -listen ADDR                       the vLLM simulator, request log off
+//	benchrun proxy   -listen ADDR -target URL           arm B: a bare httputil.ReverseProxy
+//	benchrun gateway -listen ADDR -upstream-url URL -database-url DSN
+//	                                                    respgate's server package wired as
+//	                                                    cmd/respgate wires it, plus memstats and pprof
+//
+// proxy and gateway also serve /debug/benchrun/memstats (allocation counters) and /debug/pprof/.
+
+// memstatsPath answers runtime.MemStats counters as JSON.
+const memstatsPath = "/debug/benchrun/memstats"
+
+type memStats struct {
+	Mallocs    uint64 `json:"mallocs"`
+	Frees      uint64 `json:"frees"`
+	TotalAlloc uint64 `json:"total_alloc"`
+	HeapInuse  uint64 `json:"heap_inuse"`
+	NumGC      uint32 `json:"num_gc"`
+}
+
+// debugMux serves memstats and pprof; everything else goes to next.
+func debugMux(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(memstatsPath, func(w http.ResponseWriter, r *http.Request) {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		_ = json.NewEncoder(w).Encode(memStats{m.Mallocs, m.Frees, m.TotalAlloc, m.HeapInuse, m.NumGC})
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/debug/") {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// serveUntilSignal serves h on addr until SIGTERM/SIGINT, then shuts down gracefully.
+func serveUntilSignal(addr string, h http.Handler, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 120 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("benchrun helper listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	return nil
+}
+
+func serveSim(args []string) error {
+	fs := flag.NewFlagSet("sim", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address")
+	_ = fs.Parse(args)
+	// RecordLimit -1: vLLM keeps no request log, and the simulator's default ring of 1,024
+	// request bodies would hold gigabytes in the chain-depth scenario.
+	sim := vllmsim.New(vllmsim.Options{RecordLimit: -1})
+	return serveUntilSignal(*listen, sim, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+}
+
+// serveProxy is arm B, the floor: Go's reverse proxy with the request body read whole before it
+// is forwarded (as respgate must, to parse it) and each response write flushed at once.
+func serveProxy(args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address")
+	target := fs.String("target", "", "upstream base URL, e.g. http://127.0.0.1:8000")
+	_ = fs.Parse(args)
+	u, err := url.Parse(*target)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("proxy: bad -target %q", *target)
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(u)
+			r.Out.Host = u.Host
+		},
+		FlushInterval: -1,
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		},
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 32<<20))
+		if err != nil {
+			http.Error(w, "body", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		rp.ServeHTTP(w, r)
+	})
+	return serveUntilSignal(*listen, debugMux(h), slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+}
+
+// serveGateway runs respgate's server package exactly as cmd/respgate wires it (defaults for
+// every setting not named here), inside a process that can also report its allocation counters
+// and profiles. It exists because the respgate binary exposes neither; latency, CPU and RSS
+// figures come from the binary itself.
+func serveGateway(args []string) error {
+	fs := flag.NewFlagSet("gateway", flag.ExitOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address")
+	upURL := fs.String("upstream-url", "", "vLLM base URL incl. /v1")
+	dsn := fs.String("database-url", "", "postgres://… or sqlite:PATH")
+	_ = fs.Parse(args)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	st, err := openStore(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	up, err := upstream.New(upstream.Config{BaseURL: *upURL})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx, server.Config{Logger: log}, st, up)
+	if err != nil {
+		return err
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Run(bg)
+	return serveUntilSignal(*listen, debugMux(srv), log)
+}
+
+func openStore(ctx context.Context, dsn string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return postgres.Open(ctx, dsn)
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+	}
+	return nil, errors.New("database url must start with postgres:// or sqlite:")
+}

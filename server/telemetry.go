@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	promclient "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/respgate/respgate/rehydrate"
+)
+
+// telemetry holds respgate's OpenTelemetry instruments: metrics exported through the Prometheus
+// exporter on /metrics, and spans through the configured (or global) tracer provider. Only safe
+// values are recorded: routes, statuses, counts, sizes, durations, item and tool types; never
+// content, ids of secrets or keys (DESIGN §1 invariant 6).
+type telemetry struct {
+	tracer  trace.Tracer
+	handler http.Handler
+
+	requests        metric.Int64Counter
+	requestDuration metric.Float64Histogram
+	upstreamLatency metric.Float64Histogram
+	ttft            metric.Float64Histogram
+	events          metric.Int64Counter
+	droppedEvents   metric.Int64Counter
+	activeStreams   metric.Int64UpDownCounter
+	rehydratedItems metric.Int64Counter
+	rehydratedBytes metric.Int64Counter
+	reasoningItems  metric.Int64Counter
+	reasoningBytes  metric.Int64Counter
+	encryptedDrop   metric.Int64Counter
+	duplicatesDrop  metric.Int64Counter
+	idConflicts     metric.Int64Counter
+	storeLatency    metric.Float64Histogram
+	sweeps          metric.Int64Counter
+	droppedTools    metric.Int64Counter
+}
+
+func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	reg := promclient.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, err
+	}
+	m := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)).Meter("respgate")
+	t := &telemetry{
+		tracer:  tp.Tracer("github.com/respgate/respgate/server"),
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	secs := metric.WithUnit("s")
+	lat := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+	for _, c := range []struct {
+		dst  *metric.Int64Counter
+		name string
+		desc string
+	}{
+		{&t.requests, "respgate.http.requests", "HTTP requests by route and status"},
+		{&t.events, "respgate.stream.events", "events relayed to clients"},
+		{&t.droppedEvents, "respgate.stream.dropped_events", "unknown or vendor upstream events not relayed"},
+		{&t.rehydratedItems, "respgate.rehydrate.items", "items sent upstream by rehydration"},
+		{&t.rehydratedBytes, "respgate.rehydrate.bytes", "bytes of vLLM-bound request bodies"},
+		{&t.reasoningItems, "respgate.rehydrate.reasoning_replayed", "reasoning items replayed upstream as plaintext"},
+		{&t.reasoningBytes, "respgate.rehydrate.reasoning_bytes", "plaintext reasoning bytes replayed upstream"},
+		{&t.encryptedDrop, "respgate.rehydrate.encrypted_dropped", "reasoning items whose encrypted_content was not forwarded"},
+		{&t.duplicatesDrop, "respgate.rehydrate.duplicates_dropped", "exact duplicate items sent once"},
+		{&t.idConflicts, "respgate.rehydrate.id_conflicts", "requests rejected for one id with two contents"},
+		{&t.sweeps, "respgate.sweeper.failed_responses", "in-progress responses failed by the lease sweeper"},
+		{&t.droppedTools, "respgate.tools.dropped", "request tools vLLM cannot serve, dropped, by type"},
+	} {
+		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range []struct {
+		dst  *metric.Float64Histogram
+		name string
+		desc string
+	}{
+		{&t.requestDuration, "respgate.http.duration", "request duration by route"},
+		{&t.upstreamLatency, "respgate.upstream.latency", "time from sending a request to vLLM to its response headers"},
+		{&t.ttft, "respgate.upstream.time_to_first_token", "time from sending a request to vLLM to its first delta"},
+		{&t.storeLatency, "respgate.store.latency", "store operation latency by operation"},
+	} {
+		if *h.dst, err = m.Float64Histogram(h.name, metric.WithDescription(h.desc), secs, lat); err != nil {
+			return nil, err
+		}
+	}
+	if t.activeStreams, err = m.Int64UpDownCounter("respgate.stream.active", metric.WithDescription("streams in flight")); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *telemetry) request(ctx context.Context, route string, status int, d time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("route", route), attribute.String("status", strconv.Itoa(status)))
+	t.requests.Add(ctx, 1, attrs)
+	t.requestDuration.Record(ctx, d.Seconds(), metric.WithAttributes(attribute.String("route", route)))
+}
+
+func (t *telemetry) store(ctx context.Context, op string, start time.Time) {
+	t.storeLatency.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("op", op)))
+}
+
+func (t *telemetry) rehydrated(ctx context.Context, st rehydrate.Stats, dropped []string) {
+	t.rehydratedItems.Add(ctx, int64(st.Items))
+	t.rehydratedBytes.Add(ctx, int64(st.Bytes))
+	t.reasoningItems.Add(ctx, int64(st.ReasoningReplayed))
+	t.reasoningBytes.Add(ctx, int64(st.ReasoningBytes))
+	t.encryptedDrop.Add(ctx, int64(st.EncryptedDropped))
+	t.duplicatesDrop.Add(ctx, int64(st.DuplicatesDropped))
+	for _, typ := range dropped {
+		t.droppedTools.Add(ctx, 1, metric.WithAttributes(attribute.String("type", typ)))
+	}
+}
