@@ -213,3 +213,78 @@ func TestSIGTERMDrainsInFlightStreams(t *testing.T) {
 		t.Fatalf("respgate did not exit 0 after SIGTERM: %v", err)
 	}
 }
+
+func TestSIGTERMWithAHundredStreamsEndsEveryOneTerminal(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "respgate.db")
+	p := startBinary(t, db, "--shutdown-timeout", "2s")
+	type result struct {
+		id, last string
+	}
+	results := make(chan result, 100)
+	started := make(chan struct{}, 100)
+	for i := 0; i < 100; i++ {
+		// Half finish within the drain deadline, half run far past it.
+		model := harmony + "?delay_ms=20&tokens=20"
+		if i%2 == 1 {
+			model = harmony + "?delay_ms=50&tokens=400"
+		}
+		go func() {
+			c := p.client()
+			s := c.Responses.NewStreaming(context.Background(), params(`{"model":"`+model+`","input":"hi","stream":true}`))
+			defer s.Close()
+			var r result
+			for s.Next() {
+				ev := s.Current()
+				if r.id == "" {
+					r.id = ev.Response.ID
+					started <- struct{}{}
+				}
+				r.last = ev.Type
+			}
+			if r.id == "" {
+				started <- struct{}{}
+			}
+			results <- r
+		}()
+	}
+	for i := 0; i < 100; i++ {
+		<-started
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for i := 0; i < 100; i++ {
+		r := <-results
+		if r.id == "" {
+			t.Fatalf("a stream never started")
+		}
+		if r.last != "response.completed" && r.last != "response.failed" {
+			t.Errorf("stream %s ended with %q, not a terminal event", r.id, r.last)
+		}
+		ids[r.id] = r.last
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("respgate did not exit 0: %v", err)
+	}
+	// Every stored response is terminal, with the status its client was told.
+	p2 := startBinary(t, db)
+	c := p2.client()
+	completed := 0
+	for id, last := range ids {
+		r, err := c.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		if "response."+string(r.Status) != last {
+			t.Errorf("%s stored %s, client saw %s", id, r.Status, last)
+		}
+		if r.Status == "completed" {
+			completed++
+		}
+	}
+	if completed < 50 {
+		t.Errorf("only %d streams completed within the drain deadline, want the 50 short ones", completed)
+	}
+	t.Logf("SIGTERM with 100 streams: %d completed in the drain, %d ended failed at the deadline", completed, 100-completed)
+}

@@ -1,6 +1,9 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"log/slog"
+)
 
 // Event is one server-sent event of a Responses stream: its type (the SSE "event" field, equal to
 // the JSON "type" member) and its JSON data. Upstream decoding produces Events; the accumulator
@@ -15,6 +18,9 @@ func (e Event) String() string { return fmt.Sprintf("event{type=%s bytes=%d}", e
 
 // GoString is String, so %#v cannot leak content either.
 func (e Event) GoString() string { return e.String() }
+
+// LogValue is String, so slog's handlers (JSON included) cannot leak content either.
+func (e Event) LogValue() slog.Value { return slog.StringValue(e.String()) }
 
 // AppendSSE appends e framed as one SSE event ("event: T\ndata: JSON\n\n"). Data must be one line
 // of JSON (encoding/json never emits raw newlines).

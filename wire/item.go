@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 // Item is one Responses item (message, reasoning, function_call, function_call_output, or any type
@@ -80,6 +81,9 @@ func (it Item) String() string {
 
 // GoString is String, so %#v cannot leak content either.
 func (it Item) GoString() string { return it.String() }
+
+// LogValue is String, so slog's handlers (JSON included) cannot leak content either.
+func (it Item) LogValue() slog.Value { return slog.StringValue(it.String()) }
 
 // Item types respgate knows by name.
 const (

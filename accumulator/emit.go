@@ -1,0 +1,199 @@
+package accumulator
+
+import (
+	"strconv"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// Client event builders. Each builds the event's JSON in a.buf (reused) and frames it with
+// wire.Event.AppendSSE. Every event carries the next sequence_number, so the numbers are dense
+// across Start, Feed, Close and Terminal (CONTRACT §5.1).
+
+const (
+	evCreated       = "response.created"
+	evInProgress    = "response.in_progress"
+	evCompleted     = "response.completed"
+	evIncomplete    = "response.incomplete"
+	evFailed        = "response.failed"
+	evItemAdded     = "response.output_item.added"
+	evItemDone      = "response.output_item.done"
+	evPartAdded     = "response.content_part.added"
+	evPartDone      = "response.content_part.done"
+	evSumPartAdded  = "response.reasoning_summary_part.added"
+	evSumPartDone   = "response.reasoning_summary_part.done"
+	evTextDelta     = "response.output_text.delta"
+	evTextDone      = "response.output_text.done"
+	evRefusalDelta  = "response.refusal.delta"
+	evRefusalDone   = "response.refusal.done"
+	evReasonDelta   = "response.reasoning_text.delta"
+	evReasonDone    = "response.reasoning_text.done"
+	evSumDelta      = "response.reasoning_summary_text.delta"
+	evSumDone       = "response.reasoning_summary_text.done"
+	evArgsDelta     = "response.function_call_arguments.delta"
+	evArgsDone      = "response.function_call_arguments.done"
+	evAnnotation    = "response.output_text.annotation.added"
+	evVLLMPartAdded = "response.reasoning_part.added" // vLLM-only (CONTRACT §6.5 quirk 1)
+	evVLLMPartDone  = "response.reasoning_part.done"
+	evQueued        = "response.queued"
+	evError         = "error"
+)
+
+func (a *Accumulator) head(typ string) []byte {
+	b := append(a.buf[:0], `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","sequence_number":`...)
+	b = strconv.AppendInt(b, a.seq, 10)
+	a.seq++
+	return b
+}
+
+func (a *Accumulator) emit(dst []byte, typ string, b []byte) []byte {
+	b = append(b, '}')
+	a.buf = b
+	return wire.Event{Type: typ, Data: b}.AppendSSE(dst)
+}
+
+func appendLoc(b []byte, it *item) []byte {
+	b = append(b, `,"item_id":`...)
+	b = append(b, it.qid...)
+	b = append(b, `,"output_index":`...)
+	return itoa(b, it.index)
+}
+
+func appendPartIndex(b []byte, sum bool, i int) []byte {
+	if sum {
+		b = append(b, `,"summary_index":`...)
+	} else {
+		b = append(b, `,"content_index":`...)
+	}
+	return itoa(b, i)
+}
+
+func (a *Accumulator) emitItemAdded(dst []byte, it *item) []byte {
+	b := a.head(evItemAdded)
+	b = append(b, `,"output_index":`...)
+	b = itoa(b, it.index)
+	b = append(b, `,"item":`...)
+	b = appendItem(b, it, false)
+	return a.emit(dst, evItemAdded, b)
+}
+
+func (a *Accumulator) emitItemDone(dst []byte, it *item) []byte {
+	b := a.head(evItemDone)
+	b = append(b, `,"output_index":`...)
+	b = itoa(b, it.index)
+	b = append(b, `,"item":`...)
+	b = append(b, it.final...)
+	return a.emit(dst, evItemDone, b)
+}
+
+// emitPart emits content_part.added/.done (reasoning_text parts included: vLLM's
+// reasoning_part.* become content_part.*, CONTRACT §6.5 quirk 1) or reasoning_summary_part.*.
+func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum, done bool) []byte {
+	typ := evPartAdded
+	switch {
+	case sum && done:
+		typ = evSumPartDone
+	case sum:
+		typ = evSumPartAdded
+	case done:
+		typ = evPartDone
+	}
+	b := a.head(typ)
+	b = appendLoc(b, it)
+	b = appendPartIndex(b, sum, i)
+	b = append(b, `,"part":`...)
+	b = appendPart(b, p, !done)
+	return a.emit(dst, typ, b)
+}
+
+func deltaType(pk pkind) string {
+	switch pk {
+	case pRefusal:
+		return evRefusalDelta
+	case pReasoningText:
+		return evReasonDelta
+	case pSummaryText:
+		return evSumDelta
+	}
+	return evTextDelta
+}
+
+// emitDelta emits a text delta; tok is the delta as a JSON string token.
+func (a *Accumulator) emitDelta(dst []byte, it *item, pk pkind, i int, tok []byte) []byte {
+	typ := deltaType(pk)
+	b := a.head(typ)
+	b = appendLoc(b, it)
+	b = appendPartIndex(b, pk == pSummaryText, i)
+	b = append(b, `,"delta":`...)
+	b = append(b, tok...)
+	if pk == pOutputText {
+		b = append(b, `,"logprobs":[]`...)
+	}
+	return a.emit(dst, typ, b)
+}
+
+func (a *Accumulator) emitTextDone(dst []byte, it *item, pk pkind, i int, text []byte) []byte {
+	typ, field := evTextDone, `,"text":`
+	switch pk {
+	case pRefusal:
+		typ, field = evRefusalDone, `,"refusal":`
+	case pReasoningText:
+		typ = evReasonDone
+	case pSummaryText:
+		typ = evSumDone
+	}
+	b := a.head(typ)
+	b = appendLoc(b, it)
+	b = appendPartIndex(b, pk == pSummaryText, i)
+	b = append(b, field...)
+	b = appendBytesString(b, text)
+	if pk == pOutputText {
+		b = append(b, `,"logprobs":[]`...)
+	}
+	return a.emit(dst, typ, b)
+}
+
+func (a *Accumulator) emitArgsDelta(dst []byte, it *item, tok []byte) []byte {
+	b := a.head(evArgsDelta)
+	b = appendLoc(b, it)
+	b = append(b, `,"delta":`...)
+	b = append(b, tok...)
+	return a.emit(dst, evArgsDelta, b)
+}
+
+func (a *Accumulator) emitArgsDone(dst []byte, it *item) []byte {
+	b := a.head(evArgsDone)
+	b = appendLoc(b, it)
+	b = append(b, `,"arguments":`...)
+	b = appendBytesString(b, it.args)
+	name, _ := it.clientName()
+	b = append(b, `,"name":`...)
+	b = appendString(b, name)
+	return a.emit(dst, evArgsDone, b)
+}
+
+func (a *Accumulator) emitAnnotation(dst []byte, it *item, ci, ai int, ann []byte) []byte {
+	b := a.head(evAnnotation)
+	b = appendLoc(b, it)
+	b = appendPartIndex(b, false, ci)
+	b = append(b, `,"annotation_index":`...)
+	b = itoa(b, ai)
+	b = append(b, `,"annotation":`...)
+	b = appendCompact(b, ann)
+	return a.emit(dst, evAnnotation, b)
+}
+
+// emitResponse emits response.created/in_progress or a terminal event carrying the rendered
+// response object.
+func (a *Accumulator) emitResponse(dst []byte, typ string, s *Snapshot) []byte {
+	obj := a.opts.Render(s)
+	if !validJSON(obj) {
+		obj = renderDefault(s) // a broken renderer must not break the stream
+	}
+	b := a.head(typ)
+	b = append(b, `,"response":`...)
+	b = appendCompact(b, obj) // one SSE data line, whatever the renderer produced
+	return a.emit(dst, typ, b)
+}

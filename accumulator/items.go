@@ -1,0 +1,493 @@
+package accumulator
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// kind is an output item's type as far as the accumulator is concerned.
+type kind uint8
+
+const (
+	kOther kind = iota // any type respgate does not rebuild: passed through with its id replaced
+	kMessage
+	kReasoning
+	kFunctionCall
+)
+
+func kindOf(typ string) kind {
+	switch typ {
+	case wire.TypeMessage:
+		return kMessage
+	case wire.TypeReasoning:
+		return kReasoning
+	case wire.TypeFunctionCall:
+		return kFunctionCall
+	}
+	return kOther
+}
+
+// pkind is a content part's type.
+type pkind uint8
+
+const (
+	pOther pkind = iota // kept as its (compacted) JSON
+	pOutputText
+	pRefusal
+	pReasoningText
+	pSummaryText
+)
+
+func pkindOf(typ []byte) pkind {
+	switch string(typ) {
+	case "output_text":
+		return pOutputText
+	case "refusal":
+		return pRefusal
+	case "reasoning_text":
+		return pReasoningText
+	case "summary_text":
+		return pSummaryText
+	}
+	return pOther
+}
+
+// itemKindFor is the item kind a part kind belongs to (for items first seen through a part event).
+func itemKindFor(pk pkind) kind {
+	if pk == pReasoningText || pk == pSummaryText {
+		return kReasoning
+	}
+	return kMessage
+}
+
+// part is one content part (message content, reasoning content) or reasoning summary part.
+type part struct {
+	kind pkind
+	up   int64  // upstream content_index / summary_index; -1 when it came from a whole item
+	text []byte // output_text/reasoning_text/summary_text text, refusal refusal
+	ann  []byte // output_text annotations: the array's elements, compacted, comma-separated
+	nAnn int
+	raw  []byte // pOther: the part object, compacted
+
+	textDone bool // the client saw the *.done text event
+	closed   bool // the client saw the part's done event
+}
+
+func (p *part) size() int { return len(p.text) + len(p.ann) + len(p.raw) }
+
+// item is the accumulator's state for one output item, in the client's (dense) order.
+type item struct {
+	kind  kind
+	typ   string // the item's type (upstream's spelling for kOther)
+	id    string // minted
+	qid   []byte // id as a JSON string token
+	call  string // minted call_id (function_call)
+	index int    // dense output_index
+	up    int64  // upstream output_index, -1 if it had none
+
+	role     string // message
+	parts    []*part
+	sums     []*part // reasoning summary
+	maxPart  int64   // highest upstream content_index seen
+	maxSum   int64   // highest upstream summary_index seen
+	args     []byte  // function_call
+	argsDone bool
+	name     string              // function_call, as upstream named it
+	names    map[string]ToolName // Options.ToolNames (function_call)
+	enc      string              // reasoning encrypted_content ("" = omitted)
+	// reasoning content presentation: omitted when stated null, [] when stated as an empty array.
+	contentNull, contentSet bool
+	raw                     []byte // kOther: the latest item JSON, compacted
+	rawStatus               string // kOther closed without a done item: the status to write
+
+	size   int
+	closed bool
+	status string
+	final  []byte // the item JSON the client saw in output_item.done
+}
+
+// clientName is the function call's name as the client declared its tool, and the namespace of
+// that tool ("" for a top-level function tool).
+func (it *item) clientName() (name, namespace string) {
+	if tn, ok := it.names[it.name]; ok {
+		return tn.Name, tn.Namespace
+	}
+	return it.name, ""
+}
+
+func (it *item) list(sum bool) *[]*part {
+	if sum {
+		return &it.sums
+	}
+	return &it.parts
+}
+
+// parsedItem is an item object from output_item.done, the terminal response or a non-streamed
+// response. The has* flags record raw key presence: a key stated as null or [] still wins.
+type parsedItem struct {
+	typ    string
+	kind   kind
+	id     string
+	status string
+
+	hasRole, hasContent, contentNull, hasSummary, hasEnc, hasArgs, hasName bool
+
+	role, name, enc string
+	args            []byte
+	content, sum    []*part
+	raw             []byte // kOther
+}
+
+// parseItem decodes an item object. ok is false when it is not an object or a field respgate
+// rebuilds has the wrong JSON type; the caller then keeps what it had (DESIGN §4).
+func parseItem(raw []byte) (p parsedItem, ok bool) {
+	var content, summary []byte
+	o := newObjIter(raw, 0)
+	for k, v, more := o.next(); more; k, v, more = o.next() {
+		var good bool
+		switch string(k) {
+		case "type":
+			p.typ, good = strValue(v)
+		case "id":
+			p.id, good = strValue(v)
+			good = good || isNull(v)
+		case "status":
+			p.status, good = strValue(v)
+			good = good || isNull(v)
+		case "role":
+			p.hasRole = true
+			p.role, good = strValue(v)
+			good = good || isNull(v)
+		case "content":
+			p.hasContent, content, good = true, v, v[0] == '[' || isNull(v)
+			p.contentNull = isNull(v)
+		case "summary":
+			p.hasSummary, summary, good = true, v, v[0] == '[' || isNull(v)
+		case "encrypted_content":
+			p.hasEnc = true
+			p.enc, good = strValue(v)
+			good = good || isNull(v)
+		case "arguments":
+			p.hasArgs = true
+			var s string
+			s, good = strValue(v)
+			p.args = []byte(s)
+			good = good || isNull(v)
+		case "name":
+			p.hasName = true
+			p.name, good = strValue(v)
+			good = good || isNull(v)
+		default:
+			good = true
+		}
+		if !good {
+			return parsedItem{}, false
+		}
+	}
+	if o.finish() != nil || p.typ == "" {
+		return parsedItem{}, false
+	}
+	p.kind = kindOf(p.typ)
+	switch p.kind {
+	case kOther:
+		p.raw = appendCompact(nil, raw)
+	case kMessage, kReasoning:
+		var ok bool
+		allowed := messagePart
+		if p.kind == kReasoning {
+			allowed = reasoningPart
+		}
+		if content != nil && !p.contentNull {
+			if p.content, ok = parseParts(content, allowed); !ok {
+				return parsedItem{}, false
+			}
+		}
+		if p.kind == kReasoning && summary != nil && !isNull(summary) {
+			if p.sum, ok = parseParts(summary, summaryPart); !ok {
+				return parsedItem{}, false
+			}
+		}
+	}
+	return p, true
+}
+
+// parseParts decodes a content or summary array. Part types allowed in the list are rebuilt;
+// others are kept as their JSON.
+func parseParts(arr []byte, allowed func(pkind) bool) ([]*part, bool) {
+	parts := []*part{}
+	a := newArrIter(arr)
+	for v, more := a.next(); more; v, more = a.next() {
+		p, ok := parsePart(v, allowed)
+		if !ok {
+			return nil, false
+		}
+		parts = append(parts, p)
+	}
+	return parts, a.err == nil
+}
+
+// parsePart decodes one part object; ok is false if it is not an object with a string type, or a
+// rebuilt field has the wrong JSON type.
+func parsePart(v []byte, allowed func(pkind) bool) (*part, bool) {
+	p := &part{up: -1}
+	var typ, text, refusal, ann []byte
+	o := newObjIter(v, 1)
+	for k, fv, m := o.next(); m; k, fv, m = o.next() {
+		switch string(k) {
+		case "type":
+			typ = fv
+		case "text":
+			text = fv
+		case "refusal":
+			refusal = fv
+		case "annotations":
+			ann = fv
+		}
+	}
+	if o.err != nil {
+		return nil, false
+	}
+	tc, ok := strContents(typ)
+	if !ok {
+		return nil, false
+	}
+	if p.kind = pkindOf(tc); !allowed(p.kind) {
+		p.kind = pOther
+	}
+	field := text
+	if p.kind == pRefusal {
+		field = refusal
+	}
+	if p.kind == pOther {
+		p.raw = appendCompact(nil, v)
+		return p, true
+	}
+	p.text = []byte{}
+	if field != nil && !isNull(field) {
+		c, ok := strContents(field)
+		if !ok {
+			return nil, false
+		}
+		p.text = appendUnescaped(p.text, c)
+	}
+	if p.kind == pOutputText && ann != nil && !isNull(ann) {
+		if ann[0] != '[' {
+			return nil, false
+		}
+		p.ann, p.nAnn = annElements(ann)
+	}
+	return p, true
+}
+
+func messagePart(k pkind) bool   { return k == pOutputText || k == pRefusal }
+func reasoningPart(k pkind) bool { return k == pReasoningText }
+func summaryPart(k pkind) bool   { return k == pSummaryText }
+
+// annElements returns an annotations array's elements compacted and comma-separated.
+func annElements(arr []byte) ([]byte, int) {
+	var out []byte
+	n := 0
+	a := newArrIter(arr)
+	for v, more := a.next(); more; v, more = a.next() {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = appendCompact(out, v)
+		n++
+	}
+	return out, n
+}
+
+func partsSize(ps []*part) int {
+	n := 0
+	for _, p := range ps {
+		n += p.size()
+	}
+	return n
+}
+
+// size approximates the bytes a parsed item holds, for the per-item limit.
+func (p *parsedItem) size() int {
+	return partsSize(p.content) + partsSize(p.sum) + len(p.args) + len(p.enc) + len(p.raw)
+}
+
+// appendPart appends a part object. empty renders the part as announced (no text yet).
+func appendPart(b []byte, p *part, empty bool) []byte {
+	text := p.text
+	if empty {
+		text = nil
+	}
+	switch p.kind {
+	case pOutputText:
+		b = append(b, `{"type":"output_text","text":`...)
+		b = appendBytesString(b, text)
+		b = append(b, `,"annotations":[`...)
+		if !empty {
+			b = append(b, p.ann...)
+		}
+		// Open Responses requires logprobs on output_text (CONTRACT §7.1).
+		return append(b, `],"logprobs":[]}`...)
+	case pRefusal:
+		b = append(b, `{"type":"refusal","refusal":`...)
+		b = appendBytesString(b, text)
+		return append(b, '}')
+	case pReasoningText:
+		b = append(b, `{"type":"reasoning_text","text":`...)
+		b = appendBytesString(b, text)
+		return append(b, '}')
+	case pSummaryText:
+		b = append(b, `{"type":"summary_text","text":`...)
+		b = appendBytesString(b, text)
+		return append(b, '}')
+	}
+	return append(b, p.raw...)
+}
+
+func appendParts(b []byte, ps []*part) []byte {
+	b = append(b, '[')
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendPart(b, p, false)
+	}
+	return append(b, ']')
+}
+
+// appendItem appends the item's JSON, rebuilt from state in a fixed field order (vLLM's stray
+// fields never survive, CONTRACT §6.5 quirk 7). !final renders the output_item.added form:
+// status in_progress and zero values (Open Responses: all non-nullable fields filled).
+func appendItem(b []byte, it *item, final bool) []byte {
+	status := "in_progress"
+	if final {
+		status = it.status
+	}
+	switch it.kind {
+	case kMessage:
+		b = append(b, `{"id":`...)
+		b = append(b, it.qid...)
+		b = append(b, `,"type":"message","status":"`...)
+		b = append(b, status...)
+		b = append(b, `","content":`...)
+		if final {
+			b = appendParts(b, it.parts)
+		} else {
+			b = append(b, "[]"...)
+		}
+		b = append(b, `,"role":`...)
+		role := it.role
+		if role == "" {
+			role = "assistant"
+		}
+		b = appendString(b, role)
+		return append(b, '}')
+	case kReasoning:
+		b = append(b, `{"id":`...)
+		b = append(b, it.qid...)
+		b = append(b, `,"type":"reasoning","status":"`...)
+		b = append(b, status...)
+		b = append(b, `","summary":`...)
+		if !final {
+			return append(b, "[]}"...)
+		}
+		b = appendParts(b, it.sums)
+		// Reasoning content and encrypted_content are optional but not nullable (CONTRACT §7.1):
+		// omit rather than send null.
+		if !it.contentNull && (len(it.parts) > 0 || it.contentSet) {
+			b = append(b, `,"content":`...)
+			b = appendParts(b, it.parts)
+		}
+		if it.enc != "" {
+			b = append(b, `,"encrypted_content":`...)
+			b = appendString(b, it.enc)
+		}
+		return append(b, '}')
+	case kFunctionCall:
+		b = append(b, `{"id":`...)
+		b = append(b, it.qid...)
+		b = append(b, `,"type":"function_call","status":"`...)
+		b = append(b, status...)
+		b = append(b, `","arguments":`...)
+		if final {
+			b = appendBytesString(b, it.args)
+		} else {
+			b = append(b, `""`...)
+		}
+		b = append(b, `,"call_id":`...)
+		b = appendString(b, it.call)
+		name, ns := it.clientName()
+		b = append(b, `,"name":`...)
+		b = appendString(b, name)
+		if ns != "" {
+			b = append(b, `,"namespace":`...)
+			b = appendString(b, ns)
+		}
+		return append(b, '}')
+	}
+	if final {
+		return rewriteOther(b, it.raw, it.qid, it.rawStatus)
+	}
+	return rewriteOther(b, it.raw, it.qid, "in_progress")
+}
+
+// rewriteOther appends an item of a type respgate does not rebuild, member order kept, with its id
+// replaced by the minted one and, when status != "", its status set (added at the end if absent:
+// Open Responses requires a status on every item, CONTRACT §7.1).
+func rewriteOther(b, raw, qid []byte, status string) []byte {
+	b = append(b, `{"id":`...)
+	b = append(b, qid...)
+	seen := false
+	o := newObjIter(raw, 0)
+	for k, v, more := o.next(); more; k, v, more = o.next() {
+		if string(k) == "id" {
+			continue
+		}
+		b = append(b, ',')
+		b = appendString(b, bstr(k))
+		b = append(b, ':')
+		if string(k) == "status" && status != "" {
+			b = appendString(b, status)
+			seen = true
+			continue
+		}
+		b = appendCompact(b, v)
+	}
+	if status != "" && !seen {
+		b = append(b, `,"status":`...)
+		b = appendString(b, status)
+	}
+	return append(b, '}')
+}
+
+// equalParts reports whether two part lists have the same kinds and texts.
+func equalParts(a, b []*part) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].kind != b[i].kind || !bytes.Equal(a[i].text, b[i].text) || !bytes.Equal(a[i].raw, b[i].raw) {
+			return false
+		}
+	}
+	return true
+}
+
+// prefixParts reports whether every streamed part is a prefix of the part at the same position
+// of an authoritative list: the check that a terminal item really is the item we were streaming.
+func prefixParts(live, final []*part) bool {
+	if len(live) > len(final) {
+		return false
+	}
+	for i, p := range live {
+		if p.kind != final[i].kind || !bytes.HasPrefix(final[i].text, p.text) {
+			return false
+		}
+	}
+	return true
+}
+
+func quote(s string) []byte { return appendString(nil, s) }
+
+func itoa(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 10) }

@@ -1,0 +1,812 @@
+package accumulator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// ev builds an upstream event from key/value pairs (values JSON-marshalled).
+func ev(typ string, kv ...any) wire.Event {
+	m := map[string]any{"type": typ}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return wire.Event{Type: typ, Data: b}
+}
+
+func rawEv(typ, data string) wire.Event { return wire.Event{Type: typ, Data: []byte(data)} }
+
+type obj = map[string]any
+
+func msgAdded(oi int, id string) wire.Event {
+	return ev(evItemAdded, "output_index", oi, "item", obj{"id": id, "type": "message", "role": "assistant", "content": []any{}, "status": "in_progress"})
+}
+
+func textPart(oi, ci int, id string) wire.Event {
+	return ev(evPartAdded, "output_index", oi, "content_index", ci, "item_id", id, "part", obj{"type": "output_text", "text": "", "annotations": []any{}})
+}
+
+func textDelta(oi, ci int, d string) wire.Event {
+	return ev(evTextDelta, "output_index", oi, "content_index", ci, "item_id", "up", "delta", d, "logprobs", []any{})
+}
+
+func reasonDelta(oi, ci int, d string) wire.Event {
+	return ev(evReasonDelta, "output_index", oi, "content_index", ci, "item_id", "up", "delta", d)
+}
+
+func itemDone(oi int, item obj) wire.Event { return ev(evItemDone, "output_index", oi, "item", item) }
+
+func completed(status string, output ...obj) wire.Event {
+	if output == nil {
+		output = []obj{}
+	}
+	return ev(evCompleted, "response", obj{"id": "resp_up", "status": status, "output": output,
+		"usage": obj{"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}})
+}
+
+// itemJSON returns the Result's item i as a generic map.
+func itemJSON(t *testing.T, res *Result, i int) map[string]any {
+	t.Helper()
+	if i >= len(res.Output) {
+		t.Fatalf("result has %d items, want > %d", len(res.Output), i)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(res.Output[i].JSON, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestReasoningTextAndSummaryKeepSeparateBuffers(t *testing.T) {
+	evs := []wire.Event{
+		ev(evItemAdded, "output_index", 0, "item", obj{"id": "r", "type": "reasoning", "summary": []any{}}),
+		ev(evSumDelta, "output_index", 0, "summary_index", 0, "item_id", "r", "delta", "sum-a "),
+		reasonDelta(0, 0, "raw-a "),
+		ev(evSumDelta, "output_index", 0, "summary_index", 0, "item_id", "r", "delta", "sum-b"),
+		reasonDelta(0, 0, "raw-b"),
+		itemDone(0, obj{"id": "r", "type": "reasoning"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	got := mustJSON(itemJSON(t, res, 0))
+	want := mustJSON(obj{"id": "rs_001", "type": "reasoning", "status": "completed",
+		"summary": []obj{{"type": "summary_text", "text": "sum-a sum-b"}},
+		"content": []obj{{"type": "reasoning_text", "text": "raw-a raw-b"}}})
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestDoneItemIsAuthoritativeByKeyPresence(t *testing.T) {
+	cases := []struct {
+		name  string
+		done  obj
+		want  string // JSON of the final item
+		extra []wire.Event
+	}{
+		{"omitted fields are filled from deltas", obj{"id": "x", "type": "reasoning"},
+			`{"content":[{"text":"streamed","type":"reasoning_text"}],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"stated content wins", obj{"id": "x", "type": "reasoning", "content": []obj{{"type": "reasoning_text", "text": "final"}}},
+			`{"content":[{"text":"final","type":"reasoning_text"}],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"an empty array wins", obj{"id": "x", "type": "reasoning", "content": []any{}},
+			`{"content":[],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"null wins and is omitted", obj{"id": "x", "type": "reasoning", "content": nil, "encrypted_content": nil},
+			`{"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"encrypted_content is kept when non-empty", obj{"id": "x", "type": "reasoning", "encrypted_content": "blob"},
+			`{"content":[{"text":"streamed","type":"reasoning_text"}],"encrypted_content":"blob","id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"status null is normalised", obj{"id": "x", "type": "reasoning", "status": nil},
+			`{"content":[{"text":"streamed","type":"reasoning_text"}],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"a malformed done item keeps the delta state", obj{"id": "x", "type": "reasoning", "content": "oops"},
+			`{"content":[{"text":"streamed","type":"reasoning_text"}],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"a done item of another type keeps the delta state", obj{"id": "x", "type": "message", "content": []any{}},
+			`{"content":[{"text":"streamed","type":"reasoning_text"}],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+		{"a malformed part in the done item keeps the delta state", obj{"id": "x", "type": "reasoning", "content": []any{obj{"type": "reasoning_text", "text": 5}}},
+			`{"content":[{"text":"streamed","type":"reasoning_text"}],"id":"rs_001","status":"completed","summary":[],"type":"reasoning"}`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			evs := []wire.Event{
+				ev(evItemAdded, "output_index", 0, "item", obj{"id": "x", "type": "reasoning", "summary": []any{}, "content": nil, "encrypted_content": nil}),
+				reasonDelta(0, 0, "stream"), reasonDelta(0, 0, "ed"),
+				itemDone(0, c.done),
+				completed("completed"),
+			}
+			_, res, _ := runChecked(t, evs, testOptions())
+			if got := mustJSON(itemJSON(t, res, 0)); got != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDoneItemFunctionCallAndMessageFields(t *testing.T) {
+	evs := []wire.Event{
+		ev(evItemAdded, "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "a", "arguments": "", "call_id": "c0"}),
+		ev(evArgsDelta, "output_index", 0, "item_id", "f", "delta", `{"x":`),
+		itemDone(0, obj{"type": "function_call", "name": "b", "call_id": "c1", "id": nil, "item_id": "f", "output_index": 0, "sequence_number": -1}),
+		msgAdded(1, "m"), textPart(1, 0, "m"), textDelta(1, 0, "hi"),
+		itemDone(1, obj{"id": "m", "type": "message", "role": "assistant", "summary": []any{}}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if got, want := string(res.Output[0].JSON), `{"id":"fc_001","type":"function_call","status":"completed","arguments":"{\"x\":","call_id":"call_002","name":"b"}`; got != want {
+		t.Errorf("function call:\ngot  %s\nwant %s", got, want)
+	}
+	if got, want := string(res.Output[1].JSON), `{"id":"msg_003","type":"message","status":"completed","content":[{"type":"output_text","text":"hi","annotations":[],"logprobs":[]}],"role":"assistant"}`; got != want {
+		t.Errorf("message:\ngot  %s\nwant %s", got, want)
+	}
+}
+
+func TestItemsAreRebuiltInFixedFieldOrder(t *testing.T) {
+	evs := []wire.Event{
+		itemDone(0, obj{"status": "completed", "role": "assistant", "type": "message", "summary": []any{}, "id": "a", "phase": "x",
+			"content": []obj{{"logprobs": nil, "text": "t", "type": "output_text", "annotations": []any{}}}}),
+		itemDone(1, obj{"encrypted_content": "e", "content": []obj{{"text": "r", "type": "reasoning_text"}}, "summary": []obj{{"text": "s", "type": "summary_text"}}, "type": "reasoning", "id": "b", "status": nil}),
+		itemDone(2, obj{"name": "n", "call_id": "c", "arguments": "{}", "type": "function_call", "status": nil, "id": "d", "item_id": "d", "output_index": 2, "sequence_number": -1}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	want := []string{
+		`{"id":"msg_001","type":"message","status":"completed","content":[{"type":"output_text","text":"t","annotations":[],"logprobs":[]}],"role":"assistant"}`,
+		`{"id":"rs_002","type":"reasoning","status":"completed","summary":[{"type":"summary_text","text":"s"}],"content":[{"type":"reasoning_text","text":"r"}],"encrypted_content":"e"}`,
+		`{"id":"fc_003","type":"function_call","status":"completed","arguments":"{}","call_id":"call_004","name":"n"}`,
+	}
+	for i, w := range want {
+		if got := string(res.Output[i].JSON); got != w {
+			t.Errorf("item %d:\ngot  %s\nwant %s", i, got, w)
+		}
+	}
+}
+
+func TestNoDuplicateItems(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "a"), // creates the item before its added
+		msgAdded(0, "m"),     // late added: same item
+		msgAdded(0, "m"),     // duplicate
+		textDelta(0, 0, "b"),
+		itemDone(0, obj{"id": "m", "type": "message"}),
+		itemDone(0, obj{"id": "m", "type": "message", "content": []any{}}), // duplicate done: ignored
+		textDelta(0, 0, "late"),                                            // after done: dropped
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 1 {
+		t.Fatalf("%d items, want 1", len(res.Output))
+	}
+	if got := mustJSON(itemJSON(t, res, 0)["content"]); got != `[{"annotations":[],"logprobs":[],"text":"ab","type":"output_text"}]` {
+		t.Errorf("content %s", got)
+	}
+	if res.Dropped != 4 {
+		t.Errorf("Dropped = %d, want 4", res.Dropped)
+	}
+}
+
+func TestCompletedItemWithoutAddedIsKept(t *testing.T) {
+	evs := []wire.Event{
+		itemDone(0, obj{"id": "msg_x", "type": "message", "role": "assistant", "status": "completed",
+			"content": []obj{{"type": "output_text", "text": "whole", "annotations": []any{}}}}),
+		completed("completed"),
+	}
+	_, res, info := runChecked(t, evs, testOptions())
+	if len(res.Output) != 1 || !strings.Contains(string(res.Output[0].JSON), `"text":"whole"`) {
+		t.Fatalf("output %s", mustJSON(res.Output))
+	}
+	// The client saw the item announced, its text delta'd, and closed.
+	var types []string
+	for _, e := range info.events {
+		types = append(types, e.Type)
+	}
+	want := []string{evCreated, evInProgress, evItemAdded, evPartAdded, evTextDelta, evTextDone, evPartDone, evItemDone, evCompleted}
+	if strings.Join(types, " ") != strings.Join(want, " ") {
+		t.Errorf("events %v\nwant   %v", types, want)
+	}
+}
+
+func TestItemsFollowUpstreamOutputIndexOrder(t *testing.T) {
+	evs := []wire.Event{
+		msgAdded(3, "c"), textDelta(3, 0, "first"),
+		msgAdded(7, "d"), textDelta(7, 5, "second"),
+		textDelta(3, 0, " more"),
+		itemDone(7, obj{"id": "d", "type": "message"}),
+		itemDone(3, obj{"id": "c", "type": "message"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 2 {
+		t.Fatalf("%d items", len(res.Output))
+	}
+	for i, want := range []string{"first more", "second"} {
+		if !strings.Contains(string(res.Output[i].JSON), fmt.Sprintf(`"text":%q`, want)) {
+			t.Errorf("item %d = %s, want text %q", i, res.Output[i].JSON, want)
+		}
+	}
+}
+
+func TestTerminalOutputReconciledByPosition(t *testing.T) {
+	reasoning := func(enc string, text string) obj {
+		return obj{"id": "rs_up", "type": "reasoning", "summary": []any{}, "content": []obj{{"type": "reasoning_text", "text": text}}, "encrypted_content": enc}
+	}
+	cases := []struct {
+		name, streamEnc, termText, termEnc, want string
+	}{
+		{"terminal encrypted_content wins when all else is equal", "one", "t", "two", "two"},
+		{"and fills an empty one", "", "t", "two", "two"},
+		{"not when the content differs", "one", "other", "two", "one"},
+		{"not when the terminal's is empty", "one", "t", "", "one"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			done := reasoning(c.streamEnc, "t")
+			if c.streamEnc == "" {
+				delete(done, "encrypted_content")
+			}
+			evs := []wire.Event{reasonDelta(0, 0, "t"), itemDone(0, done), completed("completed", reasoning(c.termEnc, c.termText))}
+			_, res, _ := runChecked(t, evs, testOptions())
+			got, _ := itemJSON(t, res, 0)["encrypted_content"].(string)
+			if got != c.want {
+				t.Errorf("encrypted_content %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestTerminalCompletesOpenItemsAndAddsMissingOnes(t *testing.T) {
+	evs := []wire.Event{
+		msgAdded(0, "m"), textPart(0, 0, "m"), textDelta(0, 0, "Hel"),
+		completed("completed",
+			obj{"id": "msg_f", "type": "message", "role": "assistant", "status": "completed", "content": []obj{{"type": "output_text", "text": "Hello", "annotations": []any{}}}},
+			obj{"id": "fc_f", "type": "function_call", "name": "f", "arguments": "{}", "call_id": "call_f", "status": nil}),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if res.Status != StatusCompleted || len(res.Output) != 2 {
+		t.Fatalf("status %s, output %s", res.Status, mustJSON(res.Output))
+	}
+	if got := string(res.Output[0].JSON); !strings.Contains(got, `"text":"Hello"`) || !strings.Contains(got, `"status":"completed"`) {
+		t.Errorf("open item not completed from the terminal: %s", got)
+	}
+	if got, want := string(res.Output[1].JSON), `{"id":"fc_002","type":"function_call","status":"completed","arguments":"{}","call_id":"call_003","name":"f"}`; got != want {
+		t.Errorf("extra item\ngot  %s\nwant %s", got, want)
+	}
+}
+
+func TestTerminalItemInconsistentWithStreamIsNotAdopted(t *testing.T) {
+	evs := []wire.Event{
+		msgAdded(0, "m"), textDelta(0, 0, "abc"),
+		completed("completed", obj{"id": "x", "type": "message", "content": []obj{{"type": "output_text", "text": "xyz"}}}),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if !strings.Contains(string(res.Output[0].JSON), `"text":"abc"`) {
+		t.Errorf("item %s, want the streamed text", res.Output[0].JSON)
+	}
+}
+
+// upstreamIDs are the ids vLLM used in the traces; none may reach the client.
+var upstreamIDs = regexpAll(`"(?:id|item_id|call_id)":"([^"]+)"`)
+
+func TestUpstreamIDsNeverReachTheClient(t *testing.T) {
+	for _, tf := range traces(t) {
+		t.Run(tf.name, func(t *testing.T) {
+			raw := readTrace(t, tf)
+			var ids []string
+			for _, e := range raw {
+				ids = append(ids, upstreamIDs(e.Data)...)
+			}
+			stream, res, _, _ := replay(raw, testOptions())
+			out, _ := json.Marshal(res)
+			for _, id := range ids {
+				if id == "resp_test" {
+					continue
+				}
+				needle := []byte(`"` + id + `"`)
+				if bytes.Contains(stream, needle) || bytes.Contains(out, needle) {
+					t.Errorf("upstream id %s reached the client", id)
+				}
+			}
+			for _, it := range res.Output {
+				if known(it.Type) && !strings.HasPrefix(it.ID, wire.PrefixForType(it.Type)) {
+					t.Errorf("item id %s for a %s", it.ID, it.Type)
+				}
+			}
+		})
+	}
+}
+
+func TestCallIDIsMintedOnceForStreamedDoneAndFinal(t *testing.T) {
+	evs := []wire.Event{
+		ev(evItemAdded, "output_index", 0, "item", obj{"id": "fc_s", "type": "function_call", "name": "f", "arguments": "", "call_id": "call_streamed"}),
+		ev(evArgsDelta, "output_index", 0, "item_id", "fc_s", "delta", "{}"),
+		itemDone(0, obj{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "fc_done", "item_id": "fc_s"}),
+		completed("completed", obj{"id": "fc_final", "type": "function_call", "name": "f", "arguments": "{}", "call_id": "call_final"}),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	if n := bytes.Count(stream, []byte(`"call_id":"call_002"`)); n != 3 { // added, done, terminal
+		t.Errorf("minted call_id appears %d times in the stream, want 3:\n%s", n, stream)
+	}
+	if got := itemJSON(t, res, 0)["call_id"]; got != "call_002" {
+		t.Errorf("result call_id %v", got)
+	}
+}
+
+func TestVLLMReasoningPartEventsBecomeContentPartEvents(t *testing.T) {
+	evs := []wire.Event{
+		ev(evVLLMPartAdded, "output_index", 0, "content_index", 4, "item_id", "msg_r", "part", obj{"type": "reasoning_text", "text": ""}),
+		reasonDelta(0, 4, "x"),
+		ev(evVLLMPartDone, "output_index", 0, "content_index", 4, "item_id", "msg_r", "part", obj{"type": "reasoning_text", "text": "x"}),
+		completed("completed"),
+	}
+	stream, _, _ := runChecked(t, evs, testOptions())
+	if bytes.Contains(stream, []byte("reasoning_part")) {
+		t.Errorf("vLLM-only event reached the client:\n%s", stream)
+	}
+	if !bytes.Contains(stream, []byte(`"type":"response.content_part.added","sequence_number":3,"item_id":"rs_001","output_index":0,"content_index":0,"part":{"type":"reasoning_text","text":""}`)) {
+		t.Errorf("no rewritten content_part.added:\n%s", stream)
+	}
+}
+
+func TestStatusesAndTerminalEvent(t *testing.T) {
+	cases := []struct {
+		name       string
+		terminal   wire.Event
+		wantEvent  string
+		wantStatus string
+		wantItem   string // status of the open item
+	}{
+		{"completed", completed("completed"), evCompleted, StatusCompleted, StatusCompleted},
+		{"vLLM's completed with status incomplete", ev(evCompleted, "response", obj{"status": "incomplete", "incomplete_details": obj{"reason": "max_output_tokens"}}), evIncomplete, StatusIncomplete, StatusIncomplete},
+		{"response.incomplete", ev(evIncomplete, "response", obj{"status": "incomplete"}), evIncomplete, StatusIncomplete, StatusIncomplete},
+		{"response.failed", ev(evFailed, "response", obj{"status": "failed", "error": obj{"code": "server_error", "message": "boom"}}), evFailed, StatusFailed, StatusIncomplete},
+		{"cancelled", ev(evCompleted, "response", obj{"status": "cancelled"}), evFailed, StatusFailed, StatusIncomplete},
+		{"a terminal without a status", rawEv(evCompleted, `{"type":"response.completed"}`), evCompleted, StatusCompleted, StatusCompleted},
+		{"an unfinished status", ev(evCompleted, "response", obj{"status": "in_progress"}), evFailed, StatusFailed, StatusIncomplete},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			evs := []wire.Event{msgAdded(0, "m"), textDelta(0, 0, "x"), c.terminal}
+			_, res, info := runChecked(t, evs, testOptions())
+			if info.terminal != c.wantEvent || res.Status != c.wantStatus {
+				t.Errorf("terminal %s status %s, want %s %s", info.terminal, res.Status, c.wantEvent, c.wantStatus)
+			}
+			if got := itemJSON(t, res, 0)["status"]; got != c.wantItem {
+				t.Errorf("open item status %v, want %s", got, c.wantItem)
+			}
+			if c.wantStatus == StatusIncomplete && string(res.IncompleteDetails) != `{"reason":"max_output_tokens"}` {
+				t.Errorf("incomplete_details %s", res.IncompleteDetails)
+			}
+			if (c.wantStatus == StatusFailed) != (res.Error != nil) {
+				t.Errorf("error %+v for status %s", res.Error, res.Status)
+			}
+		})
+	}
+}
+
+func TestStreamWithoutTerminalFails(t *testing.T) {
+	evs := []wire.Event{msgAdded(0, "m"), textDelta(0, 0, "part")}
+	for _, cause := range []error{nil, errors.New("connection reset")} {
+		a := New(testOptions())
+		out := a.Start(nil)
+		for _, e := range evs {
+			out, _ = a.Feed(out, e)
+		}
+		out, res := a.Close(out, cause)
+		out = a.Terminal(out, res)
+		info, err := validateStream(append(out, wire.DoneFrame...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != StatusFailed || res.Error == nil || res.Error.Code != "server_error" || info.terminal != evFailed {
+			t.Fatalf("cause %v: result %+v, terminal %s", cause, res, info.terminal)
+		}
+		if strings.Contains(res.Error.Message, "reset") {
+			t.Errorf("cause text leaked into the message: %q", res.Error.Message)
+		}
+		if got := itemJSON(t, res, 0); got["status"] != StatusIncomplete || !strings.Contains(mustJSON(got), `"text":"part"`) {
+			t.Errorf("partial item %v", got)
+		}
+	}
+}
+
+func TestCloseAfterTerminalWithCauseFails(t *testing.T) {
+	a := New(testOptions())
+	out, _ := a.Feed(nil, completed("completed"))
+	out, res := a.Close(out, errors.New("client went away"))
+	if res.Status != StatusFailed {
+		t.Errorf("status %s", res.Status)
+	}
+	_ = out
+}
+
+func TestErrorEventFailsTheStream(t *testing.T) {
+	for _, e := range []wire.Event{
+		rawEv(evError, `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`),
+		rawEv(evError, `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`),
+		rawEv(evError, `{"type":"error","code":429,"message":"slow down"}`),
+	} {
+		evs := []wire.Event{msgAdded(0, "m"), e, textDelta(0, 0, "after")}
+		stream, res, _, ferr := replay(evs, testOptions())
+		if !errors.Is(ferr, ErrUpstream) {
+			t.Fatalf("Feed error %v", ferr)
+		}
+		if _, err := validateStream(stream); err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != StatusFailed || res.Error == nil || res.Error.Code == "" || strings.ContainsRune(res.Error.Message, 0) {
+			t.Errorf("result %+v", res.Error)
+		}
+		if bytes.Contains(stream, []byte(`"text":"after"`)) {
+			t.Errorf("events after the error were used")
+		}
+	}
+}
+
+func TestUnknownAndVendorEventsAreDropped(t *testing.T) {
+	evs := []wire.Event{
+		ev("acme:thing", "x", 1), ev("keepalive"), ev("response.mcp_call.in_progress", "output_index", 0),
+		rawEv("", `{"type":"acme:typed-only"}`),
+		msgAdded(0, "m"), textDelta(0, 0, "x"), completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	if res.Dropped != 4 || bytes.Contains(stream, []byte("acme")) || bytes.Contains(stream, []byte("keepalive")) {
+		t.Errorf("Dropped %d\n%s", res.Dropped, stream)
+	}
+}
+
+func TestEventTypeFromJSONWhenTheSSEFieldIsMissing(t *testing.T) {
+	d := textDelta(0, 0, "x")
+	d.Type = ""
+	_, res, _ := runChecked(t, []wire.Event{d, completed("completed")}, testOptions())
+	if len(res.Output) != 1 {
+		t.Fatalf("output %s", mustJSON(res.Output))
+	}
+}
+
+func TestNoTopLevelErrorKeyAndLogprobs(t *testing.T) {
+	for _, tf := range traces(t) {
+		stream, _, _, _ := replay(readTrace(t, tf), testOptions())
+		evs, err := parseClientStream(stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if _, has := e.obj["error"]; has {
+				t.Errorf("%s: top-level error key in %s", tf.name, e.Type)
+			}
+			if (e.Type == evTextDelta || e.Type == evTextDone) && string(e.obj["logprobs"]) != "[]" {
+				t.Errorf("%s: %s without logprobs", tf.name, e.Type)
+			}
+			if bytes.Contains(e.Data, []byte(`"encrypted_content":null`)) || bytes.Contains(e.Data, []byte(`"content":null`)) {
+				t.Errorf("%s: null content/encrypted_content in %s", tf.name, e.Type)
+			}
+		}
+	}
+}
+
+func TestUsageMapping(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"input_tokens":10,"input_tokens_details":{"cached_tokens":3,"input_tokens_per_turn":[],"cached_tokens_per_turn":[]},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2,"tool_output_tokens":0,"output_tokens_per_turn":[],"tool_output_tokens_per_turn":[]},"total_tokens":15}`,
+			`{"input_tokens":10,"input_tokens_details":{"cached_tokens":3,"cache_write_tokens":0},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":15}`},
+		{`{"prompt_tokens":4,"completion_tokens":6}`,
+			`{"input_tokens":4,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":6,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":10}`},
+		{`{"input_tokens":-4,"output_tokens":2.0,"input_tokens_details":null,"total_tokens":"x"}`,
+			`{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}`},
+		{`null`, ``},
+	}
+	for _, c := range cases {
+		e := rawEv(evCompleted, `{"type":"response.completed","response":{"status":"completed","usage":`+c.in+`}}`)
+		_, res, _ := runChecked(t, []wire.Event{e}, testOptions())
+		if string(res.Usage) != c.want {
+			t.Errorf("usage %s\n got %s\nwant %s", c.in, res.Usage, c.want)
+		}
+	}
+	// No usage member at all: nil.
+	_, res, _ := runChecked(t, []wire.Event{rawEv(evCompleted, `{"type":"response.completed","response":{"status":"completed"}}`)}, testOptions())
+	if res.Usage != nil {
+		t.Errorf("usage %s, want nil", res.Usage)
+	}
+}
+
+func TestUntrustedIndices(t *testing.T) {
+	cases := []struct {
+		name string
+		evs  []wire.Event
+		want error // nil: the stream is fine
+	}{
+		{"negative output_index", []wire.Event{textDelta(-1, 0, "x")}, ErrIndex},
+		{"negative content_index", []wire.Event{textDelta(0, -3, "x")}, ErrIndex},
+		{"huge output_index", []wire.Event{rawEv(evTextDelta, `{"output_index":99999999999999999999999,"content_index":0,"delta":"x"}`)}, ErrIndex},
+		{"output_index past int32", []wire.Event{textDelta(1<<40, 0, "x")}, ErrIndex},
+		{"fractional index", []wire.Event{rawEv(evTextDelta, `{"output_index":1.5,"content_index":0,"delta":"x"}`)}, ErrMalformed},
+		{"string index", []wire.Event{rawEv(evTextDelta, `{"output_index":"0","content_index":0,"delta":"x"}`)}, ErrMalformed},
+		{"new item out of order", []wire.Event{textDelta(5, 0, "x"), textDelta(2, 0, "y")}, ErrIndex},
+		{"new part out of order", []wire.Event{textDelta(0, 5, "x"), textDelta(0, 2, "y")}, ErrIndex},
+		{"sparse indices are fine", []wire.Event{textDelta(0, 0, "x"), textDelta(1000, 1000, "y"), textDelta(maxIndex, 0, "z")}, nil},
+		{"no index and an unknown id", []wire.Event{rawEv(evTextDelta, `{"delta":"x"}`)}, ErrMalformed},
+		{"delta is not a string", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":5}`)}, ErrMalformed},
+		{"invalid JSON", []wire.Event{rawEv(evTextDelta, `{"output_index":0,`)}, ErrMalformed},
+		{"trailing garbage", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"delta":"x"} x`)}, ErrMalformed},
+		{"raw newline in a string", []wire.Event{rawEv(evTextDelta, "{\"output_index\":0,\"delta\":\"a\nb\"}")}, ErrMalformed},
+		{"deep nesting", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"delta":"x","junk":`+strings.Repeat("[", 100000)+strings.Repeat("]", 100000)+`}`)}, ErrMalformed},
+		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(evRefusalDelta, "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
+		{"a text delta for a function call", []wire.Event{ev(evArgsDelta, "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
+		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(evArgsDelta, "output_index", 0, "delta", "{")}, ErrMalformed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			evs := append(append([]wire.Event{}, c.evs...), completed("completed"))
+			stream, res, _, ferr := replay(evs, testOptions())
+			if _, err := validateStream(stream); err != nil {
+				t.Fatalf("invalid client stream: %v\n%s", err, stream)
+			}
+			if c.want == nil {
+				if ferr != nil || res.Status != StatusCompleted {
+					t.Fatalf("error %v status %s", ferr, res.Status)
+				}
+				return
+			}
+			if !errors.Is(ferr, c.want) {
+				t.Fatalf("error %v, want %v", ferr, c.want)
+			}
+			if res.Status != StatusFailed || res.Error == nil || res.Error.Code != "server_error" {
+				t.Errorf("result %+v", res)
+			}
+			if !strings.HasPrefix(ferr.Error(), "accumulator: ") {
+				t.Errorf("error %q lacks the package prefix", ferr)
+			}
+		})
+	}
+}
+
+func TestSparseIndexDoesNotAllocateSlots(t *testing.T) {
+	a := New(testOptions())
+	out, err := a.Feed(nil, textDelta(maxIndex, maxIndex, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.items) != 1 || len(a.items[0].parts) != 1 || len(out) > 4096 {
+		t.Fatalf("items %d", len(a.items))
+	}
+}
+
+func TestLimits(t *testing.T) {
+	small := func() Options {
+		o := testOptions()
+		o.MaxItems, o.MaxItemBytes, o.MaxTotalBytes = 3, 64, 100
+		return o
+	}
+	big := strings.Repeat("x", 40)
+	cases := []struct {
+		name string
+		evs  []wire.Event
+	}{
+		{"too many items", []wire.Event{textDelta(0, 0, "a"), textDelta(1, 0, "b"), textDelta(2, 0, "c"), textDelta(3, 0, "d")}},
+		{"too many parts", []wire.Event{textDelta(0, 0, "a"), textDelta(0, 1, "b"), textDelta(0, 2, "c"), textDelta(0, 3, "d")}},
+		{"text over the item limit", []wire.Event{textDelta(0, 0, big), textDelta(0, 0, big)}},
+		{"text over the response limit", []wire.Event{textDelta(0, 0, big), textDelta(1, 0, big), textDelta(2, 0, big)}},
+		{"too many parts over all items", []wire.Event{textDelta(0, 0, "a"), textDelta(0, 1, "b"), textDelta(1, 0, "c"), textDelta(1, 1, "d")}},
+		{"done items over the response limit", []wire.Event{
+			itemDone(0, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big}}}),
+			itemDone(1, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big}}}),
+			itemDone(2, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big}}})}},
+		{"text split across parts", []wire.Event{textDelta(0, 0, big), textDelta(0, 1, big)}},
+		{"arguments over the limit", []wire.Event{ev(evArgsDelta, "output_index", 0, "delta", big), ev(evArgsDelta, "output_index", 0, "delta", big)}},
+		{"a text done over the limit", []wire.Event{textDelta(0, 0, "a"), ev(evTextDone, "output_index", 0, "content_index", 0, "text", big+big)}},
+		{"a done item over the limit", []wire.Event{itemDone(0, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big + big}}})}},
+		{"a terminal with too many items", []wire.Event{completed("completed", obj{"type": "message"}, obj{"type": "message"}, obj{"type": "message"}, obj{"type": "message"})}},
+		{"a terminal item over the limit", []wire.Event{completed("completed", obj{"type": "message", "content": []obj{{"type": "output_text", "text": big + big}}})}},
+		{"annotations over the limit", []wire.Event{textDelta(0, 0, "a"), ev(evAnnotation, "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": big}), ev(evAnnotation, "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": big})}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			evs := append(append([]wire.Event{}, c.evs...), completed("completed"))
+			stream, res, a, ferr := replay(evs, small())
+			if !errors.Is(ferr, ErrLimit) {
+				t.Fatalf("error %v, want ErrLimit", ferr)
+			}
+			if _, err := validateStream(stream); err != nil {
+				t.Fatalf("invalid client stream: %v\n%s", err, stream)
+			}
+			if res.Status != StatusFailed || res.Error.Message != msgLimit {
+				t.Errorf("result %+v", res.Error)
+			}
+			for _, it := range a.items {
+				if it.size > 64 {
+					t.Errorf("item holds %d bytes past the limit", it.size)
+				}
+			}
+			if a.total > 100 || a.parts > 3 {
+				t.Errorf("the response holds %d bytes, %d parts past the limits", a.total, a.parts)
+			}
+		})
+	}
+}
+
+func TestUnknownItemTypePassesThroughWithItsIDReplaced(t *testing.T) {
+	evs := []wire.Event{
+		ev(evItemAdded, "output_index", 0, "item", obj{"type": "mcp_call", "id": "mcp_1", "name": "t", "arguments": "", "server_label": "s", "status": "in_progress"}),
+		ev("response.mcp_call_arguments.delta", "output_index", 0, "item_id", "mcp_1", "delta", "{}"),
+		rawEv(evItemDone, `{"type":"response.output_item.done","output_index":0,"item":{"type":"mcp_call","id":"mcp_1","name":"t",
+			"arguments":"{}","server_label":"s","status":"completed","output":null}}`),
+		ev(evItemAdded, "output_index", 1, "item", obj{"type": "code_interpreter_call", "id": "ci_1", "status": "in_progress", "code": ""}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if got, want := string(res.Output[0].JSON), `{"id":"item_001","type":"mcp_call","name":"t","arguments":"{}","server_label":"s","status":"completed","output":null}`; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	if got, want := string(res.Output[1].JSON), `{"id":"item_002","code":"","status":"completed","type":"code_interpreter_call"}`; got != want {
+		t.Errorf("cut unknown item\ngot  %s\nwant %s", got, want)
+	}
+}
+
+func TestFeedAfterTerminalIsIgnored(t *testing.T) {
+	a := New(testOptions())
+	out, _ := a.Feed(nil, msgAdded(0, "m"))
+	out, _ = a.Feed(out, completed("completed"))
+	if !a.Done() {
+		t.Fatal("not done after response.completed")
+	}
+	n := len(out)
+	out, err := a.Feed(out, textDelta(0, 0, "late"))
+	if err != nil || len(out) != n {
+		t.Fatalf("event after the terminal produced %q, %v", out[n:], err)
+	}
+}
+
+func TestCloseAndTerminalAreIdempotent(t *testing.T) {
+	a := New(testOptions())
+	out := a.Start(nil)
+	out = a.Start(out)
+	out, _ = a.Feed(out, textDelta(0, 0, "x"))
+	out, _ = a.Feed(out, completed("completed"))
+	out, r1 := a.Close(out, nil)
+	n := len(out)
+	out, r2 := a.Close(out, errors.New("again"))
+	out = a.Terminal(out, r1)
+	m := len(out)
+	out = a.Terminal(out, r1)
+	if r1 != r2 || len(out) != m || n == m {
+		t.Fatalf("Close/Terminal not idempotent")
+	}
+	if _, err := validateStream(append(out, wire.DoneFrame...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTerminalFollowsTheCallersStatus(t *testing.T) {
+	a := New(testOptions())
+	out, _ := a.Feed(nil, textDelta(0, 0, "x"))
+	out, _ = a.Feed(out, completed("completed"))
+	out, res := a.Close(out, nil)
+	res.Status, res.Error = StatusFailed, &ErrorObject{Code: "server_error", Message: "Storing the response failed."}
+	out = a.Terminal(out, res)
+	info, err := validateStream(append(out, wire.DoneFrame...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.terminal != evFailed || !bytes.Contains(out, []byte("Storing the response failed.")) {
+		t.Errorf("terminal %s", info.terminal)
+	}
+}
+
+func TestZeroValueAndTerminalWithoutClose(t *testing.T) {
+	var a Accumulator
+	out, err := a.Feed(nil, textDelta(0, 0, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = a.Terminal(out, nil) // closes first: no terminal upstream → failed
+	info, err := validateStream(append(out, wire.DoneFrame...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.terminal != evFailed {
+		t.Errorf("terminal %s", info.terminal)
+	}
+	if !strings.HasPrefix(str(fields(info.events[0].obj["response"])["id"]), "resp_") {
+		t.Errorf("no minted response id")
+	}
+}
+
+func TestCustomRender(t *testing.T) {
+	o := testOptions()
+	var statuses []string
+	o.Render = func(s *Snapshot) []byte {
+		statuses = append(statuses, s.Status)
+		return []byte("{\n  \"id\": \"" + s.ResponseID + "\",\n  \"status\": \"" + s.Status + "\",\n  \"output\": " + string(AppendOutput(nil, s.Output)) + ",\n  \"echo\": true}")
+	}
+	stream, _, _ := runChecked(t, []wire.Event{textDelta(0, 0, "x"), completed("completed")}, o)
+	if strings.Join(statuses, ",") != "in_progress,in_progress,completed" || !bytes.Contains(stream, []byte(`"echo":true`)) {
+		t.Errorf("statuses %v\n%s", statuses, stream)
+	}
+	o.Render = func(*Snapshot) []byte { return []byte("not json") }
+	runChecked(t, []wire.Event{completed("completed")}, o) // falls back to the default rendering
+}
+
+func TestAnnotationsAreRenumbered(t *testing.T) {
+	evs := []wire.Event{
+		msgAdded(0, "m"), textPart(0, 3, "m"), textDelta(0, 3, "see"),
+		ev(evAnnotation, "output_index", 0, "content_index", 3, "annotation_index", 9, "annotation", obj{"type": "url_citation", "url": "u", "title": "t", "start_index": 0, "end_index": 3}),
+		ev(evAnnotation, "output_index", 0, "content_index", 3, "annotation_index", 12, "annotation", obj{"type": "file_path", "file_id": "f", "index": 1}),
+		itemDone(0, obj{"type": "message", "id": "m"}),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	for _, w := range []string{`"content_index":0,"annotation_index":0`, `"content_index":0,"annotation_index":1`} {
+		if !bytes.Contains(stream, []byte(w)) {
+			t.Errorf("missing %s", w)
+		}
+	}
+	if got := mustJSON(itemJSON(t, res, 0)["content"]); !strings.Contains(got, `"annotations":[{"end_index":3,"start_index":0,"title":"t","type":"url_citation","url":"u"},{"file_id":"f","index":1,"type":"file_path"}]`) {
+		t.Errorf("content %s", got)
+	}
+}
+
+func TestMultilineUpstreamJSONStaysOnOneLine(t *testing.T) {
+	evs := []wire.Event{
+		rawEv(evItemAdded, "{\"type\":\"response.output_item.added\",\n\"output_index\":0,\"item\":{\"type\":\"web_search_call\",\n \"id\":\"w\", \"action\":{\n\"q\": \"a b\"}}}"),
+		rawEv(evItemDone, "{\"output_index\":0,\"item\":{\"type\":\"web_search_call\",\r\n \"id\":\"w\",\"status\":\"completed\"}}"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if got := string(res.Output[0].JSON); got != `{"id":"item_001","type":"web_search_call","status":"completed"}` {
+		t.Errorf("item %s", got)
+	}
+}
+
+func TestHugeLimitsDoNotOverflow(t *testing.T) {
+	a := New(Options{MaxItemBytes: 1 << 62})
+	if a.opts.MaxTotalBytes < a.opts.MaxItemBytes {
+		t.Fatalf("MaxTotalBytes %d", a.opts.MaxTotalBytes)
+	}
+	if _, err := a.Feed(nil, textDelta(0, 0, "x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A call of a namespaced tool (sent to vLLM as "<ns>__<name>") reaches the client in its own terms,
+// {"name","namespace"}, in every event and in the Result, streamed or not (Options.ToolNames).
+func TestNamespacedCallsAreNamedAsTheClientDeclaredThem(t *testing.T) {
+	opts := testOptions()
+	opts.ToolNames = map[string]ToolName{"agents__spawn": {Namespace: "agents", Name: "spawn"}}
+	evs := []wire.Event{
+		ev(evItemAdded, "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "agents__spawn", "arguments": "", "call_id": "c0"}),
+		ev(evArgsDelta, "output_index", 0, "item_id", "f", "delta", `{}`),
+		ev(evArgsDone, "output_index", 0, "item_id", "f", "arguments", `{}`, "name", "agents__spawn"),
+		itemDone(0, obj{"id": "f", "type": "function_call", "name": "agents__spawn", "call_id": "c0", "arguments": "{}"}),
+		ev(evItemAdded, "output_index", 1, "item", obj{"id": "g", "type": "function_call", "name": "plain", "arguments": "", "call_id": "c1"}),
+		itemDone(1, obj{"id": "g", "type": "function_call", "name": "plain", "call_id": "c1", "arguments": "{}"}),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, opts)
+	if got, want := string(res.Output[0].JSON), `{"id":"fc_001","type":"function_call","status":"completed","arguments":"{}","call_id":"call_002","name":"spawn","namespace":"agents"}`; got != want {
+		t.Errorf("namespaced call:\ngot  %s\nwant %s", got, want)
+	}
+	if got := string(res.Output[1].JSON); !strings.Contains(got, `"name":"plain"}`) {
+		t.Errorf("plain call: %s", got)
+	}
+	if bytes.Contains(stream, []byte("agents__")) {
+		t.Errorf("the flat name reached the client:\n%s", stream)
+	}
+
+	raw := `{"id":"r","status":"completed","output":[{"id":"f","type":"function_call","name":"agents__spawn","call_id":"c","arguments":"{}","status":"completed"}]}`
+	opts = testOptions()
+	opts.ToolNames = map[string]ToolName{"agents__spawn": {Namespace: "agents", Name: "spawn"}}
+	r, err := FromResponse(opts, []byte(raw))
+	if err != nil || !strings.Contains(string(r.Output[0].JSON), `"name":"spawn","namespace":"agents"}`) {
+		t.Fatalf("FromResponse: %v %s", err, r.Output[0].JSON)
+	}
+}

@@ -1,0 +1,49 @@
+package accumulator
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// TestNothingSecretIsPrinted plants a secret in text, reasoning and arguments and checks that no
+// fmt verb and no slog record of the package's types shows it, nor any error Feed returns.
+func TestNothingSecretIsPrinted(t *testing.T) {
+	const secret = "SECRET-7f3a"
+	evs := []wire.Event{
+		textDelta(0, 0, "the "+secret),
+		reasonDelta(1, 0, secret),
+		ev(evArgsDelta, "output_index", 2, "delta", `{"k":"`+secret+`"}`),
+		rawEv(evTextDelta, `{"output_index":3,"delta":"`+secret+`","content_index":-1}`), // an error
+	}
+	a := New(testOptions())
+	var out []byte
+	var ferr error
+	for _, e := range evs {
+		if out, ferr = a.Feed(out, e); ferr != nil {
+			break
+		}
+	}
+	_, res := a.Close(out, ferr)
+	s := a.snapshot(res.Status, res.Output)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	// wire.Item and wire.Event have no LogValue (slog would marshal their content): not logged here.
+	log.Info("turn", "result", res, "acc", a, "snapshot", &s, "err", ferr)
+	var printed strings.Builder
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
+		fmt.Fprintf(&printed, verb+" "+verb+" "+verb+" "+verb+"\n", res, a, &s, res.Output[0])
+	}
+	if ferr == nil || !strings.Contains(string(out), secret) {
+		t.Fatal("the test did not plant its secret")
+	}
+	for what, text := range map[string]string{"slog": logs.String(), "fmt": printed.String(), "error": ferr.Error()} {
+		if strings.Contains(text, secret) {
+			t.Errorf("%s shows the secret:\n%s", what, text)
+		}
+	}
+}
