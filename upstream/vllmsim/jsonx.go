@@ -1,0 +1,102 @@
+package vllmsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The simulator writes its JSON by hand: vLLM serialises pydantic models, so the key order is the
+// models' field order (alphabetical for openai-python's event types), output is compact, non-ASCII
+// stays raw and "<>&" are not escaped (pydantic's model_dump_json; starlette's JSONResponse uses
+// json.dumps(ensure_ascii=False, separators=(",", ":"))). encoding/json would reorder and escape.
+
+const hexDigits = "0123456789abcdef"
+
+// appendStr appends s as a JSON string the way pydantic does: only '"', '\\' and control characters
+// are escaped; invalid UTF-8 becomes U+FFFD.
+func appendStr(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, s[start:i]...)
+				b = append(b, `\ufffd`...)
+				i += size
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"':
+			b = append(b, `\"`...)
+		case '\\':
+			b = append(b, `\\`...)
+		case '\n':
+			b = append(b, `\n`...)
+		case '\r':
+			b = append(b, `\r`...)
+		case '\t':
+			b = append(b, `\t`...)
+		case '\b':
+			b = append(b, `\b`...)
+		case '\f':
+			b = append(b, `\f`...)
+		default:
+			b = append(b, `\u00`...)
+			b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendPyFloat appends f the way Python's repr prints a float: always with a fraction or an
+// exponent ("1.0", "0.7", "1e-05").
+func appendPyFloat(b []byte, f float64) []byte {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return append(b, "null"...)
+	}
+	abs := math.Abs(f)
+	if f == 0 || (abs >= 1e-4 && abs < 1e16) {
+		s := strconv.FormatFloat(f, 'f', -1, 64)
+		b = append(b, s...)
+		if !strings.ContainsAny(s, ".") {
+			b = append(b, ".0"...)
+		}
+		return b
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64) // 1e-05 in Python, 1e-05 here too
+	return append(b, s...)
+}
+
+// appendRaw appends raw JSON from the request, compacted; def when raw is absent.
+func appendRaw(b []byte, raw json.RawMessage, def string) []byte {
+	if len(raw) == 0 {
+		return append(b, def...)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return append(b, def...)
+	}
+	return append(b, buf.Bytes()...)
+}
+
+func appendBool(b []byte, v bool) []byte { return strconv.AppendBool(b, v) }
+
+func appendInt(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 10) }
