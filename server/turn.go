@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -22,12 +23,14 @@ import (
 
 // turn is one POST /v1/responses in flight.
 type turn struct {
-	req      *createRequest
-	rec      store.Response // the response record; Status etc. are final after the upstream ends
-	input    []wire.Item    // the new input items to store
-	body     []byte         // the vLLM-bound request
-	leased   bool           // ResponseBegin ran
-	convTurn bool           // the conversation's turn lease is held
+	req   *createRequest
+	rec   store.Response // the response record; Status etc. are final after the upstream ends
+	input []wire.Item    // the new input items to store
+	body  []byte         // the vLLM-bound request
+	// leased: ResponseBegin ran; convTurn: the conversation's turn lease is held. Atomic because
+	// the lease keeper reads them while the turn goes on.
+	leased   atomic.Bool
+	convTurn atomic.Bool
 	// toolNames maps the flat names of namespaced function tools back to the client's
 	// (rehydrate.Result.ToolNames), for the accumulator.
 	toolNames map[string]accumulator.ToolName
@@ -176,7 +179,7 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 		case err != nil:
 			return nil, err
 		}
-		t.convTurn = true
+		t.convTurn.Store(true)
 	}
 	return t, nil
 }
@@ -241,7 +244,7 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 		return nil
 	}
 	p := &store.ResponseCommitParams{Response: t.rec, Input: t.input, Output: r.Output}
-	if t.convTurn && (r.Status == store.StatusCompleted || r.Status == store.StatusIncomplete) {
+	if t.convTurn.Load() && (r.Status == store.StatusCompleted || r.Status == store.StatusIncomplete) {
 		p.ConversationID = t.req.ConversationID
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CommitTimeout)
@@ -289,10 +292,9 @@ func (s *Server) applyResult(t *turn, r *accumulator.Result) {
 }
 
 func (s *Server) releaseConversation(t *turn) {
-	if !t.convTurn {
+	if !t.convTurn.Swap(false) {
 		return
 	}
-	t.convTurn = false
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CommitTimeout)
 	defer cancel()
 	if err := s.store.ConversationTurnRelease(ctx, &store.ConversationTurnReleaseParams{
@@ -319,6 +321,10 @@ func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) err
 func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	ctx := c.Request().Context()
 	began := s.begin(ctx, t)
+	keeperDone := make(chan struct{})
+	defer close(keeperDone)
+	t.leased.Store(t.req.Store) // renewals before Begin lands fail harmlessly and are retried
+	go s.keepLeases(ctx, t, keeperDone)
 	uctx, span := s.tel.tracer.Start(ctx, "upstream.create")
 	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
 	defer cancel()
@@ -334,7 +340,7 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 		s.releaseConversation(t)
 		return err
 	}
-	t.leased = t.req.Store
+	t.leased.Store(t.req.Store)
 	if upErr != nil {
 		if ctx.Err() != nil {
 			_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
@@ -420,7 +426,7 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 		s.releaseConversation(t)
 		return err
 	}
-	t.leased = t.req.Store
+	t.leased.Store(t.req.Store)
 	if upErr != nil {
 		if reqCtx.Err() != nil {
 			_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
@@ -540,13 +546,45 @@ func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc
 					return
 				}
 			}
-			if t.leased && now.Sub(lastLease) >= s.cfg.LeaseTTL/3 {
+			if now.Sub(lastLease) >= s.cfg.LeaseTTL/3 {
 				lastLease = now
-				if err := s.store.ResponseLeaseExtend(ctx, &store.ResponseLeaseExtendParams{Tenant: t.rec.Tenant, ID: t.rec.ID,
-					LeaseOwner: s.owner, LeaseExpiresAt: now.Add(s.cfg.LeaseTTL)}); err != nil && ctx.Err() == nil {
-					s.log.Warn("extend lease", "response_id", t.rec.ID, "error", err)
-				}
+				s.renewLeases(ctx, t)
 			}
+		}
+	}
+}
+
+// keepLeases renews the turn's leases until done closes (non-streamed turns; streams renew from
+// watchStream). Without renewal a turn longer than LeaseTTL would be swept as dead, and a second
+// turn could start on its conversation.
+func (s *Server) keepLeases(ctx context.Context, t *turn, done <-chan struct{}) {
+	ticker := time.NewTicker(s.cfg.LeaseTTL / 3)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			s.renewLeases(ctx, t)
+		}
+	}
+}
+
+// renewLeases moves the response's lease and the conversation's turn lease forward.
+func (s *Server) renewLeases(ctx context.Context, t *turn) {
+	exp := time.Now().Add(s.cfg.LeaseTTL)
+	if t.leased.Load() {
+		if err := s.store.ResponseLeaseExtend(ctx, &store.ResponseLeaseExtendParams{Tenant: t.rec.Tenant, ID: t.rec.ID,
+			LeaseOwner: s.owner, LeaseExpiresAt: exp}); err != nil && ctx.Err() == nil {
+			s.log.Warn("extend response lease", "response_id", t.rec.ID, "error", err)
+		}
+	}
+	if t.convTurn.Load() {
+		if err := s.store.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: t.rec.Tenant,
+			ConversationID: t.req.ConversationID, ResponseID: t.rec.ID, ExpiresAt: exp}); err != nil && ctx.Err() == nil {
+			s.log.Warn("extend conversation turn lease", "response_id", t.rec.ID, "error", err)
 		}
 	}
 }
