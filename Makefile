@@ -10,7 +10,7 @@ TEST_FUZZTIME ?= 5s
 PKGS          := ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test unit fuzz fuzz-short integration bench lint vet golden sim
+.PHONY: help run build test unit fuzz fuzz-short integration bench bench-micro bench-compare lint vet golden sim
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_\/-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,8 +51,46 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 golden: ## rewrite golden files (review the diff!)
 	$(GO) test ./upstream/vllmsim/... ./accumulator/... ./rehydrate/... -update
 
-bench: ## microbenchmarks of the hot paths with allocation counts
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(GO_TEST_ARGS) ./accumulator/ ./rehydrate/ ./upstream/ ./store/...
+# Benchmarks. `bench` is the side-by-side report (respgate vs the simulator reached directly and
+# through a bare reverse proxy; bench/report.md and bench/report.json; under 10 minutes);
+# BENCH_ARGS passes flags to cmd/benchrun (e.g. -quick, -only chain,agent, -rounds 5).
+# `bench-micro` runs the testing.B benchmarks of the hot paths; `bench-compare` runs them for
+# BENCH_BASE and the working tree, interleaved, and compares them with benchstat.
+BENCH_ARGS  ?=
+BENCH_PKGS  ?= ./accumulator/ ./rehydrate/ ./upstream/ ./store/...
+BENCH       ?= .
+BENCH_BASE  ?= HEAD
+BENCH_COUNT ?= 6
+
+bench: build ## the benchmark report: added TTFB/gaps, CPU, allocations, RSS per stream, chains, capacity (bench/report.md)
+	$(GO) build -o bin/loadgen ./cmd/loadgen
+	$(GO) build -o bin/benchrun ./cmd/benchrun
+	./bin/benchrun -bin bin -out bench $(BENCH_ARGS)
+
+bench-micro: ## microbenchmarks of the hot paths with allocation counts (accumulator, rehydrate, upstream, store)
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 1 $(GO_TEST_ARGS) $(BENCH_PKGS)
+
+bench-compare: ## microbenchmarks of BENCH_BASE (default HEAD) vs the working tree, with benchstat
+	GO='$(GO)' BENCH_BASE='$(BENCH_BASE)' BENCH_COUNT='$(BENCH_COUNT)' BENCH='$(BENCH)' BENCH_PKGS='$(BENCH_PKGS)' sh bench/compare.sh
 
 lint: vet ## gofmt check and vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Real clients (integration/clients/README.md): npm packages pinned in package.json +
+# package-lock.json, installed with `npm ci` into integration/clients/node_modules (git-ignored)
+# when the lock file changes. CODEX=0 leaves out Codex CLI (a ~400 MB package); CI runs that.
+CODEX ?= 1
+CLIENTS := integration/clients
+COMPAT_TAGS := compat$(if $(filter 1,$(CODEX)), codex)
+NPM_CI := npm ci --no-audit --no-fund --loglevel=warn
+
+$(CLIENTS)/node_modules/.installed: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
+	cd $(CLIENTS) && $(NPM_CI)
+	@touch $@
+
+$(CLIENTS)/codex/node_modules/.installed: $(CLIENTS)/codex/package.json $(CLIENTS)/codex/package-lock.json
+	cd $(CLIENTS)/codex && $(NPM_CI)
+	@touch $@
+
+compat: $(CLIENTS)/node_modules/.installed $(if $(filter 1,$(CODEX)),$(CLIENTS)/codex/node_modules/.installed) ## real clients (openai-node 6/7, Agents SDK, AI SDK, openai-go, Codex CLI unless CODEX=0) against respgate + the simulator, checked against Open Responses
+	COMPAT_REPORT=$(CURDIR)/bin/compat-table.md $(GO) test -count=1 -timeout 10m -tags '$(COMPAT_TAGS)' -v ./$(CLIENTS)/

@@ -52,7 +52,11 @@ type Result struct {
 	// "tool_choice") that were not forwarded because vLLM serves only function tools. The server
 	// decides whether that is acceptable.
 	DroppedTools []string
-	Stats        Stats
+	// ToolNames maps the flat name of every function tool declared inside a namespace tool, as it
+	// was sent to vLLM ("<namespace>__<name>", NamespaceSeparator), to the client's namespace and
+	// name, so function calls can be answered in the client's terms. Nil without namespace tools.
+	ToolNames map[string]ToolName
+	Stats     Stats
 }
 
 // Build turns stored history plus a new request into the vLLM-bound request body (DESIGN §5,
@@ -69,7 +73,8 @@ type Result struct {
 // sent, then through Lookup. A function_call_output needs its function_call earlier.
 //
 // Top-level members sent: model, instructions (the current request's only), stream (the client's,
-// default false), store:false, tools (function tools only), tool_choice (not a hosted-tool one),
+// default false), store:false, tools (function tools, and the function tools of namespace tools
+// under flat names; see Result.ToolNames), tool_choice (not a hosted-tool one),
 // reasoning (effort only), include (values vLLM accepts, minus reasoning.encrypted_content: respgate
 // never sends encrypted reasoning back, so there is nothing to ask vLLM for), parallel_tool_calls,
 // max_output_tokens, max_tool_calls, text, truncation, temperature, top_p, top_logprobs, metadata,
@@ -432,42 +437,14 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	key("store")
 	bd.buf = append(bd.buf, "false"...)
 
-	// tools: function tools only, verbatim.
+	// tools: function tools verbatim, namespace tools flattened (tools.go), the rest dropped.
 	raw, sp, err = value(req, "tools")
 	if err != nil {
 		return err
 	}
 	if sp.e != 0 {
-		if sp.kind(raw) != '[' {
-			return wire.Invalid("tools", CodeInvalidType, "Invalid type for 'tools': expected an array.")
-		}
-		kept := 0
-		it := newArrIter(raw, sp)
-		for k := 0; ; k++ {
-			ts, ok := it.next()
-			if !ok {
-				break
-			}
-			typ, isObj := toolType(raw, ts)
-			if !isObj {
-				return wire.Invalid(fmt.Sprintf("tools[%d]", k), CodeInvalidType,
-					"Invalid type for 'tools[%d]': expected an object.", k)
-			}
-			if typ != "function" {
-				res.dropTool(typ)
-				continue
-			}
-			if kept == 0 {
-				key("tools")
-				bd.buf = append(bd.buf, '[')
-			} else {
-				bd.buf = append(bd.buf, ',')
-			}
-			kept++
-			bd.buf = appendValue(bd.buf, raw, ts)
-		}
-		if kept > 0 {
-			bd.buf = append(bd.buf, ']')
+		if err := bd.tools(raw, sp, res, key); err != nil {
+			return err
 		}
 	}
 
@@ -479,6 +456,7 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	if sp.e != 0 {
 		typ, isObj := toolType(raw, sp)
 		switch {
+		case isObj && typ == "function" && bd.toolChoiceFunction(raw, sp, key):
 		case sp.isStr(raw), isObj && (typ == "function" || typ == "allowed_tools"):
 			key("tool_choice")
 			bd.buf = appendValue(bd.buf, raw, sp)

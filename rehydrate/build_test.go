@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -61,9 +62,15 @@ func TestProjectionIsTheExactAllowlistPerType(t *testing.T) {
 		},
 		{
 			name: "function_call",
-			item: `{"id":"fc_1","type":"function_call","status":"in_progress","call_id":"call_1","name":"get","namespace":"ns",
+			item: `{"id":"fc_1","type":"function_call","status":"in_progress","call_id":"call_1","name":"get",
 				"arguments":"{\"a\":1}","x":1}`,
 			want: `{"type":"function_call","call_id":"call_1","name":"get","arguments":"{\"a\":1}"}`,
+		},
+		{
+			name: "function_call of a namespaced tool: the flat name its tool was sent under",
+			item: `{"id":"fc_1","type":"function_call","status":"in_progress","call_id":"call_1","name":"get","namespace":"ns",
+				"arguments":"{\"a\":1}","x":1}`,
+			want: `{"type":"function_call","call_id":"call_1","name":"ns__get","arguments":"{\"a\":1}"}`,
 		},
 		{
 			name: "function_call_output string",
@@ -545,7 +552,7 @@ func TestRequestMembersAreFiltered(t *testing.T) {
 	got := members(t, res.Body)
 	want := map[string]string{
 		"model": `"gpt-x"`, "instructions": `"be terse"`, "stream": `true`, "store": `false`,
-		"tools":       `[{"type":"function","name":"a","parameters":{"type":"object"},"strict":true},{"type":"function","name":"d","description":"x"}]`,
+		"tools":       `[{"type":"function","name":"a","parameters":{"type":"object"},"strict":true},{"type":"function","name":"ns__b"},{"type":"function","name":"d","description":"x"}]`,
 		"tool_choice": `"auto"`, "parallel_tool_calls": `false`, "max_output_tokens": `100`, "max_tool_calls": `3`,
 		"reasoning":  `{"effort":"high"}`,
 		"text":       `{"format":{"type":"json_schema","name":"n","schema":{"type":"object"}},"verbosity":"low"}`,
@@ -566,8 +573,11 @@ func TestRequestMembersAreFiltered(t *testing.T) {
 			t.Errorf("unexpected member %s = %s", k, got[k])
 		}
 	}
-	if !slices.Equal(res.DroppedTools, []string{"web_search", "namespace", "custom"}) {
+	if !slices.Equal(res.DroppedTools, []string{"web_search", "custom"}) {
 		t.Errorf("DroppedTools = %v", res.DroppedTools)
+	}
+	if want := map[string]ToolName{"ns__b": {Namespace: "ns", Name: "b"}}; !maps.Equal(res.ToolNames, want) {
+		t.Errorf("ToolNames = %v, want %v", res.ToolNames, want)
 	}
 
 	// Defaults and dropped forms.

@@ -41,15 +41,28 @@ func TestRealClientCaptures(t *testing.T) {
 		if string(m["stream"]) != "true" || string(m["store"]) != "false" || string(m["model"]) != `"fake-model"` {
 			t.Errorf("stream %s store %s model %s", m["stream"], m["store"], m["model"])
 		}
-		if !slices.Equal(res.DroppedTools, []string{"namespace", "web_search"}) {
+		if !slices.Equal(res.DroppedTools, []string{"web_search"}) {
 			t.Errorf("DroppedTools = %v", res.DroppedTools)
 		}
 		var tools []struct{ Type, Name string }
 		if err := json.Unmarshal(m["tools"], &tools); err != nil {
 			t.Fatal(err)
 		}
-		if len(tools) != 7 {
-			t.Errorf("%d function tools forwarded, want 7", len(tools))
+		// 7 top-level function tools and the 5 function tools of the multi_agent_v1 namespace,
+		// flattened the way vLLM flattens them.
+		if len(tools) != 12 {
+			t.Errorf("%d function tools forwarded, want 12", len(tools))
+		}
+		for _, tl := range tools {
+			if tl.Type != "function" {
+				t.Errorf("tool %s of type %s forwarded", tl.Name, tl.Type)
+			}
+			if tn, ok := res.ToolNames[tl.Name]; ok && (tn.Namespace != "multi_agent_v1" || "multi_agent_v1__"+tn.Name != tl.Name) {
+				t.Errorf("ToolNames[%s] = %+v", tl.Name, tn)
+			}
+		}
+		if len(res.ToolNames) != 5 || res.ToolNames["multi_agent_v1__close_agent"] != (ToolName{Namespace: "multi_agent_v1", Name: "close_agent"}) {
+			t.Errorf("ToolNames = %v", res.ToolNames)
 		}
 		got := upstreamInput(t, res.Body)
 		if len(got) != 4 || !strings.HasPrefix(got[0], `{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are a coding agent`) {

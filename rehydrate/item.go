@@ -49,7 +49,7 @@ type view struct {
 	b                                        []byte
 	typ, id, role, content, status           span
 	callID, name, arguments, output, summary span
-	encrypted                                span
+	encrypted, namespace                     span
 	contentParts, outputParts                []part // when content / output is an array
 	kind                                     kind
 }
@@ -142,6 +142,8 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 			v.summary = m.val
 		case "encrypted_content":
 			v.encrypted = m.val
+		case "namespace":
+			v.namespace = m.val
 		}
 	}
 	if skipWS(b, i) != len(b) {

@@ -29,8 +29,10 @@ import (
 //     text. summary is always empty (Addendum: some vLLM versions read summary[0] first when it is
 //     present). id is required by ResponseReasoningItemParam. encrypted_content and status never
 //     cross.
-//   - function_call: {"type":"function_call","call_id","name","arguments"}. A namespace member is
-//     dropped (namespace tools are not forwarded either; see Params).
+//   - function_call: {"type":"function_call","call_id","name","arguments"}. A call of a tool
+//     declared in a namespace tool ({"namespace":"ns","name":"n"}) is sent as name "ns__n": the
+//     flat name its tool was sent under (tools.go), exactly as vLLM flattens it itself
+//     (utils._construct_message_from_response_item, tool_parsers/utils.flat_namespace_tool_name).
 //   - function_call_output: {"type":"function_call_output","call_id","output"}; an output array of
 //     text parts only is sent as their concatenated string (harmony takes only a string), other
 //     arrays as projected parts.
@@ -347,7 +349,18 @@ func (bd *builder) functionCall(v *view, w where) (itemStats, error) {
 	bd.buf = append(bd.buf, `{"type":"function_call","call_id":`...)
 	bd.buf = appendStr(bd.buf, b, v.callID)
 	bd.buf = append(bd.buf, `,"name":`...)
-	bd.buf = appendStr(bd.buf, b, v.name)
+	switch k := v.namespace.kind(b); {
+	case k == 0 || k == 'n' || k == '"' && v.namespace.emptyStr():
+		bd.buf = appendStr(bd.buf, b, v.name)
+	case k == '"':
+		bd.buf = append(bd.buf, '"')
+		bd.buf = appendStrInner(bd.buf, b, v.namespace)
+		bd.buf = append(bd.buf, NamespaceSeparator...)
+		bd.buf = appendStrInner(bd.buf, b, v.name)
+		bd.buf = append(bd.buf, '"')
+	default:
+		return itemStats{}, w.invalidType(".namespace", "a string")
+	}
 	bd.buf = append(bd.buf, `,"arguments":`...)
 	bd.buf = appendStr(bd.buf, b, v.arguments)
 	bd.buf = append(bd.buf, '}')

@@ -199,6 +199,7 @@ func decodeCreate(body []byte) (*createRequest, error) {
 		return nil, err
 	}
 	e.Text = withMembers(e.Text, "format", json.RawMessage(`{"type":"text"}`))
+	e.Text = withJSONSchemaDefaults(e.Text)
 	if e.Tools, err = validTools(raw["tools"]); err != nil {
 		return nil, err
 	}
@@ -383,6 +384,25 @@ func withMembers(obj json.RawMessage, kv ...any) json.RawMessage {
 		}
 	}
 	return append(out, '}')
+}
+
+// withJSONSchemaDefaults completes a json_schema text format in the echo with OpenAI's defaults
+// for what the client left out (description null, strict false), which the Open Responses
+// JsonSchemaResponseFormat requires as keys.
+func withJSONSchemaDefaults(text json.RawMessage) json.RawMessage {
+	var t map[string]json.RawMessage
+	var f struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(text, &t) != nil || json.Unmarshal(t["format"], &f) != nil || f.Type != "json_schema" {
+		return text
+	}
+	t["format"] = withMembers(t["format"], "description", jsonNull, "strict", json.RawMessage("false"))
+	b, err := json.Marshal(t)
+	if err != nil {
+		return text
+	}
+	return b
 }
 
 func validReasoning(v json.RawMessage) (json.RawMessage, error) {

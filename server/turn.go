@@ -149,7 +149,7 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	if len(res.DroppedTools) > 0 {
 		if s.cfg.ToolPolicy == ToolPolicyReject {
 			return nil, wire.Invalid("tools", "unsupported_tool_type",
-				"Tool type '%s' cannot be served by the upstream model; only function tools are supported.", res.DroppedTools[0])
+				"Tool type '%s' cannot be served by the upstream model; only function tools (and namespace tools of function tools) are supported.", res.DroppedTools[0])
 		}
 		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(res.DroppedTools, ","))
 	}

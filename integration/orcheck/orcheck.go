@@ -31,6 +31,9 @@ var Overlays = []string{
 	// The compliance suite's zod schema (src/generated/kubb/zod) requires logprobs on output_text
 	// parts; the OpenAPI document lists it as optional. The stricter form is checked.
 	"OutputTextContent.required += logprobs",
+	// The specification's text: every item MUST have id, type and status (its Items section); the
+	// OpenAPI document's ReasoningBody lists status neither as required nor as a property.
+	"ReasoningBody.required += status (in_progress, completed or incomplete)",
 	// respgate streams reasoning text as response.reasoning_text.delta/.done, the names the
 	// OpenAI SDKs require (their helpers throw on any other event type) and that the compliance
 	// suite's zod union uses; the 2026-04-24 OpenAPI document names them response.reasoning.delta
@@ -67,7 +70,7 @@ func Load(path string) (*Schema, error) {
 		return nil, fmt.Errorf("orcheck: decode %s: %w", path, err)
 	}
 	s := &Schema{defs: doc.Components.Schemas}
-	for _, name := range []string{"ResponseResource", "OutputTextContent", "ResponseReasoningDeltaStreamingEvent", "ItemField", "Tool"} {
+	for _, name := range []string{"ResponseResource", "OutputTextContent", "ReasoningBody", "MessageStatus", "ResponseReasoningDeltaStreamingEvent", "ResponseReasoningDoneStreamingEvent", "ItemField", "Tool"} {
 		if s.defs[name] == nil {
 			return nil, fmt.Errorf("orcheck: %s has no schema %s", path, name)
 		}
@@ -79,6 +82,10 @@ func Load(path string) (*Schema, error) {
 func (s *Schema) applyOverlays() {
 	otc := s.defs["OutputTextContent"]
 	otc["required"] = append(otc["required"].([]any), "logprobs")
+
+	rb := s.defs["ReasoningBody"]
+	rb["required"] = append(rb["required"].([]any), "status")
+	rb["properties"].(map[string]any)["status"] = map[string]any{"$ref": "#/components/schemas/MessageStatus"}
 
 	for _, ev := range []string{"ResponseReasoningDeltaStreamingEvent", "ResponseReasoningDoneStreamingEvent"} {
 		typ := s.defs[ev]["properties"].(map[string]any)["type"].(map[string]any)

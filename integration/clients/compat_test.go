@@ -1,0 +1,420 @@
+//go:build compat
+
+package clients
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/conversations"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/respgate/respgate/integration/orcheck"
+)
+
+// model is the simulator's gpt-oss (harmony) model: vLLM's dialect with every quirk on.
+const model = "openai/gpt-oss-sim"
+
+// row is one line of the compatibility table, as the scripts print it ("COMPAT {json}").
+type row struct {
+	Client       string `json:"client"`
+	Mode         string `json:"mode"`
+	Tools        string `json:"tools"`
+	Continuation string `json:"continuation"`
+	Scenario     string `json:"scenario"`
+	Result       string `json:"result"`
+}
+
+var (
+	table   []row
+	tableMu sync.Mutex
+)
+
+func record(r row) {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	table = append(table, r)
+}
+
+// TestMain runs the clients, then prints the compatibility table (and writes it to
+// $COMPAT_REPORT when set).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	killChildren()
+	var b strings.Builder
+	b.WriteString("| client | version | stream / non-stream | tools | continuation | scenario | result |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range table {
+		name, ver, _ := strings.Cut(r.Client, " ")
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", name, ver, r.Mode, r.Tools, r.Continuation, r.Scenario, r.Result)
+	}
+	fmt.Print("\nCompatibility (respgate + vLLM simulator, harmony dialect, quirks on):\n\n" + b.String())
+	if p := os.Getenv("COMPAT_REPORT"); p != "" {
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		_ = os.WriteFile(p, []byte(b.String()), 0o644)
+	}
+	os.Exit(code)
+}
+
+// gateway is respgate (the real binary, its built-in simulator as the model, SQLite) behind a
+// checking proxy: every response object and streamed event a client receives is checked
+// against the Open Responses schema and streaming rules (orcheck), and the headers and
+// violations are recorded per client.
+type gateway struct {
+	url    string // the proxy's OpenAI base URL, ending in /v1
+	schema *orcheck.Schema
+	logs   *bytes.Buffer
+
+	mu         sync.Mutex
+	violations []string
+	dropped    []string // X-Respgate-Dropped-Tools values seen
+	exchanges  int
+}
+
+func (g *gateway) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.violations, g.dropped, g.exchanges = nil, nil, 0
+}
+
+func (g *gateway) results() (violations, dropped []string, exchanges int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.violations...), append([]string(nil), g.dropped...), g.exchanges
+}
+
+var (
+	startOnce sync.Once
+	shared    *gateway
+	startErr  error
+)
+
+// start builds and starts respgate once for the whole run.
+func start(t *testing.T) *gateway {
+	t.Helper()
+	startOnce.Do(func() { shared, startErr = startGateway() })
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+	shared.reset()
+	return shared
+}
+
+func startGateway() (*gateway, error) {
+	schema, err := orcheck.Load("../testdata/openresponses-openapi-2026-04-24.json")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "respgate-compat-")
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "respgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/respgate")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--listen", addr, "--database-url", "sqlite:"+filepath.Join(dir, "respgate.db"), "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=") // the built-in simulator
+	g := &gateway{schema: schema, logs: &bytes.Buffer{}}
+	cmd.Stderr = &syncWriter{w: g.logs, mu: &g.mu}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = cmd.Wait() }()
+	killAtExit(cmd) // TestMain stops it after the run
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get(base + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("respgate did not become ready:\n%s", g.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The proxy reads each request whole before forwarding it, so the upstream exchange never
+	// depends on the client's connection (httputil.ReverseProxy shares the request body and
+	// context with the client, and broke streams here now and then), and relays the response
+	// one read at a time, flushing each, through the checker.
+	transport := &http.Transport{MaxIdleConnsPerHost: 16}
+	proxy := http.HandlerFunc(func(w http.ResponseWriter, in *http.Request) {
+		body, err := io.ReadAll(in.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out, err := http.NewRequestWithContext(context.WithoutCancel(in.Context()), in.Method, base+in.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = in.Header.Clone()
+		out.ContentLength = int64(len(body))
+		res, err := transport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer res.Body.Close()
+		what := in.Method + " " + in.URL.Path
+		g.mu.Lock()
+		g.exchanges++
+		if d := res.Header.Get("X-Respgate-Dropped-Tools"); d != "" {
+			g.dropped = append(g.dropped, d)
+		}
+		g.mu.Unlock()
+		g.schema.Wrap(res, what, func(what string, err error) {
+			if err != nil {
+				g.mu.Lock()
+				g.violations = append(g.violations, what+": "+err.Error())
+				g.mu.Unlock()
+			}
+		})
+		for k, v := range res.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(res.StatusCode)
+		rc := http.NewResponseController(w)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := res.Body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return
+				}
+				_ = rc.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	srv := httptest.NewServer(proxy)
+	g.url = srv.URL + "/v1"
+	return g, nil
+}
+
+type syncWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+var (
+	children   []*exec.Cmd
+	childrenMu sync.Mutex
+)
+
+func killAtExit(cmd *exec.Cmd) {
+	childrenMu.Lock()
+	defer childrenMu.Unlock()
+	children = append(children, cmd)
+}
+
+func killChildren() {
+	childrenMu.Lock()
+	defer childrenMu.Unlock()
+	for _, c := range children {
+		if c.Process != nil {
+			_ = c.Process.Kill()
+		}
+	}
+}
+
+// runNode runs one compat script and checks its exit code, its table rows and the checker's
+// verdict on everything respgate sent it.
+func runNode(t *testing.T, wantRows int, script string, args ...string) {
+	t.Helper()
+	g := start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+g.url, "OPENAI_API_KEY=compat-key", "RESPGATE_MODEL="+model)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	rows := parseRows(t, stdout.String())
+	violations, _, exchanges := g.results()
+	if err != nil {
+		t.Errorf("node %s %s: %v\nstdout:\n%s\nstderr:\n%s\nrespgate log:\n%s", script, strings.Join(args, " "), err, stdout.String(), stderr.String(), tail(g))
+	}
+	if len(rows) != wantRows {
+		t.Errorf("%d scenarios passed, want %d:\n%s", len(rows), wantRows, stdout.String())
+	}
+	checkConformance(t, violations, exchanges)
+	for _, r := range rows {
+		if len(violations) > 0 {
+			r.Result = "fail (Open Responses schema)"
+		}
+		record(r)
+	}
+}
+
+func checkConformance(t *testing.T, violations []string, exchanges int) {
+	t.Helper()
+	if exchanges == 0 {
+		t.Errorf("no request reached respgate")
+	}
+	for _, v := range violations {
+		t.Errorf("Open Responses: %s", v)
+	}
+}
+
+func parseRows(t *testing.T, out string) []row {
+	var rows []row
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "COMPAT ")
+		if !ok {
+			continue
+		}
+		var r row
+		if err := json.Unmarshal([]byte(rest), &r); err != nil {
+			t.Errorf("bad COMPAT line %q: %v", rest, err)
+			continue
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func tail(g *gateway) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.logs.String()
+	if len(s) > 4000 {
+		s = "…" + s[len(s)-4000:]
+	}
+	return s
+}
+
+func TestOpenAINode7(t *testing.T) { runNode(t, 6, "openai-node.mjs", "openai") }
+
+func TestOpenAINode6(t *testing.T) { runNode(t, 6, "openai-node.mjs", "openai-v6") }
+
+func TestAgentsSDK(t *testing.T) { runNode(t, 4, "agents.mjs") }
+
+func TestVercelAISDK(t *testing.T) { runNode(t, 2, "aisdk.mjs") }
+
+// TestOpenAIGo drives openai-go (the Go SDK respgate's end-to-end tests use everywhere) through
+// the same checking proxy, so the table has its row: streaming with a tool and
+// previous_response_id, GetStreaming (a GET with a JSON body {"stream":true}), and a conversation.
+func TestOpenAIGo(t *testing.T) {
+	g := start(t)
+	defer func() {
+		violations, _, exchanges := g.results()
+		checkConformance(t, violations, exchanges)
+	}()
+	ver := "v3"
+	if b, err := os.ReadFile("../../go.mod"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/openai/openai-go/v3" {
+				ver = f[1]
+			}
+		}
+	}
+	c := openai.NewClient(option.WithBaseURL(g.url), option.WithAPIKey("compat-key"), option.WithMaxRetries(0))
+	ctx := t.Context()
+	tool := `[{"type":"function","name":"get_weather","description":"weather","strict":true,"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}}]`
+	p := func(s string) responses.ResponseNewParams {
+		return param.Override[responses.ResponseNewParams](json.RawMessage(s))
+	}
+	stream := func(body string) *responses.Response {
+		t.Helper()
+		s := c.Responses.NewStreaming(ctx, p(body))
+		defer s.Close()
+		var final *responses.Response
+		for s.Next() {
+			if ev := s.Current(); ev.Type == "response.completed" {
+				r := ev.Response
+				final = &r
+			}
+		}
+		if err := s.Err(); err != nil || final == nil {
+			t.Fatalf("stream: %v (final %v)", err, final != nil)
+		}
+		return final
+	}
+	first := stream(`{"model":"` + model + `","input":"call get_weather for Bern","tools":` + tool + `,"stream":true}`)
+	var callID string
+	for _, it := range first.Output {
+		if it.Type == "function_call" {
+			callID = it.CallID
+		}
+	}
+	if callID == "" {
+		t.Fatalf("no function call: %s", first.RawJSON())
+	}
+	second := stream(fmt.Sprintf(`{"model":%q,"previous_response_id":%q,"tools":%s,"stream":true,"input":[{"type":"function_call_output","call_id":%q,"output":"fog"}]}`,
+		model, first.ID, tool, callID))
+	if !strings.Contains(second.OutputText(), "Tool said: fog") {
+		t.Fatalf("answer: %s", second.OutputText())
+	}
+	record(row{Client: "openai-go " + ver, Mode: "stream", Tools: "function", Continuation: "previous_response_id", Scenario: "NewStreaming, tool call, output, answer", Result: "pass"})
+
+	s := c.Responses.GetStreaming(ctx, second.ID, responses.ResponseGetParams{})
+	n, done := 0, false
+	for s.Next() {
+		n++
+		done = done || s.Current().Type == "response.completed"
+	}
+	if err := s.Err(); err != nil || !done {
+		t.Fatalf("GetStreaming: %v after %d events", err, n)
+	}
+	s.Close()
+	record(row{Client: "openai-go " + ver, Mode: "stream (GET replay)", Tools: "function", Continuation: "response_id", Scenario: "GetStreaming (GET with a JSON body)", Result: "pass"})
+
+	conv, err := c.Conversations.New(ctx, conversations.ConversationNewParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Responses.New(ctx, p(fmt.Sprintf(`{"model":%q,"conversation":%q,"input":"remember: blue door"}`, model, conv.ID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.Responses.New(ctx, p(fmt.Sprintf(`{"model":%q,"conversation":{"id":%q},"input":"which door?"}`, model, conv.ID)))
+	if err != nil || !strings.Contains(r.OutputText(), "blue door") {
+		t.Fatalf("conversation turn: %v %s", err, r.OutputText())
+	}
+	got, err := c.Responses.Get(ctx, r.ID, responses.ResponseGetParams{})
+	if err != nil || got.ID != r.ID {
+		t.Fatalf("get: %v", err)
+	}
+	record(row{Client: "openai-go " + ver, Mode: "non-stream", Tools: "none", Continuation: "conversation", Scenario: "Conversations.New, 2 turns, Responses.Get", Result: "pass"})
+}

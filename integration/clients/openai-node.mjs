@@ -1,0 +1,123 @@
+// openai-node (npm "openai"): the responses.stream() helper, finalResponse(), retrieve,
+// inputItems pagination, conversations, and the GET ?stream=true replay, against respgate.
+// Usage: node openai-node.mjs <package>, where <package> is "openai" (7.x) or "openai-v6" (6.x).
+import { assert, apiKey, baseURL, functionCalls, main, model, report, version, weatherTool, withTimeout } from './lib.mjs';
+
+const pkg = process.argv[2] ?? 'openai';
+const { default: OpenAI } = await import(pkg);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
+const client_ = `openai-node ${version(pkg)}`;
+
+// streamTurn runs one streamed turn through the strict helper, counting its events.
+async function streamTurn(params) {
+  const stream = client.responses.stream(params);
+  let events = 0;
+  let deltas = '';
+  stream.on('response.output_text.delta', (e) => { deltas += e.delta; });
+  for await (const _ of stream) events++;
+  const final = await stream.finalResponse();
+  return { final, events, deltas };
+}
+
+await main(async () => {
+  // 1. A streamed text turn: the helper accepts every event and finalResponse() has the output.
+  {
+    const { final, events, deltas } = await withTimeout('stream', 30_000, streamTurn({ model, input: 'Say hello. remember: the code is 42' }));
+    assert.equal(final.status, 'completed');
+    assert.ok(events >= 5, `only ${events} events`);
+    assert.ok(final.output_text.includes('the code is 42'), final.output_text);
+    assert.equal(final.output_text, deltas, 'finalResponse() text differs from the streamed deltas');
+    assert.ok(final.output.some((it) => it.type === 'reasoning'), 'no reasoning item');
+    report({ client: client_, mode: 'stream', tools: 'none', continuation: 'none', scenario: 'responses.stream + finalResponse', result: 'pass' });
+  }
+
+  // 2. A tool call streamed, then its output sent with previous_response_id, streamed again.
+  let chainID;
+  {
+    const first = (await streamTurn({ model, input: 'call get_weather for Paris', tools: [weatherTool] })).final;
+    const calls = functionCalls(first);
+    assert.equal(calls.length, 1, 'want one function call');
+    assert.equal(calls[0].name, 'get_weather');
+    assert.ok(calls[0].call_id.startsWith('call_'), calls[0].call_id);
+    JSON.parse(calls[0].arguments);
+    const second = (await streamTurn({
+      model, previous_response_id: first.id, tools: [weatherTool],
+      input: [{ type: 'function_call_output', call_id: calls[0].call_id, output: 'sunny, 21 C' }],
+    })).final;
+    assert.equal(second.status, 'completed');
+    assert.ok(second.output_text.includes('Tool said: sunny, 21 C'), second.output_text);
+    assert.equal(second.previous_response_id, first.id);
+    chainID = second.id;
+    report({ client: client_, mode: 'stream', tools: 'function', continuation: 'previous_response_id', scenario: 'tool call, output, answer', result: 'pass' });
+  }
+
+  // 3. Non-streamed: create with a tool, answer it, retrieve both.
+  {
+    const first = await client.responses.create({ model, input: 'call get_weather for Rome', tools: [weatherTool] });
+    const call = functionCalls(first)[0];
+    assert.ok(call, 'no function call');
+    const second = await client.responses.create({
+      model, previous_response_id: first.id, tools: [weatherTool],
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: 'rain' }],
+    });
+    assert.ok(second.output_text.includes('Tool said: rain'), second.output_text);
+    const again = await client.responses.retrieve(second.id);
+    assert.equal(again.id, second.id);
+    assert.deepEqual(again.output, second.output);
+    assert.equal(again.output_text, second.output_text);
+    report({ client: client_, mode: 'non-stream', tools: 'function', continuation: 'previous_response_id', scenario: 'create, retrieve', result: 'pass' });
+  }
+
+  // 4. The stored stream replayed by the helper (GET ?stream=true).
+  {
+    const stream = client.responses.stream({ response_id: chainID });
+    for await (const _ of stream) { /* the helper checks each event */ }
+    const final = await stream.finalResponse();
+    assert.equal(final.id, chainID);
+    assert.ok(final.output_text.includes('Tool said'), final.output_text);
+    report({ client: client_, mode: 'stream (GET replay)', tools: 'function', continuation: 'response_id', scenario: 'responses.stream({response_id})', result: 'pass' });
+  }
+
+  // 5. inputItems pagination across pages, in both orders.
+  {
+    const input = Array.from({ length: 23 }, (_, i) => ({ role: 'user', content: `message ${i}` }));
+    const r = await client.responses.create({ model, input, previous_response_id: chainID });
+    const seen = [];
+    for await (const item of client.responses.inputItems.list(r.id, { limit: 5, order: 'asc' })) seen.push(item);
+    // The chain's history (2 turns: input + output each) comes before the 23 new messages.
+    assert.ok(seen.length >= 23, `${seen.length} input items`);
+    assert.equal(new Set(seen.map((it) => it.id)).size, seen.length, 'duplicate ids across pages');
+    const texts = seen.filter((it) => it.type === 'message' && it.role === 'user').map((it) => it.content[0].text);
+    assert.deepEqual(texts.slice(-23), input.map((m) => m.content));
+    const desc = [];
+    for await (const item of client.responses.inputItems.list(r.id, { limit: 7 })) desc.push(item.id);
+    assert.deepEqual(desc, seen.map((it) => it.id).reverse());
+    report({ client: client_, mode: 'non-stream', tools: 'none', continuation: 'previous_response_id', scenario: `inputItems pagination (${seen.length} items, pages of 5/7, asc/desc)`, result: 'pass' });
+  }
+
+  // 6. Conversations: create with items, a streamed and a non-streamed turn, a tool round trip,
+  // list items with pagination.
+  {
+    const conv = await client.conversations.create({ items: [{ type: 'message', role: 'user', content: 'remember: the sky is green' }], metadata: { suite: 'compat' } });
+    assert.ok(conv.id.startsWith('conv_'));
+    const first = (await streamTurn({ model, conversation: conv.id, input: 'call get_weather for Oslo', tools: [weatherTool] })).final;
+    assert.equal(first.conversation?.id, conv.id);
+    const call = functionCalls(first)[0];
+    assert.ok(call, 'no function call');
+    const second = await client.responses.create({
+      model, conversation: conv.id, tools: [weatherTool],
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: 'snow' }],
+    });
+    assert.ok(second.output_text.includes('Tool said: snow'), second.output_text);
+    const third = (await streamTurn({ model, conversation: { id: conv.id }, input: 'what do you know?' })).final;
+    assert.ok(third.output_text.includes('the sky is green'), third.output_text);
+    const items = [];
+    for await (const item of client.conversations.items.list(conv.id, { limit: 3, order: 'asc' })) items.push(item);
+    assert.ok(items.length >= 9, `${items.length} conversation items`);
+    assert.equal(new Set(items.map((it) => it.id)).size, items.length, 'duplicate ids across pages');
+    assert.equal(items[0].content[0].text, 'remember: the sky is green');
+    const got = await client.conversations.retrieve(conv.id);
+    assert.deepEqual(got.metadata, { suite: 'compat' });
+    report({ client: client_, mode: 'stream + non-stream', tools: 'function', continuation: 'conversation', scenario: `conversations: create, 3 turns, items pagination (${items.length})`, result: 'pass' });
+  }
+});
