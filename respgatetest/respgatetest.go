@@ -1,6 +1,8 @@
 // Package respgatetest runs respgate in-process for tests, in the spirit of net/http/httptest:
-// the gateway with the vLLM simulator as its model and an in-memory store, on a loopback port.
-// Point any OpenAI SDK at Gateway.URL and read what the model was sent with UpstreamRequests.
+// the gateway with the vLLM simulator as its model and a throwaway SQLite store in the test's temp
+// directory, on a loopback port. Point any OpenAI SDK at Gateway.URL and read what the model was
+// sent with UpstreamRequests. example_test.go shows a test of an application written this way;
+// docs/testing.md explains the simulator's deterministic answers and per-request faults.
 //
 // It holds no logic of its own: it wires the same server, store and simulator respgate runs with.
 package respgatetest
