@@ -325,3 +325,26 @@ func itemText(it conversations.ConversationItemUnion) string {
 	_ = json.Unmarshal([]byte(it.RawJSON()), &m)
 	return messageText(m)
 }
+
+func TestEncryptedOnlyReasoningIsRefusedBeforeAnythingIsStoredOrSent(t *testing.T) {
+	g := newGateway(t, nil)
+	auth := []string{"Authorization", "Bearer test-key"}
+	conv := newConversation(t, g, `{}`)
+	enc := `{"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"opaque"}`
+	status, body, _ := rawDo(t, "POST", g.URL+"/conversations/"+conv+"/items", `{"items":[{"role":"user","content":"hi"},`+enc+`]}`, auth...)
+	if _, code, param, _ := envelope(t, body); status != 400 || code != "encrypted_reasoning_unsupported" || param != "items[1]" {
+		t.Fatalf("encrypted-only reasoning added to a conversation: %d %s", status, body)
+	}
+	if items := allItems(t, g, conv, "asc"); len(items) != 0 {
+		t.Fatalf("a refused batch stored %d items", len(items))
+	}
+	status, body, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":[{"role":"user","content":"hi"},`+enc+`]}`, auth...)
+	if _, code, param, _ := envelope(t, body); status != 400 || code != "encrypted_reasoning_unsupported" || param != "input[1]" {
+		t.Fatalf("encrypted-only reasoning in input: %d %s", status, body)
+	}
+	// Codex sends "encrypted_content": null beside plaintext: accepted, and nothing encrypted goes upstream.
+	g.create(t, `{"model":"`+harmony+`","input":[{"role":"user","content":"hi"},{"type":"reasoning","id":"rs_y","summary":[],"content":[{"type":"reasoning_text","text":"plain"}],"encrypted_content":null},{"role":"user","content":"go on"}]}`)
+	if n := len(g.UpstreamRequests()); n != 1 {
+		t.Fatalf("the simulator received %d requests, want only the valid one", n)
+	}
+}

@@ -85,6 +85,11 @@ func conversationItems(raw json.RawMessage) ([]wire.Item, error) {
 		if err != nil {
 			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", "invalid_value", "items[%d] is not a valid item.", i)
 		}
+		if encryptedOnly(n) {
+			// Stored, it would make every later turn of the conversation fail (DESIGN §5).
+			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeEncryptedReasoning,
+				"Reasoning item in 'items[%d]' carries only encrypted_content, which respgate cannot read and vLLM cannot accept; send its plaintext content or omit the item.", i)
+		}
 		out = append(out, n)
 	}
 	return out, nil
@@ -236,4 +241,24 @@ func (s *Server) deleteConversationItem(c echo.Context) error {
 		return err
 	}
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(cv))
+}
+
+// encryptedOnly reports a reasoning item whose only state is a non-empty encrypted_content.
+func encryptedOnly(it wire.Item) bool {
+	if it.Type != wire.TypeReasoning {
+		return false
+	}
+	var r struct {
+		Content          []struct{ Text string } `json:"content"`
+		EncryptedContent *string                 `json:"encrypted_content"`
+	}
+	if json.Unmarshal(it.JSON, &r) != nil || r.EncryptedContent == nil || *r.EncryptedContent == "" {
+		return false
+	}
+	for _, c := range r.Content {
+		if c.Text != "" {
+			return false
+		}
+	}
+	return true
 }

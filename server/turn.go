@@ -138,7 +138,12 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	}
 	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
 	span.End()
-	res, err := rehydrate.Build(&rehydrate.Params{History: history, Input: input, Request: req.raw, Lookup: lookup, NewID: wire.NewID})
+	historyParam := "previous_response_id"
+	if req.ConversationID != "" {
+		historyParam = "conversation"
+	}
+	res, err := rehydrate.Build(&rehydrate.Params{History: history, HistoryParam: historyParam, Input: input, Request: req.raw,
+		Lookup: lookup, NewID: wire.NewID})
 	if err != nil {
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
 			s.tel.idConflicts.Add(ctx, 1)

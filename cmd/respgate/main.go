@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,50 +38,43 @@ type config struct {
 	maxStreams                                                                   int
 }
 
-// env returns the environment value for name, or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(name); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
-}
-
-func envInt(name string, def int64) int64 {
-	if v, ok := os.LookupEnv(name); ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return n
-		}
-	}
-	return def
+// envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case
+// with dashes as underscores (--upstream-url: RESPGATE_UPSTREAM_URL).
+func envName(flagName string) string {
+	return "RESPGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func parseConfig(args []string) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("respgate", flag.ContinueOnError)
-	fs.StringVar(&c.listen, "listen", env("RESPGATE_LISTEN", ":8080"), "address to listen on (RESPGATE_LISTEN)")
-	fs.StringVar(&c.upstreamURL, "upstream-url", env("RESPGATE_UPSTREAM_URL", ""), "vLLM base URL incl. /v1; empty starts the built-in simulator (RESPGATE_UPSTREAM_URL)")
-	fs.StringVar(&c.upstreamKey, "upstream-api-key", env("RESPGATE_UPSTREAM_API_KEY", ""), "bearer key sent to vLLM (RESPGATE_UPSTREAM_API_KEY)")
-	fs.StringVar(&c.databaseURL, "database-url", env("RESPGATE_DATABASE_URL", "sqlite:./data/respgate.db"), "postgres://… or sqlite:PATH or sqlite::memory: (RESPGATE_DATABASE_URL)")
-	fs.StringVar(&c.apiKeys, "api-keys", env("RESPGATE_API_KEYS", ""), "comma-separated accepted client keys; empty accepts any key, isolated per key (RESPGATE_API_KEYS)")
-	fs.StringVar(&c.logLevel, "log-level", env("RESPGATE_LOG_LEVEL", "info"), "debug, info, warn or error (RESPGATE_LOG_LEVEL)")
-	fs.StringVar(&c.toolPolicy, "tool-policy", env("RESPGATE_TOOL_POLICY", "drop"), "tools vLLM cannot serve: drop (with X-Respgate-Dropped-Tools) or reject (RESPGATE_TOOL_POLICY)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", envDuration("RESPGATE_SHUTDOWN_TIMEOUT", 30*time.Second), "how long SIGTERM waits for in-flight requests (RESPGATE_SHUTDOWN_TIMEOUT)")
-	fs.DurationVar(&c.keepAlive, "keepalive", envDuration("RESPGATE_KEEPALIVE", 15*time.Second), "SSE keepalive interval during upstream silence (RESPGATE_KEEPALIVE)")
-	fs.DurationVar(&c.upstreamConnect, "upstream-connect-timeout", envDuration("RESPGATE_UPSTREAM_CONNECT_TIMEOUT", 10*time.Second), "upstream connect + headers timeout (RESPGATE_UPSTREAM_CONNECT_TIMEOUT)")
-	fs.DurationVar(&c.upstreamIdle, "upstream-idle-timeout", envDuration("RESPGATE_UPSTREAM_IDLE_TIMEOUT", 120*time.Second), "max upstream silence mid-stream (RESPGATE_UPSTREAM_IDLE_TIMEOUT)")
-	fs.DurationVar(&c.leaseTTL, "lease-ttl", envDuration("RESPGATE_LEASE_TTL", 60*time.Second), "lease of an in-progress response; after a crash the sweeper fails it once expired (RESPGATE_LEASE_TTL)")
-	fs.DurationVar(&c.sweep, "sweep-interval", envDuration("RESPGATE_SWEEP_INTERVAL", 30*time.Second), "how often expired leases are swept (RESPGATE_SWEEP_INTERVAL)")
-	fs.Int64Var(&c.maxBody, "max-body-bytes", envInt("RESPGATE_MAX_BODY_BYTES", 32<<20), "largest accepted request body (RESPGATE_MAX_BODY_BYTES)")
-	fs.IntVar(&c.maxStreams, "max-streams", int(envInt("RESPGATE_MAX_STREAMS", 0)), "max concurrent streams, 0 = unbounded (RESPGATE_MAX_STREAMS)")
+	fs.StringVar(&c.listen, "listen", ":8080", "address to listen on (RESPGATE_LISTEN)")
+	fs.StringVar(&c.upstreamURL, "upstream-url", "", "vLLM base URL incl. /v1; empty starts the built-in simulator (RESPGATE_UPSTREAM_URL)")
+	fs.StringVar(&c.upstreamKey, "upstream-api-key", "", "bearer key sent to vLLM (RESPGATE_UPSTREAM_API_KEY)")
+	fs.StringVar(&c.databaseURL, "database-url", "sqlite:./data/respgate.db", "postgres://… or sqlite:PATH or sqlite::memory: (RESPGATE_DATABASE_URL)")
+	fs.StringVar(&c.apiKeys, "api-keys", "", "comma-separated accepted client keys; empty accepts any key, isolated per key (RESPGATE_API_KEYS)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (RESPGATE_LOG_LEVEL)")
+	fs.StringVar(&c.toolPolicy, "tool-policy", "drop", "tools vLLM cannot serve: drop (with X-Respgate-Dropped-Tools) or reject (RESPGATE_TOOL_POLICY)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests (RESPGATE_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.keepAlive, "keepalive", 15*time.Second, "SSE keepalive interval during upstream silence (RESPGATE_KEEPALIVE)")
+	fs.DurationVar(&c.upstreamConnect, "upstream-connect-timeout", 10*time.Second, "upstream connect + headers timeout (RESPGATE_UPSTREAM_CONNECT_TIMEOUT)")
+	fs.DurationVar(&c.upstreamIdle, "upstream-idle-timeout", 120*time.Second, "max upstream silence mid-stream (RESPGATE_UPSTREAM_IDLE_TIMEOUT)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", 60*time.Second, "lease of an in-progress response; after a crash the sweeper fails it once expired (RESPGATE_LEASE_TTL)")
+	fs.DurationVar(&c.sweep, "sweep-interval", 30*time.Second, "how often expired leases are swept (RESPGATE_SWEEP_INTERVAL)")
+	fs.Int64Var(&c.maxBody, "max-body-bytes", 32<<20, "largest accepted request body (RESPGATE_MAX_BODY_BYTES)")
+	fs.IntVar(&c.maxStreams, "max-streams", 0, "max concurrent streams, 0 = unbounded (RESPGATE_MAX_STREAMS)")
+	// Environment first, through each flag's own parser, so a malformed value is an error as it
+	// is on the command line; then the command line, which wins.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s: %w", envName(f.Name), err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
