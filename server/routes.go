@@ -143,11 +143,12 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 				attribute.String("respgate.request_id", requestID(c))))
 		defer span.End()
 		c.SetRequest(c.Request().WithContext(ctx))
-		err := next(c)
-		status := c.Response().Status
-		if err != nil && !c.Response().Committed {
-			status = s.toAPIError(err, c).Status
+		// Write the error here (the one error handler) so the status and size logged below are
+		// what the client got.
+		if err := next(c); err != nil {
+			c.Error(err)
 		}
+		status := c.Response().Status
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		s.tel.request(ctx, route, status, time.Since(start))
 		s.log.Info("request",
@@ -158,7 +159,7 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			"bytes_in", c.Request().ContentLength,
 			"bytes_out", c.Response().Size,
 			"duration_ms", float64(time.Since(start).Microseconds())/1000)
-		return err
+		return nil
 	}
 }
 
