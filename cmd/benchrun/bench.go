@@ -26,6 +26,7 @@ type params struct {
 	ProbeDur    time.Duration `json:"probe_ns"`     // c=1 time-to-first-byte probe per arm and round
 	ProbeTokens int           `json:"probe_tokens"` // answer length of the probe requests
 	GapTokens   int           `json:"gap_tokens"`   // answer length of the c=1 gap stream
+	GapStreams  int           `json:"gap_streams"`  // c=1 gap streams per arm and round
 	Conc        int           `json:"concurrency"`  // the c=256 scenario's concurrency
 	Spread      time.Duration `json:"spread_ns"`    // stagger of stream starts
 	RampPaceMS  int           `json:"ramp_pace_ms"` // 40 ms = 25 tokens/s
@@ -36,6 +37,7 @@ type params struct {
 	BigDepth    int           `json:"big_depth"`     // the 2 MB-history variant: turns…
 	BigItem     int           `json:"big_item"`      // …of two items of this size
 	ChainN      int           `json:"chain_samples"` // warm samples per depth
+	ColdChains  int           `json:"cold_chains"`   // copies of each chain: cold samples per depth
 	AgentTurns  int           `json:"agent_turns"`
 	ToolBytes   int           `json:"tool_bytes"` // size of each tool output in the agent session
 	AgentProbes int           `json:"agent_probes"`
@@ -46,17 +48,17 @@ type params struct {
 
 func defaultParams(o *options) params {
 	p := params{
-		PaceMS: 20, Tokens: 256, ProbeDur: 2 * time.Second, ProbeTokens: 2, GapTokens: 128,
+		PaceMS: 20, Tokens: 256, ProbeDur: 2 * time.Second, ProbeTokens: 2, GapTokens: 128, GapStreams: 1,
 		Conc: 256, Spread: time.Second,
 		RampPaceMS: 40, RampTokens: 256, RampSpread: 2 * time.Second,
-		Depths: []int{1, 10, 100, 1000}, ItemBytes: 1024, BigDepth: 10, BigItem: 100 << 10, ChainN: 15,
+		Depths: []int{1, 10, 100, 1000}, ItemBytes: 1024, BigDepth: 10, BigItem: 100 << 10, ChainN: 15, ColdChains: 3,
 		AgentTurns: 150, ToolBytes: 2048, AgentProbes: 10,
 		NSDur: 2 * time.Second, NSConc: 16, AllocN: 16,
 	}
 	if o.quick {
 		p.ProbeDur, p.GapTokens, p.Tokens, p.Conc = 500*time.Millisecond, 32, 64, 64
 		p.RampTokens, p.RampSpread = 64, 500*time.Millisecond
-		p.Depths, p.ChainN, p.AgentTurns, p.AgentProbes = []int{1, 10, 100}, 5, 20, 3
+		p.Depths, p.ChainN, p.AgentTurns, p.AgentProbes, p.ColdChains = []int{1, 10, 100}, 5, 20, 3, 2
 		p.NSDur, p.AllocN = 500*time.Millisecond, 8
 	}
 	return p
@@ -71,6 +73,8 @@ type arm struct {
 	// store is sent as "store" ("" omits it); done is whether the arm ends streams with [DONE].
 	store string
 	done  bool
+	// idleRSS is the process's RSS right after it started, before any load.
+	idleRSS int64
 }
 
 type bench struct {
@@ -95,6 +99,7 @@ type bench struct {
 	schema    string
 	sqliteDir string
 	simPID    int
+	nonceSeq  int
 }
 
 // clientFor is the HTTP client of arm a: one per arm, so keep-alive connections are reused
@@ -150,6 +155,11 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if len(b.rep.Errors) > 0 {
 		return fmt.Errorf("%d scenario(s) failed: %s", len(b.rep.Errors), strings.Join(b.rep.Errors, "; "))
+	}
+	// A stream that is not whole outside the capacity ramp (whose top steps may fail by
+	// design) is a defect, not a figure: fail the run (after the report is written).
+	if n := b.rep.unexpectedFailures(); n > 0 {
+		return fmt.Errorf("%d requests failed or streams were not whole outside the capacity ramp (see Failed requests in the report)", n)
 	}
 	return nil
 }
@@ -207,12 +217,15 @@ func (b *bench) setup(ctx context.Context) error {
 	gwArgs := func(dsn string) []string {
 		return []string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", dsn}
 	}
-	for _, g := range []struct{ arm, dsn string }{
-		{"C", b.pgDSN},
-		{"D", b.pgDSN},
-		{"E", "sqlite:" + filepath.Join(b.sqliteDir, "E.db")},
+	for _, g := range []struct{ arm, name, dsn string }{
+		{"C", "C", b.pgDSN},
+		{"D", "D", b.pgDSN},
+		// D* is a diagnostic: D with every commit asynchronous, to show how much of D's cost
+		// is waiting for the WAL flush of synchronous commits.
+		{"D*", "Dstar", b.pgDSN + "&synchronous_commit=off"},
+		{"E", "E", "sqlite:" + filepath.Join(b.sqliteDir, "E.db")},
 	} {
-		c, err := startChild(ctx, b.logDir, "respgate-"+g.arm, respgate, gwArgs(g.dsn), "/readyz")
+		c, err := startChild(ctx, b.logDir, "respgate-"+g.name, respgate, gwArgs(g.dsn), "/readyz")
 		if err != nil {
 			return err
 		}
@@ -234,11 +247,19 @@ func (b *bench) setup(ctx context.Context) error {
 		{Name: "B", Label: "bare httputil.ReverseProxy", URL: b.proxy.baseURL(), proc: b.proxy},
 		{Name: "C", Label: "respgate, store:false", URL: b.gws["C"].baseURL(), proc: b.gws["C"], store: "false", done: true},
 		{Name: "D", Label: "respgate, Postgres", URL: b.gws["D"].baseURL(), proc: b.gws["D"], done: true},
+		{Name: "D*", Label: "respgate, Postgres with synchronous_commit=off (diagnostic)", URL: b.gws["D*"].baseURL(), proc: b.gws["D*"], done: true},
 		{Name: "E", Label: "respgate, SQLite", URL: b.gws["E"].baseURL(), proc: b.gws["E"], done: true},
 	}
 	b.armByKey = map[string]*arm{}
 	for _, a := range b.arms {
 		b.armByKey[a.Name] = a
+		if a.proc != nil {
+			st, err := loadgen.ReadProc(a.proc.pid())
+			if err != nil {
+				return err
+			}
+			a.idleRSS = st.RSS
+		}
 	}
 	b.rep.Arms = b.arms
 	b.rep.Postgres = b.pgSettings(ctx)
@@ -343,6 +364,7 @@ type runStats struct {
 	OutputBytes float64 `json:"output_bytes"`
 
 	samples []loadgen.Sample
+	started time.Time
 }
 
 // measure runs cfg against a, charging CPU and RSS to the processes.
@@ -381,7 +403,7 @@ func (b *bench) measure(ctx context.Context, a *arm, cfg loadgen.Config) (*runSt
 	if err != nil {
 		return nil, err
 	}
-	rs := &runStats{Summary: loadgen.Summarize(res), samples: res.Samples}
+	rs := &runStats{Summary: loadgen.Summarize(res), samples: res.Samples, started: res.Started}
 	cpu := func(p int) float64 {
 		st, err := loadgen.ReadProc(p)
 		if err != nil {
@@ -413,4 +435,75 @@ func rotate[T any](xs []T, r int) []T {
 		out = append(out, xs[(i+r)%n])
 	}
 	return out
+}
+
+// stampedBody returns a request-body function whose i-th body carries the nonce prefix+i in its
+// input, so the simulator time-stamps that request's delta events (see stamper).
+func (b *bench) stampedBody(a *arm, mdl string) (func(int) []byte, string) {
+	b.nonceSeq++
+	prefix := fmt.Sprintf("%sr%d-", nonceMark, b.nonceSeq)
+	return func(i int) []byte {
+		return a.body(mdl, fmt.Sprintf("%s %s%d", benchInput, prefix, i), true, nil)
+	}, prefix
+}
+
+// relayStats are per-delta relay figures of a run, in microseconds: the latency from the
+// simulator's flush of a delta event to its arrival at the client, and the jitter that adds to
+// the gap between consecutive deltas (latency of delta k − latency of delta k−1). Both are free of
+// the simulator's own pacing jitter.
+type relayStats struct {
+	LatP50    float64 `json:"latency_p50_us"`
+	LatP99    float64 `json:"latency_p99_us"`
+	JitP50    float64 `json:"jitter_p50_us"`
+	JitP99    float64 `json:"jitter_p99_us"`
+	Matched   int     `json:"matched"`
+	Unmatched int     `json:"unmatched_streams"`
+}
+
+// relay fetches the simulator's stamps for the nonces with prefix and matches them with the
+// samples' delta arrival times.
+func (b *bench) relay(prefix string, samples []loadgen.Sample) (relayStats, error) {
+	var rs relayStats
+	m, err := b.stamps(prefix)
+	if err != nil {
+		return rs, err
+	}
+	var lat, jit []float64
+	for _, s := range samples {
+		var st []int64
+		if x := m[fmt.Sprintf("%s%d", prefix, s.Index)]; x != nil {
+			st = x.Deltas
+		}
+		if len(st) != len(s.DeltaTimes) || len(st) == 0 {
+			rs.Unmatched++
+			continue
+		}
+		prev := 0.0
+		for k := range st {
+			l := float64(s.DeltaTimes[k]-st[k]) / 1e3
+			lat = append(lat, l)
+			if k > 0 {
+				jit = append(jit, l-prev)
+			}
+			prev = l
+		}
+	}
+	rs.Matched = len(lat)
+	rs.LatP50, rs.LatP99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	rs.JitP50, rs.JitP99 = quantile(jit, 0.5), quantile(jit, 0.99)
+	return rs, nil
+}
+
+// stamps fetches (and makes the simulator forget) the stamps of the nonces with prefix.
+func (b *bench) stamps(prefix string) (map[string]*stamps, error) {
+	resp, err := http.Get("http://" + b.sim.addr + stampsPath + "?prefix=" + url.QueryEscape(prefix))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var m map[string]*stamps
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return nil, fmt.Errorf("read stamps: %w", err)
+	}
+	return m, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,48 @@ func (b *bench) one(ctx context.Context, a *arm, body []byte, keepTerminal bool)
 	return s, nil
 }
 
+// nextNonce is a fresh nonce of fixed width (no nonce is a prefix of another).
+func (b *bench) nextNonce() string {
+	b.nonceSeq++
+	return fmt.Sprintf("%sc%08d", nonceMark, b.nonceSeq)
+}
+
+// noncePlaceholder has a nonce's width; a body built once with it is re-tagged per request by
+// replacing it.
+var noncePlaceholder = nonceMark + "c00000000"
+
+func retag(body []byte, nonce string) []byte {
+	return bytes.Replace(body, []byte(noncePlaceholder), []byte(nonce), 1)
+}
+
+// oneTagged sends one request whose body carries nonce and also returns its time to upstream:
+// from the client sending it to the simulator holding the whole request (µs).
+func (b *bench) oneTagged(ctx context.Context, a *arm, body []byte, nonce string, keepTerminal bool) (loadgen.Sample, float64, error) {
+	rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Requests: 1, KeepTerminal: keepTerminal,
+		Body: constBody(body)})
+	if err != nil {
+		return loadgen.Sample{}, 0, err
+	}
+	s := rs.samples[0]
+	if !s.OK() {
+		p := s.Err
+		if p == "" && len(s.Check.Problems) > 0 {
+			p = s.Check.Problems[0]
+		}
+		return s, 0, fmt.Errorf("%s: request failed: %s", a.Name, p)
+	}
+	m, err := b.stamps(nonce)
+	if err != nil {
+		return s, 0, err
+	}
+	st := m[nonce]
+	if st == nil {
+		return s, 0, fmt.Errorf("%s: the simulator saw no request tagged %s", a.Name, nonce)
+	}
+	send := rs.started.UnixNano() + int64(s.Start)
+	return s, float64(st.Body-send) / 1e3, nil
+}
+
 // --- chain depth -------------------------------------------------------------------------------
 
 type chainResult struct {
@@ -81,13 +124,18 @@ type chainDepth struct {
 	A             []float64                `json:"a_ttfb_us"`
 	AP50          float64                  `json:"a_ttfb_p50_us"`
 	AP99          float64                  `json:"a_ttfb_p99_us"`
+	AUp           []float64                `json:"a_to_upstream_us"`
+	AUpP50        float64                  `json:"a_to_upstream_p50_us"`
 	Backends      map[string]*chainBackend `json:"backends"`
 }
 
 type chainBackend struct {
-	ColdUS float64   `json:"cold_ttfb_us"`
-	Warm   []float64 `json:"warm_ttfb_us"`
-	Raw    []float64 `json:"raw_query_us"`
+	// Cold figures are medians over the copies of the chain (ColdAll, UpColdAll).
+	ColdAll   []float64 `json:"cold_ttfb_all_us"`
+	UpColdAll []float64 `json:"to_upstream_cold_all_us"`
+	ColdUS    float64   `json:"cold_ttfb_us"`
+	Warm      []float64 `json:"warm_ttfb_us"`
+	Raw       []float64 `json:"raw_query_us"`
 	// Added figures are X − A: over A's median for cold and the warm p50, over A's p99 for the
 	// warm p99.
 	AddedCold    float64 `json:"added_cold_us"`
@@ -95,6 +143,15 @@ type chainBackend struct {
 	AddedWarmP99 float64 `json:"added_warm_p99_us"`
 	RawP50       float64 `json:"raw_query_p50_us"`
 	RawP99       float64 `json:"raw_query_p99_us"`
+	// To upstream: from the client sending the request to the simulator holding all of it
+	// (simulator-stamped), so free of the model's own time; added is X − A's median (p99: − A's
+	// p99). This is the gateway's work before the model can start: parse, chain load,
+	// rehydration, forwarding.
+	UpCold      float64   `json:"to_upstream_cold_us"`
+	Up          []float64 `json:"to_upstream_us"`
+	AddedUpCold float64   `json:"added_to_upstream_cold_us"`
+	AddedUpP50  float64   `json:"added_to_upstream_p50_us"`
+	AddedUpP99  float64   `json:"added_to_upstream_p99_us"`
 }
 
 // template is one real turn stored by respgate, whose items give the synthesised chains their
@@ -149,11 +206,15 @@ func retext(it wire.Item, id, text string) (wire.Item, error) {
 	return wire.ParseItem(raw)
 }
 
-// filler is n bytes of words.
+// filler is n bytes of 64-byte words (the simulator counts words as tokens and, like vLLM,
+// rejects a prompt over its context length of 131,072; long words keep a 2 MB history within it).
 func filler(word string, n int) string {
 	var sb strings.Builder
 	for i := 0; sb.Len() < n; i++ {
-		fmt.Fprintf(&sb, "%s%d ", word, i)
+		w := fmt.Sprintf("%s%d", word, i)
+		sb.WriteString(w)
+		sb.WriteString(strings.Repeat("x", max(63-len(w), 0)))
+		sb.WriteByte(' ')
 	}
 	return sb.String()[:n]
 }
@@ -197,6 +258,8 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 		tenant string
 		ids    []string // the 1 KiB-per-item chain
 		big    []string // the 2 MB chain
+		// Copies of both, for more cold samples: each copy's first request is a first load.
+		idsCopies, bigCopies [][]string
 	}
 	bk := map[string]*backend{}
 	maxDepth := 0
@@ -221,6 +284,18 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 		if x.big, err = buildChain(ctx, st, tenant, t, p.BigDepth, p.BigItem); err != nil {
 			return err
 		}
+		x.idsCopies, x.bigCopies = [][]string{x.ids}, [][]string{x.big}
+		for range p.ColdChains - 1 {
+			ids, err := buildChain(ctx, st, tenant, t, maxDepth, p.ItemBytes)
+			if err != nil {
+				return err
+			}
+			big, err := buildChain(ctx, st, tenant, t, p.BigDepth, p.BigItem)
+			if err != nil {
+				return err
+			}
+			x.idsCopies, x.bigCopies = append(x.idsCopies, ids), append(x.bigCopies, big)
+		}
 		b.log.Info("chains built", "backend", name, "took", time.Since(t0).Round(time.Millisecond))
 		bk[name] = x
 	}
@@ -228,16 +303,31 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 		label string
 		depth int
 		tip   func(x *backend) string
+		tips  func(x *backend) []string // the tip of every copy, the main chain's first
 	}
 	var levels []level
 	for _, d := range p.Depths {
-		levels = append(levels, level{fmt.Sprintf("%d", d), d, func(x *backend) string { return x.ids[d-1] }})
+		levels = append(levels, level{fmt.Sprintf("%d", d), d, func(x *backend) string { return x.ids[d-1] },
+			func(x *backend) []string {
+				var out []string
+				for _, c := range x.idsCopies {
+					out = append(out, c[d-1])
+				}
+				return out
+			}})
 	}
 	levels = append(levels, level{fmt.Sprintf("%d turns × 2 × %d KiB (2 MB)", p.BigDepth, p.BigItem>>10), p.BigDepth,
-		func(x *backend) string { return x.big[len(x.big)-1] }})
+		func(x *backend) string { return x.big[len(x.big)-1] },
+		func(x *backend) []string {
+			var out []string
+			for _, c := range x.bigCopies {
+				out = append(out, c[len(c)-1])
+			}
+			return out
+		}})
 
 	mdl := model(0, 2, "reasoning=0")
-	input := "next question"
+	input := "next question " + noncePlaceholder
 	parsedInput, err := rehydrate.ParseInput(json.RawMessage(`"` + input + `"`))
 	if err != nil {
 		return err
@@ -272,33 +362,46 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 			bodies[name] = x.a.body(mdl, input, true, map[string]any{"previous_response_id": lv.tip(x)})
 			cd.Backends[name] = &chainBackend{}
 		}
-		// Cold: the first load of this chain by the respgate process (it has no chain cache, and
-		// the database pages are warm: they were just written).
-		for _, name := range backs {
-			s, err := b.one(ctx, bk[name].a, bodies[name], false)
-			if err != nil {
-				return err
+		// Cold: the first load of a chain by the respgate process (it has no chain cache, and
+		// the database pages are warm: they were just written), once per copy of the chain.
+		for k := range p.ColdChains {
+			for _, name := range backs {
+				x := bk[name]
+				nonce := b.nextNonce()
+				body := x.a.body(mdl, input, true, map[string]any{"previous_response_id": lv.tips(x)[k]})
+				s, up, err := b.oneTagged(ctx, x.a, retag(body, nonce), nonce, false)
+				if err != nil {
+					return err
+				}
+				cb := cd.Backends[name]
+				cb.ColdAll, cb.UpColdAll = append(cb.ColdAll, usOf(s.TTFB)), append(cb.UpColdAll, up)
 			}
-			cd.Backends[name].ColdUS = usOf(s.TTFB)
+		}
+		for _, name := range backs {
+			cb := cd.Backends[name]
+			cb.ColdUS, cb.UpCold = medianOf(cb.ColdAll), medianOf(cb.UpColdAll)
 		}
 		order := append([]string{"A"}, backs...)
 		for i := range p.ChainN {
 			for _, name := range rotate(order, i) {
+				nonce := b.nextNonce()
 				if name == "A" {
-					s, err := b.one(ctx, A, aBody, false)
+					s, up, err := b.oneTagged(ctx, A, retag(aBody, nonce), nonce, false)
 					if err != nil {
 						return err
 					}
 					cd.A = append(cd.A, usOf(s.TTFB))
+					cd.AUp = append(cd.AUp, up)
 					continue
 				}
 				x := bk[name]
-				s, err := b.one(ctx, x.a, bodies[name], false)
+				s, up, err := b.oneTagged(ctx, x.a, retag(bodies[name], nonce), nonce, false)
 				if err != nil {
 					return err
 				}
 				cb := cd.Backends[name]
 				cb.Warm = append(cb.Warm, usOf(s.TTFB))
+				cb.Up = append(cb.Up, up)
 				t0 := time.Now()
 				if _, err := x.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: x.tenant, ID: lv.tip(x)}); err != nil {
 					return err
@@ -307,15 +410,19 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 			}
 		}
 		cd.AP50, cd.AP99 = medianOf(cd.A), quantile(cd.A, 0.99)
+		cd.AUpP50 = medianOf(cd.AUp)
 		for _, name := range backs {
 			cb := cd.Backends[name]
 			cb.RawP50, cb.RawP99 = medianOf(cb.Raw), quantile(cb.Raw, 0.99)
 			cb.AddedCold = cb.ColdUS - cd.AP50
 			cb.AddedWarmP50 = medianOf(cb.Warm) - cd.AP50
 			cb.AddedWarmP99 = quantile(cb.Warm, 0.99) - cd.AP99
+			cb.AddedUpCold = cb.UpCold - cd.AUpP50
+			cb.AddedUpP50 = medianOf(cb.Up) - cd.AUpP50
+			cb.AddedUpP99 = quantile(cb.Up, 0.99) - quantile(cd.AUp, 0.99)
 		}
-		b.log.Info("chain depth measured", "depth", lv.label, "added_warm_p50_D", fmtUS(cd.Backends["D"].AddedWarmP50),
-			"raw_query_p50_D", fmtUS(cd.Backends["D"].RawP50))
+		b.log.Info("chain depth measured", "depth", lv.label, "added_ttfb_p50_D", fmtUS(cd.Backends["D"].AddedWarmP50),
+			"added_to_upstream_p50_D", fmtUS(cd.Backends["D"].AddedUpP50), "raw_query_p50_D", fmtUS(cd.Backends["D"].RawP50))
 	}
 	return nil
 }
@@ -341,6 +448,17 @@ type agentBackend struct {
 	ProbeLast  []float64   `json:"probe_last_ttfb_us"`
 	RatioP50   float64     `json:"ratio_p50"`
 	RatioP99   float64     `json:"ratio_p99"`
+	// A, on D only: the simulator reached directly with the bodies respgate sends upstream for
+	// the same two turns.
+	AFirst    []float64 `json:"a_turn1_ttfb_us,omitempty"`
+	ALast     []float64 `json:"a_last_ttfb_us,omitempty"`
+	ARatioP50 float64   `json:"a_ratio_p50,omitempty"`
+	// Time to upstream (simulator-stamped) of the same probes: respgate's work before the
+	// model starts, turn 1 and turn n, and A's (transfer only).
+	UpFirst  []float64 `json:"to_upstream_turn1_us"`
+	UpLast   []float64 `json:"to_upstream_last_us"`
+	AUpFirst []float64 `json:"a_to_upstream_turn1_us,omitempty"`
+	AUpLast  []float64 `json:"a_to_upstream_last_us,omitempty"`
 	// Bytes stored (Postgres only): median over the first and the last ten turns, their ratio,
 	// and stored bytes per byte of the turn's own items.
 	StoredFirst10 float64 `json:"stored_first10"`
@@ -358,13 +476,13 @@ var agentTools = []any{map[string]any{
 
 // agentBody is turn's request: odd turns a user message that makes the model call the tool, even
 // turns the tool's output (ToolBytes) for the previous turn's call.
-func (b *bench) agentBody(a *arm, turn int, prev, callID string) []byte {
+func (b *bench) agentBody(a *arm, turn int, prev, callID, nonce string) []byte {
 	var input any
 	if turn%2 == 1 {
-		input = []any{map[string]any{"type": "message", "role": "user", "content": fmt.Sprintf("Step %d: call lookup for the next fact.", turn)}}
+		input = []any{map[string]any{"type": "message", "role": "user", "content": fmt.Sprintf("Step %d: call lookup for the next fact. %s", turn, nonce)}}
 	} else {
 		input = []any{map[string]any{"type": "function_call_output", "call_id": callID,
-			"output": filler(fmt.Sprintf("result%d-", turn), b.p.ToolBytes)}}
+			"output": filler(fmt.Sprintf("result%d-", turn), b.p.ToolBytes) + " " + nonce}}
 	}
 	extra := map[string]any{"tools": agentTools}
 	if prev != "" {
@@ -386,6 +504,7 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 		ab := &agentBackend{}
 		res.Backends[name] = ab
 		var conn *pgx.Conn
+		var st store.Store
 		var tenant string
 		var sizeBefore int64
 		if name == "D" {
@@ -395,12 +514,10 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 				return err
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
-			st, tn, err := b.backendStore(ctx, "D")
-			if err != nil {
+			if st, tenant, err = b.backendStore(ctx, "D"); err != nil {
 				return err
 			}
-			st.Close()
-			tenant = tn
+			defer st.Close()
 			if err := conn.QueryRow(ctx, relSizeSQL).Scan(&sizeBefore); err != nil {
 				return err
 			}
@@ -409,7 +526,7 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 		calls := make([]string, n)
 		prev, call := "", ""
 		for turn := 1; turn <= n; turn++ {
-			body := b.agentBody(a, turn, prev, call)
+			body := b.agentBody(a, turn, prev, call, "")
 			s, err := b.one(ctx, a, body, true)
 			if err != nil {
 				return fmt.Errorf("turn %d: %w", turn, err)
@@ -474,24 +591,72 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 			ab.StoredPerNew = newStat(perNew)
 		}
 		// Probes: turn 1 (a new session) against turn n (continuing the stored session),
-		// interleaved.
-		for range p.AgentProbes {
-			s, err := b.one(ctx, a, b.agentBody(a, 1, "", ""), false)
+		// interleaved; on D also arm A with the same upstream bodies (what a stateless client
+		// sends), to separate what the history costs upstream from what respgate adds.
+		A := b.arms[0]
+		type probe struct {
+			name     string
+			a        *arm
+			body     []byte
+			ttfb, up *[]float64
+		}
+		ph := noncePlaceholder
+		probes := []probe{
+			{"x1", a, b.agentBody(a, 1, "", "", ph), &ab.ProbeFirst, &ab.UpFirst},
+			{"xn", a, b.agentBody(a, n, ids[n-2], calls[n-2], ph), &ab.ProbeLast, &ab.UpLast},
+		}
+		if st != nil {
+			chain, err := st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenant, ID: ids[n-2]})
 			if err != nil {
 				return err
 			}
-			ab.ProbeFirst = append(ab.ProbeFirst, usOf(s.TTFB))
-			s, err = b.one(ctx, a, b.agentBody(a, n, ids[n-2], calls[n-2]), false)
+			first, err := upstreamBody(b.agentBody(A, 1, "", "", ph), nil)
 			if err != nil {
 				return err
 			}
-			ab.ProbeLast = append(ab.ProbeLast, usOf(s.TTFB))
+			last, err := upstreamBody(b.agentBody(A, n, "", calls[n-2], ph), chain.Items)
+			if err != nil {
+				return err
+			}
+			probes = append(probes, probe{"a1", A, first, &ab.AFirst, &ab.AUpFirst}, probe{"an", A, last, &ab.ALast, &ab.AUpLast})
+		}
+		for i := range p.AgentProbes {
+			for _, pr := range rotate(probes, i) {
+				nonce := b.nextNonce()
+				s, up, err := b.oneTagged(ctx, pr.a, retag(pr.body, nonce), nonce, false)
+				if err != nil {
+					return fmt.Errorf("probe %s: %w", pr.name, err)
+				}
+				*pr.ttfb = append(*pr.ttfb, usOf(s.TTFB))
+				*pr.up = append(*pr.up, up)
+			}
 		}
 		ab.RatioP50 = medianOf(ab.ProbeLast) / medianOf(ab.ProbeFirst)
 		ab.RatioP99 = quantile(ab.ProbeLast, 0.99) / quantile(ab.ProbeFirst, 0.99)
+		if len(ab.AFirst) > 0 {
+			ab.ARatioP50 = medianOf(ab.ALast) / medianOf(ab.AFirst)
+		}
 		b.log.Info("agent session measured", "backend", name, "ttfb_ratio_p50", fmt.Sprintf("%.2f", ab.RatioP50))
 	}
 	return nil
 }
 
 const relSizeSQL = `SELECT pg_total_relation_size('responses') + pg_total_relation_size('items')`
+
+// upstreamBody is the body respgate sends upstream for the request body req (without
+// previous_response_id) over history: rehydrate.Build, as the server calls it.
+func upstreamBody(req []byte, history []wire.Item) ([]byte, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(req, &raw); err != nil {
+		return nil, err
+	}
+	in, err := rehydrate.ParseInput(raw["input"])
+	if err != nil {
+		return nil, err
+	}
+	res, err := rehydrate.Build(&rehydrate.Params{History: history, Input: in, Request: raw, NewID: wire.NewID})
+	if err != nil {
+		return nil, fmt.Errorf("rehydrate for arm A: %w", err)
+	}
+	return res.Body, nil
+}

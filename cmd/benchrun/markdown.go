@@ -26,10 +26,10 @@ func (r *report) allocFor(arm string) *allocArm {
 func (r *report) summaryMarkdown() string {
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("| arm | added TTFB p50 / p99, c=1 | added TTFD p50 / p99, c=1 | added gap p50 / p99, c=1 | added TTFB p50 / p99, c=%d | added gap p50 / p99, c=%d | CPU µs / relayed event, c=%d | CPU × B | allocs / event (all in) | allocs / delta (marginal) | RSS KiB / open stream, c=%d | non-stream req/s, c=%d | failed requests |\n",
+	w("| arm | added TTFB p50 / p99, c=1 | added TTFD p50 / p99, c=1 | added gap p50 / p99, c=1 | added relay latency per delta p50 / p99, c=1 | added gap jitter p99, c=1 | added TTFB p50 / p99, c=%d | added relay latency p50 / p99, c=%d | CPU µs / relayed event, c=%d | CPU × B | allocs / event (all in) | allocs / delta (marginal) | RSS KiB / open stream, c=%d (peak − RSS at start) | non-stream req/s, c=%d | failed requests |\n",
 		r.Params.Conc, r.Params.Conc, r.Params.Conc, r.Params.Conc, r.Params.NSConc)
-	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	rows := []string{"A", "A′", "B", "C", "D", "E"}
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	rows := []string{"A", "A′", "B", "C", "D", "D*", "E"}
 	for _, a := range rows {
 		label := a
 		for _, x := range r.Arms {
@@ -48,7 +48,12 @@ func (r *report) summaryMarkdown() string {
 			ad := r.Latency.Added[a]
 			return pair(ad[m1].Median, ad[m2].Median)
 		}
-		cells = append(cells, lat("ttfb_p50", "ttfb_p99"), lat("ttfd_p50", "ttfd_p99"), lat("gap_p50", "gap_p99"))
+		cells = append(cells, lat("ttfb_p50", "ttfb_p99"), lat("ttfd_p50", "ttfd_p99"), lat("gap_p50", "gap_p99"), lat("relay_p50", "relay_p99"))
+		if r.Latency == nil || a == "A" {
+			cells = append(cells, "—")
+		} else {
+			cells = append(cells, fmtUS(r.Latency.Added[a]["jitter_p99"].Median))
+		}
 		c := func(m1, m2 string) string {
 			if r.C256 == nil || a == "A" || a == "A′" {
 				return "—"
@@ -56,7 +61,7 @@ func (r *report) summaryMarkdown() string {
 			ad := r.C256.Added[a]
 			return pair(ad[m1].Median, ad[m2].Median)
 		}
-		cells = append(cells, c("ttfb_p50", "ttfb_p99"), c("gap_p50", "gap_p99"))
+		cells = append(cells, c("ttfb_p50", "ttfb_p99"), c("relay_p50", "relay_p99"))
 		if r.C256 != nil && a != "A′" {
 			if a == "A" {
 				cells = append(cells, fmt.Sprintf("— (simulator %.1f)", r.C256.PerRound.stat("A", "sim_cpu_us_per_event").Median), "—")
@@ -73,7 +78,7 @@ func (r *report) summaryMarkdown() string {
 			cells = append(cells, "—", "—")
 		}
 		if r.C256 != nil && a != "A" && a != "A′" {
-			cells = append(cells, fmt.Sprintf("%.1f", r.C256.PerRound.stat(a, "rss_kib_per_stream").Median))
+			cells = append(cells, fmt.Sprintf("%.1f", r.C256.PerRound.stat(a, "rss_kib_per_stream_from_idle").Median))
 		} else {
 			cells = append(cells, "—")
 		}
@@ -99,6 +104,9 @@ func (r *report) summaryMarkdown() string {
 	w("| target | limit | figure | met | note |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		met := "not measured"
+		if strings.HasPrefix(t.Note, unresolved) {
+			met = "**not resolvable here**"
+		}
 		if t.Met != nil {
 			met = map[bool]string{true: "**met**", false: "**not met**"}[*t.Met]
 		}
@@ -191,16 +199,18 @@ func (r *report) latencyMD(w writer) {
 	w("Per arm and round: %s of back-to-back %d-token streams (no reasoning) for time to first byte / delta, then one %d-token stream (with reasoning) for the gaps. Absolute A: TTFB p50 %s, TTFD p50 %s, gap p50 %s p99 %s.\n\n",
 		time.Duration(p.ProbeDur), p.ProbeTokens, p.GapTokens, fmtStatUS(l.PerRound.stat("A", "ttfb_p50")), fmtStatUS(l.PerRound.stat("A", "ttfd_p50")),
 		fmtStatUS(l.PerRound.stat("A", "gap_p50")), fmtStatUS(l.PerRound.stat("A", "gap_p99")))
-	w("| arm | added TTFB p50 | added TTFB p99 | added TTFD p50 | added TTFD p99 | added gap p50 | added gap p99 | probes per round | failed |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, a := range []string{"A′", "B", "C", "D", "E"} {
+	w("| arm | added TTFB p50 | added TTFB p99 | added TTFD p50 | added TTFD p99 | added gap p50 | added gap p99 | added relay latency p50 | added relay latency p99 | added gap jitter p99 | probes per round | failed |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, a := range []string{"A′", "B", "C", "D", "D*", "E"} {
 		ad := l.Added[a]
 		if ad == nil {
 			continue
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a, fmtStatUS(ad["ttfb_p50"]), fmtStatUS(ad["ttfb_p99"]), fmtStatUS(ad["ttfd_p50"]),
-			fmtStatUS(ad["ttfd_p99"]), fmtStatUS(ad["gap_p50"]), fmtStatUS(ad["gap_p99"]), fmtStat(l.PerRound.stat(a, "probes"), "%.0f"), l.Failed[a])
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a, fmtStatUS(ad["ttfb_p50"]), fmtStatUS(ad["ttfb_p99"]), fmtStatUS(ad["ttfd_p50"]),
+			fmtStatUS(ad["ttfd_p99"]), fmtStatUS(ad["gap_p50"]), fmtStatUS(ad["gap_p99"]), fmtStatUS(ad["relay_p50"]), fmtStatUS(ad["relay_p99"]),
+			fmtStatUS(ad["jitter_p99"]), fmtStat(l.PerRound.stat(a, "probes"), "%.0f"), l.Failed[a])
 	}
-	w("\n")
+	w("\nGap figures are client-side inter-event gaps (they carry the simulator's own timer jitter; A′ − A shows how much). Relay latency is, per delta event, its arrival at the client minus the moment the simulator flushed it (both wall clock, same machine); gap jitter is how much a delta's relay latency exceeds the previous delta's, i.e. what the path adds to the gap, free of the simulator's pacing jitter. Absolute A: relay latency p50 %s p99 %s, jitter p99 %s.\n\n",
+		fmtStatUS(l.PerRound.stat("A", "relay_p50")), fmtStatUS(l.PerRound.stat("A", "relay_p99")), fmtStatUS(l.PerRound.stat("A", "jitter_p99")))
 }
 
 func (r *report) c256MD(w writer) {
@@ -212,23 +222,24 @@ func (r *report) c256MD(w writer) {
 	w("## Scenario 2: %d concurrent streams\n\n", p.Conc)
 	w("Per arm and round: %d streams of %d tokens at %d tokens/s, started over %s. CPU is the arm's own process per event relayed to the client; the simulator's and the client's CPU per event are shown for scale.\n\n",
 		p.Conc, p.Tokens, 1000/max(p.PaceMS, 1), time.Duration(p.Spread))
-	w("| arm | added TTFB p50 | added TTFB p99 | added TTFD p99 | added gap p50 | added gap p99 | largest gap | CPU µs/event | × B | simulator µs/event | client µs/event | RSS KiB/stream | peak RSS MiB | failed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| arm | added TTFB p50 | added TTFB p99 | added TTFD p99 | added gap p50 | added gap p99 | added relay latency p50 / p99 | added gap jitter p99 | largest gap | CPU µs/event | × B | simulator µs/event | client µs/event | RSS KiB/stream (peak − start / peak − before) | peak RSS MiB | failed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Arms {
 		a := x.Name
 		ad := c.Added[a]
 		t := c.PerRound
 		if a == "A" {
-			w("| A | — | — | — | — | — | %s | — | — | %s | %s | — | — | %d |\n", fmtStatUS(t.stat(a, "max_gap")),
+			w("| A | — | — | — | — | — | — | — | %s | — | — | %s | %s | — | — | %d |\n", fmtStatUS(t.stat(a, "max_gap")),
 				fmtStat(t.stat(a, "sim_cpu_us_per_event"), "%.1f"), fmtStat(t.stat(a, "client_cpu_us_per_event"), "%.1f"), c.Failed[a])
 			continue
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a, fmtStatUS(ad["ttfb_p50"]), fmtStatUS(ad["ttfb_p99"]),
-			fmtStatUS(ad["ttfd_p99"]), fmtStatUS(ad["gap_p50"]), fmtStatUS(ad["gap_p99"]), fmtStatUS(t.stat(a, "max_gap")),
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a, fmtStatUS(ad["ttfb_p50"]), fmtStatUS(ad["ttfb_p99"]),
+			fmtStatUS(ad["ttfd_p99"]), fmtStatUS(ad["gap_p50"]), fmtStatUS(ad["gap_p99"]), pair(ad["relay_p50"].Median, ad["relay_p99"].Median),
+			fmtStatUS(ad["jitter_p99"]), fmtStatUS(t.stat(a, "max_gap")),
 			fmtStat(t.stat(a, "cpu_us_per_event"), "%.1f"), fmtStat(c.CPURatio[a], "%.2f×"),
 			fmtStat(t.stat(a, "sim_cpu_us_per_event"), "%.1f"), fmtStat(t.stat(a, "client_cpu_us_per_event"), "%.1f"),
-			fmtStat(t.stat(a, "rss_kib_per_stream"), "%.1f"), fmtStat(t.stat(a, "rss_peak_mib"), "%.0f"), c.Failed[a])
+			fmtStat(t.stat(a, "rss_kib_per_stream_from_idle"), "%.1f")+" / "+fmtStat(t.stat(a, "rss_kib_per_stream"), "%.1f"), fmtStat(t.stat(a, "rss_peak_mib"), "%.0f"), c.Failed[a])
 	}
-	w("\nRSS per stream is (peak RSS during the wave − RSS before it) / streams; a stream accumulates %.1f KiB of output text.\n", c.PerRound.stat("D", "output_bytes").Median/1024)
+	w("\nRSS per stream: (peak RSS during the wave − the process's RSS right after it started) / streams, and (peak − RSS just before the wave) / streams; the second undercounts, since a Go process keeps the heap it grew in earlier waves. A stream accumulates %.1f KiB of output text.\n", c.PerRound.stat("D", "output_bytes").Median/1024)
 	for _, prof := range c.Profiles {
 		w("CPU profile of the Postgres twin under this load: `%s`.\n", prof)
 	}
@@ -250,6 +261,10 @@ func (r *report) allocsMD(w writer) {
 			}
 		}
 		w("| %s | %s | %.0f | %.0f | %.2f | %.0f | %.2f | %d |\n", x.Arm, x.Label, x.AllocsPerRequest[64], long, x.AllocsPerEvent, x.BytesPerEvent, x.MarginalAllocsPerDelt, x.Failed)
+	}
+	if h := a.Hold; h != nil {
+		w("\nWhat an open stream holds (Postgres twin, %d streams open at once; runtime counters after a forced GC at mid-stream, minus the same when idle): %.1f goroutines, %.1f KiB of goroutine stacks, %.1f KiB of live heap (%.1f KiB of in-use heap spans), and %.1f KiB of RSS before that GC (garbage awaiting collection included); the stream's accumulated output is %.1f KiB.\n",
+			a.HoldStreams, h.GoroutinesPerStream, h.StackKiBPerStream, h.LiveKiBPerStream, h.HeapKiBPerStream, h.RSSKiBPerStream, h.OutputBytes/1024)
 	}
 	w("\n")
 }
@@ -286,20 +301,20 @@ func (r *report) chainMD(w writer) {
 		return
 	}
 	w("## Scenario 4: previous_response_id chains\n\n")
-	w("Each turn stores two message items of about %d bytes. Added TTFB is X − A where A receives the same upstream body directly. Cold: the first request on the chain (one sample); warm: %d repeats. Raw query: `ResponseChainGet` alone, in this process, on the same database, interleaved with the requests.\n\n", r.Params.ItemBytes, r.Params.ChainN)
-	w("| depth | history | upstream body | A TTFB p50 | D added cold | D added warm p50 / p99 | D raw query p50 / p99 | D cold ÷ raw | E added cold | E added warm p50 / p99 | E raw query p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("Each turn stores two message items of about %d bytes. A receives, directly, the very body respgate sends upstream for the same chain. **Added TTFB** is X − A. **Added to upstream** is X − A of the time from the client sending the request to the simulator holding all of it (simulator-stamped): the gateway's work before the model can start (parse, chain load, rehydration, forwarding), free of the model's own time, which dominates TTFB for big histories. Cold: the median of the first requests on %d copies of the chain (respgate has no chain cache, and the pages are in Postgres' buffers: they were just written); warm: %d repeats on one. Raw query: `ResponseChainGet` alone, in this process, on the same database, interleaved with the requests.\n\n", r.Params.ItemBytes, r.Params.ColdChains, r.Params.ChainN)
+	w("| depth | history | upstream body | A TTFB p50 | D added TTFB cold | D added TTFB warm p50 / p99 | D added to upstream cold | D added to upstream warm p50 / p99 | D raw query p50 / p99 | D to upstream cold ÷ raw | E added TTFB warm p50 / p99 | E added to upstream warm p50 / p99 | E raw query p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, d := range c.Depths {
 		dd, ee := d.Backends["D"], d.Backends["E"]
-		if dd == nil || ee == nil {
+		if dd == nil || ee == nil || len(dd.Warm) == 0 {
 			continue
 		}
 		ratio := math.NaN()
 		if dd.RawP50 > 0 {
-			ratio = dd.AddedCold / dd.RawP50
+			ratio = dd.AddedUpCold / dd.RawP50
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s | %s |\n", d.Label, kib(d.HistoryBytes), kib(d.UpstreamBytes), fmtUS(d.AP50),
-			fmtUS(dd.AddedCold), pair(dd.AddedWarmP50, dd.AddedWarmP99), pair(dd.RawP50, dd.RawP99), ratio,
-			fmtUS(ee.AddedCold), pair(ee.AddedWarmP50, ee.AddedWarmP99), pair(ee.RawP50, ee.RawP99))
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s | %s |\n", d.Label, kib(d.HistoryBytes), kib(d.UpstreamBytes), fmtUS(d.AP50),
+			fmtUS(dd.AddedCold), pair(dd.AddedWarmP50, dd.AddedWarmP99), fmtUS(dd.AddedUpCold), pair(dd.AddedUpP50, dd.AddedUpP99),
+			pair(dd.RawP50, dd.RawP99), ratio, pair(ee.AddedWarmP50, ee.AddedWarmP99), pair(ee.AddedUpP50, ee.AddedUpP99), pair(ee.RawP50, ee.RawP99))
 	}
 	w("\n")
 }
@@ -318,7 +333,7 @@ func (r *report) agentMD(w writer) {
 	}
 	w("## Scenario 5: a %d-turn agent session\n\n", a.Turns)
 	w("Odd turns: a user message that makes the model call a tool; even turns: the tool's %d-byte output. Every turn continues the previous one with previous_response_id. TTFB probes (%d each, interleaved): a new session's first turn vs the session's last turn.\n\n", r.Params.ToolBytes, r.Params.AgentProbes)
-	w("| backend | TTFB turn 1 p50 | TTFB turn %d p50 | ratio p50 | ratio p99 | during the build: turn 1 / turn %d | bytes stored, first 10 turns (median) | last 10 turns | stored ÷ turn's own item bytes | tables+indexes growth / turn |\n|---|---|---|---|---|---|---|---|---|---|\n", a.Turns, a.Turns)
+	w("| backend | TTFB turn 1 p50 | TTFB turn %d p50 | ratio p50 | ratio p99 | A with the same upstream bodies: turn 1 / turn %d p50, ratio | added to upstream (X − A), turn 1 / turn %d | during the build: turn 1 / turn %d | bytes stored, first 10 turns (median) | last 10 turns | stored ÷ turn's own item bytes | tables+indexes growth / turn |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", a.Turns, a.Turns, a.Turns, a.Turns)
 	for _, name := range []string{"D", "E"} {
 		ab := a.Backends[name]
 		if ab == nil || len(ab.Turns) == 0 {
@@ -338,8 +353,13 @@ func (r *report) agentMD(w writer) {
 		if len(ab.StoredPerNew.Rounds) > 0 {
 			per = fmtStat(ab.StoredPerNew, "%.2f")
 		}
-		w("| %s | %s | %s | %.2f× | %.2f× | %s / %s | %s | %s | %s | %s |\n", name, fmtUS(medianOf(ab.ProbeFirst)), fmtUS(medianOf(ab.ProbeLast)),
-			ab.RatioP50, ab.RatioP99, fmtUS(ab.Turns[0].TTFBUS), fmtUS(ab.Turns[len(ab.Turns)-1].TTFBUS),
+		acol, upcol := "—", "—"
+		if len(ab.AFirst) > 0 {
+			acol = fmt.Sprintf("%s / %s, %.2f×", fmtUS(medianOf(ab.AFirst)), fmtUS(medianOf(ab.ALast)), ab.ARatioP50)
+			upcol = pair(medianOf(ab.UpFirst)-medianOf(ab.AUpFirst), medianOf(ab.UpLast)-medianOf(ab.AUpLast))
+		}
+		w("| %s | %s | %s | %.2f× | %.2f× | %s | %s | %s / %s | %s | %s | %s | %s |\n", name, fmtUS(medianOf(ab.ProbeFirst)), fmtUS(medianOf(ab.ProbeLast)),
+			ab.RatioP50, ab.RatioP99, acol, upcol, fmtUS(ab.Turns[0].TTFBUS), fmtUS(ab.Turns[len(ab.Turns)-1].TTFBUS),
 			stored(ab.StoredFirst10), stored(ab.StoredLast10), per, growth)
 	}
 	w("\n")
@@ -352,7 +372,7 @@ func (r *report) capacityMD(w writer) {
 	}
 	p := r.Params
 	w("## Scenario 3: concurrent streams at %d tokens/s\n\n", 1000/max(p.RampPaceMS, 1))
-	w("Each step holds N streams of %d tokens (started over %s). A step passes with every stream whole and no gap over 10× the pace (%d ms). D is a fresh respgate process (Postgres); its RSS per stream counts from its idle RSS (%s). Everything shares the two cores: simulator, gateway and client.\n\n",
+	w("Each step holds N streams of %d tokens (started over %s). A step passes with every stream whole and no gap over 10× the pace (%d ms). D is a fresh respgate process (Postgres); its RSS per stream counts from its idle RSS (%s); other arms' processes ran the earlier scenarios (D*, the diagnostic with synchronous_commit=off, shows what the commits cost). Everything shares the two cores: simulator, gateway and client.\n\n",
 		p.RampTokens, time.Duration(p.RampSpread), 10*p.RampPaceMS, kib(int(c.IdleRSS["D"])))
 	w("| arm | streams | passed | failed | largest gap | gap p99 | TTFB p99 | gateway CPU µs/event | simulator µs/event | client µs/event | RSS KiB/stream | output KiB/stream | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range c.Steps {
@@ -360,7 +380,7 @@ func (r *report) capacityMD(w writer) {
 			fmtUS(s.TTFBP99US), s.CPUPerEventUS, s.SimCPUPerEvent, s.ClientCPUPerEvt, s.RSSPerStreamKiB, s.OutputBytes/1024, s.PeakRSSMiB)
 	}
 	w("\nMost streams passed: ")
-	for _, a := range []string{"A", "B", "C", "D", "E"} {
+	for _, a := range []string{"A", "B", "C", "D", "D*", "E"} {
 		if n, ok := c.MaxPassed[a]; ok {
 			w("%s %d; ", a, n)
 		} else if hasArm(c, a) {
@@ -369,9 +389,14 @@ func (r *report) capacityMD(w writer) {
 	}
 	w("\n\n")
 	for _, s := range c.Steps {
-		if len(s.Problems) > 0 {
-			w("- %s at %d streams: %s\n", s.Arm, s.Streams, strings.Join(s.Problems, "; "))
+		w("- %s at %d streams: the largest gap ended at %s", s.Arm, s.Streams, s.MaxGapBefore)
+		if len(s.OverLimit) > 0 {
+			w("; streams with a gap over the limit, by the event that ended it: %v", s.OverLimit)
 		}
+		if len(s.Problems) > 0 {
+			w("; failures: %s", strings.Join(s.Problems, "; "))
+		}
+		w("\n")
 	}
 	w("\n")
 }

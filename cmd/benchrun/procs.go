@@ -117,10 +117,15 @@ func (c *child) alive() bool {
 	}
 }
 
-// memstats reads a proxy or gateway child's allocation counters.
-func (c *child) memstats() (memStats, error) {
+// memstats reads a proxy or gateway child's allocation counters (after a garbage collection
+// when gc is set, so the heap figures are the live heap).
+func (c *child) memstats(gc ...bool) (memStats, error) {
 	var m memStats
-	resp, err := http.Get("http://" + c.addr + memstatsPath)
+	u := "http://" + c.addr + memstatsPath
+	if len(gc) > 0 && gc[0] {
+		u += "?gc=1"
+	}
+	resp, err := http.Get(u)
 	if err != nil {
 		return m, err
 	}

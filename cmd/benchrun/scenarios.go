@@ -25,7 +25,7 @@ type latencyResult struct {
 	Failed   map[string]int             `json:"failed"`
 }
 
-var latencyMetrics = []string{"ttfb_p50", "ttfb_p99", "ttfd_p50", "ttfd_p99", "gap_p50", "gap_p99"}
+var latencyMetrics = []string{"ttfb_p50", "ttfb_p99", "ttfd_p50", "ttfd_p99", "gap_p50", "gap_p99", "relay_p50", "relay_p99", "jitter_p99"}
 
 func (b *bench) scenarioLatency(ctx context.Context) error {
 	p := b.p
@@ -48,8 +48,13 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			gaps, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Requests: 1, KeepGaps: true,
-				Body: constBody(a.body(model(p.PaceMS, p.GapTokens, ""), benchInput, true, nil))})
+			body, prefix := b.stampedBody(a, model(p.PaceMS, p.GapTokens, ""))
+			gaps, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Requests: p.GapStreams, KeepGaps: true,
+				KeepDeltaTimes: true, Body: body})
+			if err != nil {
+				return err
+			}
+			rl, err := b.relay(prefix, gaps.samples)
 			if err != nil {
 				return err
 			}
@@ -60,6 +65,10 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 			t.add(a.Name, "ttfd_p99", probe.Summary.TTFD.P99)
 			t.add(a.Name, "gap_p50", gaps.Summary.Gap.P50)
 			t.add(a.Name, "gap_p99", gaps.Summary.Gap.P99)
+			t.add(a.Name, "relay_p50", rl.LatP50)
+			t.add(a.Name, "relay_p99", rl.LatP99)
+			t.add(a.Name, "jitter_p99", rl.JitP99)
+			t.add(a.Name, "unmatched", float64(rl.Unmatched))
 			t.add(a.Name, "probes", float64(probe.Summary.OK))
 			res.Failed[a.Name] += probe.Summary.Failed + gaps.Summary.Failed
 			b.noteProblems("latency "+a.Name, probe.Summary, gaps.Summary)
@@ -90,8 +99,13 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 	b.rep.C256 = res
 	for r := range b.opt.rounds {
 		for _, a := range rotate(b.arms, r) {
+			body, prefix := b.stampedBody(a, model(p.PaceMS, p.Tokens, ""))
 			rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
-				KeepGaps: true, Body: constBody(a.body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
+				KeepGaps: true, KeepDeltaTimes: true, Body: body})
+			if err != nil {
+				return err
+			}
+			rl, err := b.relay(prefix, rs.samples)
 			if err != nil {
 				return err
 			}
@@ -104,6 +118,10 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 			t.add(a.Name, "gap_p50", s.Gap.P50)
 			t.add(a.Name, "gap_p99", s.Gap.P99)
 			t.add(a.Name, "max_gap", s.MaxGap.Max)
+			t.add(a.Name, "relay_p50", rl.LatP50)
+			t.add(a.Name, "relay_p99", rl.LatP99)
+			t.add(a.Name, "jitter_p99", rl.JitP99)
+			t.add(a.Name, "unmatched", float64(rl.Unmatched))
 			if s.Events > 0 {
 				t.add(a.Name, "cpu_us_per_event", rs.GatewayCPU/float64(s.Events))
 				t.add(a.Name, "sim_cpu_us_per_event", rs.SimCPU/float64(s.Events))
@@ -111,6 +129,7 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 			}
 			if a.proc != nil {
 				t.add(a.Name, "rss_kib_per_stream", float64(rs.RSSPeak-rs.RSSBefore)/float64(p.Conc)/1024)
+				t.add(a.Name, "rss_kib_per_stream_from_idle", float64(rs.RSSPeak-a.idleRSS)/float64(p.Conc)/1024)
 				t.add(a.Name, "rss_peak_mib", float64(rs.RSSPeak)/(1<<20))
 			}
 			t.add(a.Name, "output_bytes", rs.OutputBytes)
@@ -166,7 +185,22 @@ func (b *bench) profileTwin(ctx context.Context, res *c256Result) {
 // allocResult: heap allocations per relayed event in the instrumented twins (B is the proxy
 // process itself). Two answer lengths separate the per-request cost from the per-delta one.
 type allocResult struct {
-	Arms []allocArm `json:"arms"`
+	Short int        `json:"short_tokens"`
+	Long  int        `json:"long_tokens"`
+	Arms  []allocArm `json:"arms"`
+	// Hold: memory per open stream in the Postgres twin while HoldStreams streams are open,
+	// from the runtime's own counters (what RSS per stream is made of).
+	HoldStreams int         `json:"hold_streams"`
+	Hold        *holdResult `json:"hold,omitempty"`
+}
+
+type holdResult struct {
+	GoroutinesPerStream float64 `json:"goroutines_per_stream"`
+	HeapKiBPerStream    float64 `json:"heap_inuse_kib_per_stream"` // in-use spans after a GC
+	LiveKiBPerStream    float64 `json:"heap_live_kib_per_stream"`  // live objects after a GC
+	StackKiBPerStream   float64 `json:"stack_kib_per_stream"`
+	RSSKiBPerStream     float64 `json:"rss_kib_per_stream"`
+	OutputBytes         float64 `json:"output_bytes"`
 }
 
 type allocArm struct {
@@ -187,7 +221,7 @@ func (b *bench) scenarioAllocs(ctx context.Context) error {
 	if b.opt.quick {
 		long = 128
 	}
-	res := &allocResult{}
+	res := &allocResult{Short: short, Long: long}
 	b.rep.Allocs = res
 	tpg, tsq := b.twins["pg"], b.twins["sqlite"]
 	targets := []*arm{
@@ -233,6 +267,65 @@ func (b *bench) scenarioAllocs(ctx context.Context) error {
 			aa.MarginalAllocsPerDelt = (aa.AllocsPerRequest[long] - aa.AllocsPerRequest[short]) / d
 		}
 		res.Arms = append(res.Arms, aa)
+	}
+	return b.holdStreams(ctx, res)
+}
+
+// holdStreams opens many paced streams on the Postgres twin and, once all are open, reads its
+// runtime counters: the per-stream goroutines, heap and stacks behind the RSS per stream.
+func (b *bench) holdStreams(ctx context.Context, res *allocResult) error {
+	tw := b.twins["pg"]
+	a := &arm{Name: "D-twin", URL: tw.baseURL(), proc: tw, done: true}
+	n := b.p.Conc
+	res.HoldStreams = n
+	st0, err := loadgen.ReadProc(tw.pid())
+	if err != nil {
+		return err
+	}
+	m0, err := tw.memstats(true)
+	if err != nil {
+		return err
+	}
+	type out struct {
+		rs  *runStats
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: n, Requests: n, Spread: b.p.Spread,
+			Body: constBody(a.body(model(b.p.RampPaceMS, 96, ""), benchInput, true, nil))})
+		done <- out{rs, err}
+	}()
+	// All streams are open from the end of the spread until the first ones finish (96 tokens at
+	// the ramp's pace, about 4 s); sample the middle of that window.
+	select {
+	case <-time.After(b.p.Spread + 1500*time.Millisecond):
+	case o := <-done:
+		return fmt.Errorf("streams ended before the sample: %v", o.err)
+	}
+	st1, err := loadgen.ReadProc(tw.pid())
+	if err != nil {
+		return err
+	}
+	m1, err := tw.memstats(true)
+	if err != nil {
+		return err
+	}
+	o := <-done
+	if o.err != nil {
+		return o.err
+	}
+	f := float64(n)
+	res.Hold = &holdResult{
+		GoroutinesPerStream: float64(m1.Goroutines-m0.Goroutines) / f,
+		HeapKiBPerStream:    (float64(m1.HeapInuse) - float64(m0.HeapInuse)) / f / 1024,
+		LiveKiBPerStream:    (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / f / 1024,
+		StackKiBPerStream:   (float64(m1.StackInuse) - float64(m0.StackInuse)) / f / 1024,
+		RSSKiBPerStream:     float64(st1.RSS-st0.RSS) / f / 1024,
+		OutputBytes:         o.rs.OutputBytes,
+	}
+	if o.rs.Summary.Failed > 0 {
+		b.noteProblems("hold D-twin", o.rs.Summary)
 	}
 	return nil
 }
@@ -324,21 +417,25 @@ type capResult struct {
 }
 
 type capStep struct {
-	Arm             string   `json:"arm"`
-	Streams         int      `json:"streams"`
-	Passed          bool     `json:"passed"`
-	Failed          int      `json:"failed"`
-	Lost            int      `json:"lost"`
-	MaxGapUS        float64  `json:"max_gap_us"`
-	GapP99US        float64  `json:"gap_p99_us"`
-	TTFBP99US       float64  `json:"ttfb_p99_us"`
-	CPUPerEventUS   float64  `json:"cpu_us_per_event"`
-	SimCPUPerEvent  float64  `json:"sim_cpu_us_per_event"`
-	ClientCPUPerEvt float64  `json:"client_cpu_us_per_event"`
-	RSSPerStreamKiB float64  `json:"rss_kib_per_stream"`
-	OutputBytes     float64  `json:"output_bytes"`
-	PeakRSSMiB      float64  `json:"peak_rss_mib"`
-	Problems        []string `json:"problems,omitempty"`
+	Arm             string  `json:"arm"`
+	Streams         int     `json:"streams"`
+	Passed          bool    `json:"passed"`
+	Failed          int     `json:"failed"`
+	Lost            int     `json:"lost"`
+	MaxGapUS        float64 `json:"max_gap_us"`
+	GapP99US        float64 `json:"gap_p99_us"`
+	TTFBP99US       float64 `json:"ttfb_p99_us"`
+	CPUPerEventUS   float64 `json:"cpu_us_per_event"`
+	SimCPUPerEvent  float64 `json:"sim_cpu_us_per_event"`
+	ClientCPUPerEvt float64 `json:"client_cpu_us_per_event"`
+	RSSPerStreamKiB float64 `json:"rss_kib_per_stream"`
+	OutputBytes     float64 `json:"output_bytes"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	// MaxGapBefore is the event that ended the largest gap; OverLimit counts the streams whose
+	// largest gap exceeded 10× the pace, by the event that ended it.
+	MaxGapBefore string         `json:"max_gap_before"`
+	OverLimit    map[string]int `json:"over_limit,omitempty"`
+	Problems     []string       `json:"problems,omitempty"`
 }
 
 func (b *bench) scenarioCapacity(ctx context.Context) error {
@@ -389,6 +486,18 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 			st := capStep{Arm: a.Name, Streams: n, Failed: s.Failed, Lost: s.Lost, MaxGapUS: s.MaxGap.Max, GapP99US: s.Gap.P99,
 				TTFBP99US: s.TTFB.P99, OutputBytes: rs.OutputBytes, Problems: s.Problems}
 			st.Passed = s.Failed == 0 && s.OK == n && s.MaxGap.Max <= limit
+			var top time.Duration
+			for _, x := range rs.samples {
+				if x.MaxGap > top {
+					top, st.MaxGapBefore = x.MaxGap, x.MaxGapBefore
+				}
+				if usOf(x.MaxGap) > limit {
+					if st.OverLimit == nil {
+						st.OverLimit = map[string]int{}
+					}
+					st.OverLimit[x.MaxGapBefore]++
+				}
+			}
 			if s.Events > 0 {
 				st.CPUPerEventUS = rs.GatewayCPU / float64(s.Events)
 				st.SimCPUPerEvent = rs.SimCPU / float64(s.Events)

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,16 +49,24 @@ type memStats struct {
 	Frees      uint64 `json:"frees"`
 	TotalAlloc uint64 `json:"total_alloc"`
 	HeapInuse  uint64 `json:"heap_inuse"`
+	HeapAlloc  uint64 `json:"heap_alloc"`
+	StackInuse uint64 `json:"stack_inuse"`
+	Sys        uint64 `json:"sys"`
 	NumGC      uint32 `json:"num_gc"`
+	Goroutines int    `json:"goroutines"`
 }
 
 // debugMux serves memstats and pprof; everything else goes to next.
 func debugMux(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(memstatsPath, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("gc") == "1" {
+			runtime.GC() // so HeapAlloc is the live heap
+		}
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		_ = json.NewEncoder(w).Encode(memStats{m.Mallocs, m.Frees, m.TotalAlloc, m.HeapInuse, m.NumGC})
+		_ = json.NewEncoder(w).Encode(memStats{Mallocs: m.Mallocs, Frees: m.Frees, TotalAlloc: m.TotalAlloc, HeapInuse: m.HeapInuse,
+			HeapAlloc: m.HeapAlloc, StackInuse: m.StackInuse, Sys: m.Sys, NumGC: m.NumGC, Goroutines: runtime.NumGoroutine()})
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -103,8 +112,117 @@ func serveSim(args []string) error {
 	// RecordLimit -1: vLLM keeps no request log, and the simulator's default ring of 1,024
 	// request bodies would hold gigabytes in the chain-depth scenario.
 	sim := vllmsim.New(vllmsim.Options{RecordLimit: -1})
-	return serveUntilSignal(*listen, sim, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	return serveUntilSignal(*listen, newStamper(sim), slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 }
+
+// nonceMark tags a request whose delta events the simulator should time-stamp: the input text
+// carries nonceMark + an id, which reaches the simulator unchanged through every arm.
+const nonceMark = "bench-nonce-"
+
+// stampsPath answers (and forgets) the stamps of the requests whose nonce has the given prefix,
+// as {"nonce": stamps, …}.
+const stampsPath = "/bench/stamps"
+
+// stamps are wall-clock times (Unix ns) the simulator noted for one tagged request.
+type stamps struct {
+	// Arrive: the request's headers were read; Body: its whole body was read (the moment the
+	// model could start on it).
+	Arrive int64 `json:"arrive"`
+	Body   int64 `json:"body"`
+	// Deltas: each delta event's frame was flushed to the connection.
+	Deltas []int64 `json:"deltas"`
+}
+
+// stamper wraps the simulator: for a tagged request it records when the request arrived and
+// when each delta event was flushed. Matched with the client's own times (the same clock:
+// CLOCK_REALTIME is shared by processes), they split an arm's latency into the part before the
+// request reached the model and the relay of each event, free of the simulator's own jitter.
+type stamper struct {
+	next http.Handler
+	mu   sync.Mutex
+	m    map[string]*stamps
+}
+
+func newStamper(next http.Handler) *stamper { return &stamper{next: next, m: map[string]*stamps{}} }
+
+func (s *stamper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrive := time.Now().UnixNano()
+	if r.URL.Path == stampsPath {
+		prefix := r.URL.Query().Get("prefix")
+		out := map[string]*stamps{}
+		s.mu.Lock()
+		for k, v := range s.m {
+			if strings.HasPrefix(k, prefix) {
+				out[k] = v
+				delete(s.m, k)
+			}
+		}
+		s.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(out)
+		return
+	}
+	if r.Method != http.MethodPost {
+		s.next.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	st := &stamps{Arrive: arrive, Body: time.Now().UnixNano()}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	i := bytes.Index(body, []byte(nonceMark))
+	if i < 0 {
+		s.next.ServeHTTP(w, r)
+		return
+	}
+	j := i + len(nonceMark)
+	for j < len(body) && (body[j] == '-' || body[j] == '_' || body[j] >= '0' && body[j] <= '9' || body[j] >= 'a' && body[j] <= 'z') {
+		j++
+	}
+	sw := &stampWriter{ResponseWriter: w, st: st}
+	st.Deltas = make([]int64, 0, 300)
+	s.next.ServeHTTP(sw, r)
+	s.mu.Lock()
+	s.m[string(body[i:j])] = st
+	s.mu.Unlock()
+}
+
+// stampWriter notes the time of each flush that ends a delta event's frame (the simulator writes
+// and flushes one frame at a time).
+type stampWriter struct {
+	http.ResponseWriter
+	delta bool
+	st    *stamps
+}
+
+func (w *stampWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(".delta\ndata:")) {
+		w.delta = true
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *stampWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+	if w.delta {
+		w.st.Deltas = append(w.st.Deltas, time.Now().UnixNano())
+		w.delta = false
+	}
+}
+
+func (w *stampWriter) FlushError() error {
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if w.delta {
+		w.st.Deltas = append(w.st.Deltas, time.Now().UnixNano())
+		w.delta = false
+	}
+	return err
+}
+
+func (w *stampWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // serveProxy is arm B, the floor: Go's reverse proxy with the request body read whole before it
 // is forwarded (as respgate must, to parse it) and each response write flushed at once.
