@@ -324,12 +324,15 @@ func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) err
 // syncTurn serves stream:false: one upstream call, normalised by the accumulator's FromResponse so
 // the stored items equal what a streamed turn would have stored.
 func (s *Server) syncTurn(c echo.Context, t *turn) error {
+	// No in-progress record: the client sees the id only in the final answer, which is sent after
+	// the commit, so a crash mid-turn leaves nothing a client could ask for, and the turn saves a
+	// write. The conversation's turn lease (if any) is kept alive while vLLM generates.
 	ctx := c.Request().Context()
-	began := s.begin(ctx, t)
 	keeperDone := make(chan struct{})
 	defer close(keeperDone)
-	t.leased.Store(t.req.Store) // renewals before Begin lands fail harmlessly and are retried
-	go s.keepLeases(ctx, t, keeperDone)
+	if t.convTurn.Load() {
+		go s.keepLeases(ctx, t, keeperDone)
+	}
 	uctx, span := s.tel.tracer.Start(ctx, "upstream.create")
 	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
 	defer cancel()
@@ -341,11 +344,6 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	}
 	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
 	span.End()
-	if err := <-began; err != nil {
-		s.releaseConversation(t)
-		return err
-	}
-	t.leased.Store(t.req.Store)
 	if upErr != nil {
 		if ctx.Err() != nil {
 			_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,

@@ -35,7 +35,7 @@ type config struct {
 	listen, upstreamURL, upstreamKey, databaseURL, apiKeys, logLevel, toolPolicy string
 	shutdownTimeout, keepAlive, upstreamConnect, upstreamIdle, leaseTTL, sweep   time.Duration
 	maxBody                                                                      int64
-	maxStreams                                                                   int
+	maxStreams, dbMaxConns                                                       int
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case
@@ -51,6 +51,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.upstreamURL, "upstream-url", "", "vLLM base URL incl. /v1; empty starts the built-in simulator (RESPGATE_UPSTREAM_URL)")
 	fs.StringVar(&c.upstreamKey, "upstream-api-key", "", "bearer key sent to vLLM (RESPGATE_UPSTREAM_API_KEY)")
 	fs.StringVar(&c.databaseURL, "database-url", "sqlite:./data/respgate.db", "postgres://… or sqlite:PATH or sqlite::memory: (RESPGATE_DATABASE_URL)")
+	fs.IntVar(&c.dbMaxConns, "database-max-conns", 32, "Postgres connection pool size (RESPGATE_DATABASE_MAX_CONNS)")
 	fs.StringVar(&c.apiKeys, "api-keys", "", "comma-separated accepted client keys; empty accepts any key, isolated per key (RESPGATE_API_KEYS)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error (RESPGATE_LOG_LEVEL)")
 	fs.StringVar(&c.toolPolicy, "tool-policy", "drop", "tools vLLM cannot serve: drop (with X-Respgate-Dropped-Tools) or reject (RESPGATE_TOOL_POLICY)")
@@ -96,10 +97,11 @@ func redactURL(s string) string {
 	return u.String()
 }
 
-func openStore(ctx context.Context, dsn string) (store.Store, error) {
+func openStore(ctx context.Context, dsn string, maxConns int) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return postgres.Open(ctx, dsn)
+		// pgxpool's default (max(4, CPUs)) serialises a busy gateway's commits on 2 cores.
+		return postgres.Open(ctx, dsn, postgres.WithMaxConns(int32(maxConns)))
 	case strings.HasPrefix(dsn, "sqlite:"):
 		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
 	}
@@ -142,6 +144,7 @@ func run() error {
 		"upstream_url", cfg.upstreamURL,
 		"upstream_api_key_set", cfg.upstreamKey != "",
 		"database_url", redactURL(cfg.databaseURL),
+		"database_max_conns", cfg.dbMaxConns,
 		"api_keys", len(keys),
 		"tool_policy", cfg.toolPolicy,
 		"shutdown_timeout", cfg.shutdownTimeout.String(),
@@ -166,7 +169,7 @@ func run() error {
 		log.Info("exporting traces over OTLP")
 	}
 
-	st, err := openStore(ctx, cfg.databaseURL)
+	st, err := openStore(ctx, cfg.databaseURL, cfg.dbMaxConns)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

@@ -23,14 +23,20 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	if status != store.StatusInProgress && status != store.StatusQueued {
 		return fmt.Errorf("begin response: status %q is not in_progress or queued", status)
 	}
-	_, err := s.pool.Exec(ctx, `
+	// One round trip, one implicit transaction (a batch ends with a single Sync), committed
+	// asynchronously: the in-progress record must not add a WAL flush to time-to-first-byte
+	// (DESIGN §1). The final ResponseCommit is the durable one; only a crash of Postgres itself
+	// within wal_writer_delay could lose this row, and then no final commit happened either.
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(`
 		INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
 		                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		r.Tenant, r.ID, status, r.Model, nullString(r.PreviousResponseID), nullString(r.ConversationID), timeOr(r.CreatedAt),
 		r.CompletedAt, nullJSON(r.Echo), nullJSON(r.Usage), nullJSON(r.Error), nullJSON(r.IncompleteDetails),
 		p.LeaseOwner, p.LeaseExpiresAt.UTC())
-	if err != nil {
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("begin response: %w", interpretError(err))
 	}
 	return nil
