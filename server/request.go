@@ -519,10 +519,3 @@ func oneOf(s string, allowed ...string) bool {
 	}
 	return false
 }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
