@@ -354,11 +354,11 @@ func (s *Store) ItemListByResponse(ctx context.Context, p *store.ItemListByRespo
 	if p.Role != store.RoleInput && p.Role != store.RoleOutput {
 		return nil, fmt.Errorf("list response items: unknown role %q", p.Role)
 	}
-	desc, err := checkOrder(p.Order)
+	desc, err := p.Order.Descending()
 	if err != nil {
 		return nil, err
 	}
-	limit := pageLimit(p.Limit)
+	limit := store.PageLimit(p.Limit)
 	q := `SELECT id, type, data FROM items
 		WHERE tenant = $1 AND response_id = $2 AND role = $3
 		  AND ($4 = '' OR position > (SELECT max(position) FROM items
@@ -393,7 +393,7 @@ func (s *Store) ItemListByResponse(ctx context.Context, p *store.ItemListByRespo
 			return nil, fmt.Errorf("list response items: %w", store.ErrNotFound)
 		}
 	}
-	return toPage(items, limit), nil
+	return store.PageOf(items, limit), nil
 }
 
 // ItemGet returns the tenant's most recently stored item with this id.

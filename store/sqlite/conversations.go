@@ -112,11 +112,11 @@ func (s *Store) ConversationItemAppend(ctx context.Context, p *store.Conversatio
 // ConversationItemList pages through a conversation's items by seq. After works as in
 // ItemListByResponse; an unknown conversation or cursor is ErrNotFound.
 func (s *Store) ConversationItemList(ctx context.Context, p *store.ConversationItemListParams) (*store.ItemPage, error) {
-	desc, err := checkOrder(p.Order)
+	desc, err := p.Order.Descending()
 	if err != nil {
 		return nil, err
 	}
-	limit := pageLimit(p.Limit)
+	limit := store.PageLimit(p.Limit)
 	q := `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
 		WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
 		  AND (?3 = '' OR ci.seq > (SELECT max(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
@@ -151,7 +151,7 @@ func (s *Store) ConversationItemList(ctx context.Context, p *store.ConversationI
 			return nil, fmt.Errorf("list conversation items: %w", store.ErrNotFound)
 		}
 	}
-	return toPage(items, limit), nil
+	return store.PageOf(items, limit), nil
 }
 
 // ConversationItemsAll loads a conversation's items in seq order in one query; its first row

@@ -38,12 +38,6 @@ import (
 // forever; no real conversation comes near it.
 const maxChainDepth = 100_000
 
-// Default and maximum page sizes of the list methods (the OpenAI list endpoints' limits).
-const (
-	defaultLimit = 20
-	maxLimit     = 100
-)
-
 // Memory is the dsn of a private in-memory database, gone when the Store is closed.
 const Memory = ":memory:"
 
@@ -334,36 +328,4 @@ func scanItems(rows *sql.Rows) ([]wire.Item, error) {
 		out = append(out, it)
 	}
 	return out, rows.Err()
-}
-
-// pageLimit normalises a requested page size: 0 or less is the default, more than the maximum is
-// the maximum.
-func pageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return defaultLimit
-	case n > maxLimit:
-		return maxLimit
-	}
-	return n
-}
-
-// checkOrder validates a list order; empty means ascending.
-func checkOrder(o store.Order) (desc bool, err error) {
-	switch o {
-	case store.OrderAsc, "":
-		return false, nil
-	case store.OrderDesc:
-		return true, nil
-	}
-	return false, fmt.Errorf("list items: unknown order %q", o)
-}
-
-// toPage trims a limit+1 result to a page.
-func toPage(items []wire.Item, limit int) *store.ItemPage {
-	p := &store.ItemPage{Items: items}
-	if len(items) > limit {
-		p.Items, p.HasMore = items[:limit], true
-	}
-	return p
 }
