@@ -491,11 +491,14 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	}
 	s.tel.events.Add(context.WithoutCancel(ctx), events)
 	clientGone := errors.Is(cause, errClientGone) || reqCtx.Err() != nil
-	if stop := context.Cause(ctx); stop != nil && errors.Is(stop, errShutdown) && !clientGone {
-		cause = errShutdown
+	if cause != nil && !clientGone && errors.Is(context.Cause(ctx), errShutdown) {
+		cause = errShutdown // the stream was cut by shutdown, not by upstream
 	}
 	buf, r := acc.Close(buf[:0], cause)
 	s.tel.droppedEvents.Add(context.WithoutCancel(ctx), int64(r.Dropped))
+	if errors.Is(cause, errShutdown) && r.Error != nil {
+		r.Error.Message = "The gateway shut down before the response finished; retry it."
+	}
 	if clientGone {
 		// The client left: stop upstream at once (deferred Close/cancel), keep what it received,
 		// and record the response as cancelled (neither the model's incompleteness nor a gateway
