@@ -782,6 +782,9 @@ func checkConfigTable(t *testing.T, src, section string, flags []flagDoc) {
 		if want == "" && (f.typ == "int" || f.typ == "uint") {
 			want = "0"
 		}
+		if want == "" && f.typ == "duration" {
+			want = "0s" // flag's -h leaves a zero default out
+		}
 		if f.typ == "duration" {
 			d1, err1 := time.ParseDuration(def)
 			d2, err2 := time.ParseDuration(want)

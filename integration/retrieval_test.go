@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 )
 
@@ -117,4 +120,22 @@ func TestInputItemsPaginateWithIDsAndCancelAndModelsAnswer(t *testing.T) {
 			t.Fatalf("%s %s: %d", c[0], c[1], s)
 		}
 	}
+}
+
+func TestRetentionDeletesOldResponsesButKeepsConversationItems(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{Retention: time.Nanosecond}})
+		plain := g.create(t, `{"model":"`+harmony+`","input":"old"}`)
+		conv := newConversation(t, g, `{}`)
+		inConv := g.create(t, `{"model":"`+harmony+`","input":"kept in the conversation","conversation":"`+conv+`"}`)
+		g.Server.Sweep(t.Context())
+		for _, id := range []string{plain.ID, inConv.ID} {
+			if s, _, _ := rawDo(t, "GET", g.URL+"/responses/"+id, "", "Authorization", "Bearer test-key"); s != 404 {
+				t.Fatalf("response %s outlived the retention period: %d", id, s)
+			}
+		}
+		if items := allItems(t, g, conv, "asc"); len(items) != 3 {
+			t.Fatalf("the conversation has %d items after retention, want its 3", len(items))
+		}
+	})
 }

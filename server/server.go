@@ -48,7 +48,10 @@ type Config struct {
 	// LeaseTTL is how long an in-progress response's lease lasts before the sweeper may fail it; it
 	// is renewed while the stream runs (default 60 s).
 	LeaseTTL time.Duration
-	// SweepInterval is how often expired leases are swept (default 30 s).
+	// Retention, when positive, deletes stored responses older than this (with their items, except
+	// those a conversation lists) from the background loop; 0 keeps them forever.
+	Retention time.Duration
+	// SweepInterval is how often expired leases are swept, and retention applied (default 30 s).
 	SweepInterval time.Duration
 	// SyncTimeout bounds a non-streamed upstream call, which vLLM answers only when generation is
 	// done (default 10 min → 504).
@@ -195,6 +198,32 @@ func (s *Server) Sweep(ctx context.Context) {
 	case n > 0:
 		s.tel.sweeps.Add(ctx, int64(n))
 		s.log.Warn("swept responses whose gateway died", "count", n)
+	}
+	if s.cfg.Retention > 0 {
+		s.purge(ctx)
+	}
+}
+
+// purge applies the retention period, in batches so one pass never holds the store for long.
+// Several replicas may purge at once: deleting an already deleted response is not an error.
+func (s *Server) purge(ctx context.Context) {
+	const batch = 500
+	before, total := time.Now().Add(-s.cfg.Retention), 0
+	for ctx.Err() == nil {
+		n, err := s.store.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: before, Limit: batch})
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				s.log.Error("apply retention", "error", err)
+			}
+			break
+		}
+		total += n
+		if n < batch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info("retention deleted old responses", "count", total, "retention", s.cfg.Retention.String())
 	}
 }
 

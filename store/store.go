@@ -141,6 +141,11 @@ type Store interface {
 	// status failed with error {code:"server_error", message:Message}; it returns how many.
 	ResponseSweep(ctx context.Context, p *ResponseSweepParams) (int, error)
 
+	// ResponsePurge deletes up to Limit terminal responses of every tenant created before Before,
+	// with their items exactly as ResponseDelete does (items a conversation lists are kept), oldest
+	// first, and returns how many it deleted (the retention job).
+	ResponsePurge(ctx context.Context, p *ResponsePurgeParams) (int, error)
+
 	// ItemListByResponse pages through a response's items of one role (input_items).
 	ItemListByResponse(ctx context.Context, p *ItemListByResponseParams) (*ItemPage, error)
 	// ItemGet returns the tenant's stored item with this id (the most recent one when the id was
@@ -217,6 +222,11 @@ type ResponseChainGetParams struct {
 type ResponseSweepParams struct {
 	Now     time.Time
 	Message string
+}
+
+type ResponsePurgeParams struct {
+	Before time.Time
+	Limit  int
 }
 
 type ItemListByResponseParams struct {

@@ -32,10 +32,10 @@ import (
 )
 
 type config struct {
-	listen, upstreamURL, upstreamKey, databaseURL, apiKeys, logLevel, toolPolicy string
-	shutdownTimeout, keepAlive, upstreamConnect, upstreamIdle, leaseTTL, sweep   time.Duration
-	maxBody                                                                      int64
-	maxStreams, dbMaxConns                                                       int
+	listen, upstreamURL, upstreamKey, databaseURL, apiKeys, logLevel, toolPolicy          string
+	shutdownTimeout, keepAlive, upstreamConnect, upstreamIdle, leaseTTL, sweep, retention time.Duration
+	maxBody                                                                               int64
+	maxStreams, dbMaxConns                                                                int
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case
@@ -60,6 +60,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.DurationVar(&c.upstreamConnect, "upstream-connect-timeout", 10*time.Second, "upstream connect + headers timeout (RESPGATE_UPSTREAM_CONNECT_TIMEOUT)")
 	fs.DurationVar(&c.upstreamIdle, "upstream-idle-timeout", 120*time.Second, "max upstream silence mid-stream (RESPGATE_UPSTREAM_IDLE_TIMEOUT)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 60*time.Second, "lease of an in-progress response; after a crash the sweeper fails it once expired (RESPGATE_LEASE_TTL)")
+	fs.DurationVar(&c.retention, "retention", 0, "delete stored responses older than this (e.g. 720h); 0 keeps them forever (RESPGATE_RETENTION)")
 	fs.DurationVar(&c.sweep, "sweep-interval", 30*time.Second, "how often expired leases are swept (RESPGATE_SWEEP_INTERVAL)")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", 32<<20, "largest accepted request body (RESPGATE_MAX_BODY_BYTES)")
 	fs.IntVar(&c.maxStreams, "max-streams", 0, "max concurrent streams, 0 = unbounded (RESPGATE_MAX_STREAMS)")
@@ -154,7 +155,8 @@ func run() error {
 		"max_body_bytes", cfg.maxBody,
 		"max_streams", cfg.maxStreams,
 		"lease_ttl", cfg.leaseTTL.String(),
-		"sweep_interval", cfg.sweep.String())
+		"sweep_interval", cfg.sweep.String(),
+		"retention", cfg.retention.String())
 
 	// Traces go over OTLP/HTTP when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or the traces one)
 	// is set; the exporter reads the rest of the OTEL_* variables itself.
@@ -193,7 +195,7 @@ func run() error {
 	}
 	srv, err := server.New(ctx, server.Config{APIKeys: keys, MaxBodyBytes: cfg.maxBody, KeepAlive: cfg.keepAlive,
 		ToolPolicy: server.ToolPolicy(cfg.toolPolicy), MaxConcurrentStreams: cfg.maxStreams, Logger: log,
-		LeaseTTL: cfg.leaseTTL, SweepInterval: cfg.sweep}, st, up)
+		LeaseTTL: cfg.leaseTTL, SweepInterval: cfg.sweep, Retention: cfg.retention}, st, up)
 	if err != nil {
 		return err
 	}

@@ -259,6 +259,41 @@ func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParam
 	return nil
 }
 
+// ResponsePurge deletes the oldest terminal responses created before Before (retention).
+func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT tenant, id FROM responses
+		WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < $1
+		ORDER BY created_at LIMIT $2`, p.Before.UTC(), p.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
+	}
+	var victims [][2]string
+	for rows.Next() {
+		var v [2]string
+		if err := rows.Scan(&v[0], &v[1]); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("purge responses: %w", err)
+		}
+		victims = append(victims, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
+	}
+	n := 0
+	for _, v := range victims {
+		err := s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: v[0], ID: v[1]})
+		if err != nil && !errors.Is(err, store.ErrNotFound) { // a concurrent delete is fine
+			return n, fmt.Errorf("purge responses: %w", err)
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // chainSQL walks previous_response_id from $2 back to the root (or to the first id that does not
 // exist for tenant $1), then returns each chain member's record and items, oldest first: record,
 // input items, output items, by position. One statement, one round trip, any depth up to $3.

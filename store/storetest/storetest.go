@@ -48,6 +48,7 @@ var cases = []struct {
 	{"begin of an existing id is a conflict", testBeginConflict},
 	{"lease extend needs the owner and an unfinished response", testLeaseExtend},
 	{"sweep fails unfinished responses whose lease expired", testSweep},
+	{"purge deletes old terminal responses of every tenant and keeps conversation items", testPurge},
 	{"chain of depth 1000 loads oldest first in one call", testChainDeep},
 	{"chain names a deleted ancestor as missing", testChainMissing},
 	{"chain of an unknown response is not found", testChainUnknown},
@@ -1065,5 +1066,48 @@ func testSecret(t *testing.T, s store.Store) {
 	noErr(t, "other", err)
 	if string(v) != "x" {
 		t.Errorf("other secret %q, want x", v)
+	}
+}
+
+func testPurge(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	old := now().Add(-48 * time.Hour)
+	commitAt := func(tenant, id, conv string, created time.Time, out []wire.Item) {
+		t.Helper()
+		r := newResponse(tenant, id, "", conv, store.StatusCompleted)
+		r.CreatedAt = created
+		noErr(t, "commit "+id, s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: r, Output: out, ConversationID: conv}))
+	}
+	createConversation(t, s, tenantA, "conv_keep", nil)
+	commitAt(tenantA, "resp_old_a", "", old, msgs(t, "oa", 2))
+	commitAt(tenantB, "resp_old_b", "", old.Add(time.Minute), msgs(t, "ob", 1))
+	commitAt(tenantA, "resp_old_conv", "conv_keep", old.Add(2*time.Minute), msgs(t, "oc", 2))
+	commitAt(tenantA, "resp_new", "", now(), msgs(t, "nw", 1))
+	running := newResponse(tenantA, "resp_old_running", "", "", store.StatusInProgress)
+	running.CreatedAt = old
+	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: running, LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
+
+	n, err := s.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: now().Add(-time.Hour), Limit: 2})
+	noErr(t, "purge", err)
+	if n != 2 {
+		t.Fatalf("first purge deleted %d, want 2 (the limit, oldest first)", n)
+	}
+	n, err = s.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: now().Add(-time.Hour), Limit: 100})
+	noErr(t, "purge again", err)
+	if n != 1 {
+		t.Fatalf("second purge deleted %d, want 1", n)
+	}
+	for _, r := range []struct{ tenant, id string }{{tenantA, "resp_old_a"}, {tenantB, "resp_old_b"}, {tenantA, "resp_old_conv"}} {
+		_, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.tenant, ID: r.id})
+		isNotFound(t, "get purged "+r.id, err)
+	}
+	for _, id := range []string{"resp_new", "resp_old_running"} {
+		_, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: id})
+		noErr(t, "get kept "+id, err)
+	}
+	items, err := s.ConversationItemsAll(ctx, &store.ConversationItemsAllParams{Tenant: tenantA, ConversationID: "conv_keep"})
+	noErr(t, "conversation items", err)
+	if len(items) != 2 {
+		t.Fatalf("the conversation lost items of a purged response: %d left, want 2", len(items))
 	}
 }
