@@ -34,6 +34,21 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) 
 			continue
 		}
 		base := func() map[string]any { return map[string]any{"output_index": i, "item_id": it.ID} }
+		// replayPart streams one part: announced empty, its whole text as one delta, its done
+		// event, and the part closed.
+		replayPart := func(pe partEvents, idx int, empty any, full map[string]json.RawMessage, text string) {
+			for _, step := range []struct {
+				typ, key string
+				val      any
+			}{{pe.added, "part", empty}, {pe.delta, "delta", text}, {pe.done, pe.doneKey, text}, {pe.partDone, "part", full}} {
+				ev := base()
+				ev[pe.indexKey], ev[step.key] = idx, step.val
+				if pe.logprobs && (step.typ == pe.delta || step.typ == pe.done) {
+					ev["logprobs"] = emptyArray
+				}
+				emit(step.typ, ev)
+			}
+		}
 		added := map[string]json.RawMessage{}
 		for k, v := range f {
 			added[k] = v
@@ -67,27 +82,11 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) 
 				if typ == "output_text" {
 					empty["annotations"], empty["logprobs"] = emptyArray, emptyArray
 				}
-				ev := base()
-				ev["content_index"], ev["part"] = ci, empty
-				emit("response.content_part.added", ev)
+				pe := outputTextPart
 				if typ == "refusal" {
-					ev = base()
-					ev["content_index"], ev["delta"] = ci, text
-					emit("response.refusal.delta", ev)
-					ev = base()
-					ev["content_index"], ev["refusal"] = ci, text
-					emit("response.refusal.done", ev)
-				} else {
-					ev = base()
-					ev["content_index"], ev["delta"], ev["logprobs"] = ci, text, emptyArray
-					emit("response.output_text.delta", ev)
-					ev = base()
-					ev["content_index"], ev["text"], ev["logprobs"] = ci, text, emptyArray
-					emit("response.output_text.done", ev)
+					pe = refusalPart
 				}
-				ev = base()
-				ev["content_index"], ev["part"] = ci, p
-				emit("response.content_part.done", ev)
+				replayPart(pe, ci, empty, p, text)
 			}
 		case wire.TypeReasoning:
 			var summary []map[string]json.RawMessage
@@ -95,35 +94,13 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) 
 			for si, p := range summary {
 				var text string
 				_ = json.Unmarshal(p["text"], &text)
-				ev := base()
-				ev["summary_index"], ev["part"] = si, map[string]any{"type": "summary_text", "text": ""}
-				emit("response.reasoning_summary_part.added", ev)
-				ev = base()
-				ev["summary_index"], ev["delta"] = si, text
-				emit("response.reasoning_summary_text.delta", ev)
-				ev = base()
-				ev["summary_index"], ev["text"] = si, text
-				emit("response.reasoning_summary_text.done", ev)
-				ev = base()
-				ev["summary_index"], ev["part"] = si, p
-				emit("response.reasoning_summary_part.done", ev)
+				replayPart(summaryPart, si, map[string]any{"type": "summary_text", "text": ""}, p, text)
 			}
 			_ = json.Unmarshal(f["content"], &parts)
 			for ci, p := range parts {
 				var text string
 				_ = json.Unmarshal(p["text"], &text)
-				ev := base()
-				ev["content_index"], ev["part"] = ci, map[string]any{"type": "reasoning_text", "text": ""}
-				emit("response.content_part.added", ev)
-				ev = base()
-				ev["content_index"], ev["delta"] = ci, text
-				emit("response.reasoning_text.delta", ev)
-				ev = base()
-				ev["content_index"], ev["text"] = ci, text
-				emit("response.reasoning_text.done", ev)
-				ev = base()
-				ev["content_index"], ev["part"] = ci, p
-				emit("response.content_part.done", ev)
+				replayPart(reasoningPart, ci, map[string]any{"type": "reasoning_text", "text": ""}, p, text)
 			}
 		case wire.TypeFunctionCall:
 			var args, name string
@@ -150,3 +127,20 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) 
 	}
 	return dst
 }
+
+// partEvents names the events that stream one kind of part.
+type partEvents struct {
+	indexKey, added, delta, done, partDone, doneKey string
+	logprobs                                        bool // output_text deltas and done carry logprobs:[]
+}
+
+var (
+	outputTextPart = partEvents{"content_index", "response.content_part.added", "response.output_text.delta",
+		"response.output_text.done", "response.content_part.done", "text", true}
+	refusalPart = partEvents{"content_index", "response.content_part.added", "response.refusal.delta",
+		"response.refusal.done", "response.content_part.done", "refusal", false}
+	reasoningPart = partEvents{"content_index", "response.content_part.added", "response.reasoning_text.delta",
+		"response.reasoning_text.done", "response.content_part.done", "text", false}
+	summaryPart = partEvents{"summary_index", "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+		"response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "text", false}
+)

@@ -226,10 +226,10 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 	if err != nil {
 		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
 	}
-	var victims [][2]string
+	var victims []store.ResponseKey
 	for rows.Next() {
-		var v [2]string
-		if err := rows.Scan(&v[0], &v[1]); err != nil {
+		var v store.ResponseKey
+		if err := rows.Scan(&v.Tenant, &v.ID); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("purge responses: %w", err)
 		}
@@ -239,17 +239,7 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
 	}
-	n := 0
-	for _, v := range victims {
-		err := s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: v[0], ID: v[1]})
-		if err != nil && !errors.Is(err, store.ErrNotFound) { // a concurrent delete is fine
-			return n, fmt.Errorf("purge responses: %w", err)
-		}
-		if err == nil {
-			n++
-		}
-	}
-	return n, nil
+	return store.DeleteResponses(ctx, victims, s.ResponseDelete)
 }
 
 // chainSQL walks previous_response_id from ?2 back to the root (or to the first id that does not
