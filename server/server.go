@@ -69,6 +69,17 @@ type Config struct {
 	// BodyReadTimeout bounds reading a request body (default 30 s → 408), so a 1-byte-per-second
 	// client cannot hold a handler.
 	BodyReadTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the bytes of all request bodies being read or held at once
+	// (default 4×MaxBodyBytes); past it a request gets 503 with Retry-After.
+	MaxBodyBytesInFlight int64
+	// MaxJSONDepth bounds the nesting of a request body's JSON (default 64 → 400).
+	MaxJSONDepth int
+	// MaxOutputItems, MaxOutputItemBytes and MaxOutputBytes bound what the accumulator holds of one
+	// response: items and parts, bytes of one item, bytes of all (accumulator.Options; 0: its
+	// defaults).
+	MaxOutputItems     int
+	MaxOutputItemBytes int
+	MaxOutputBytes     int
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -109,6 +120,12 @@ func (c *Config) defaults() {
 	}
 	if c.BodyReadTimeout <= 0 {
 		c.BodyReadTimeout = 30 * time.Second
+	}
+	if c.MaxBodyBytesInFlight <= 0 {
+		c.MaxBodyBytesInFlight = 4 * c.MaxBodyBytes
+	}
+	if c.MaxJSONDepth <= 0 {
+		c.MaxJSONDepth = 64
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -107,11 +107,13 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 			return nil, wire.Invalid("previous_response_id", "previous_response_not_found",
 				"Previous response with id '%s' not found: it is an ancestor of '%s' and was deleted.", chain.Missing, req.PreviousResponseID)
 		}
-		if n := len(chain.Responses); n > 0 && !store.Terminal(chain.Responses[n-1].Status) {
+		if n := len(chain.Turns); n > 0 && !store.Terminal(chain.Turns[n-1].Response.Status) {
 			return nil, wire.Invalid("previous_response_id", "previous_response_in_progress",
 				"Previous response with id '%s' is still in progress.", req.PreviousResponseID)
 		}
-		history = chain.Items
+		for _, ct := range chain.Turns {
+			history = append(append(history, ct.Input...), ct.Output...)
+		}
 	case req.ConversationID != "":
 		history, err = s.store.ConversationItemsAll(hctx, &store.ConversationItemsAllParams{Tenant: tn, ConversationID: req.ConversationID})
 		s.tel.store(ctx, "conversation_items_all", loadStart)

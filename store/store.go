@@ -93,14 +93,28 @@ type ItemPage struct {
 
 // Chain is the loaded history of a previous_response_id chain.
 type Chain struct {
-	// Items: each ancestor's input items then output items, oldest response first, the target
-	// response last. Positions within a response are kept.
-	Items []wire.Item
-	// Responses are the chain's response records, oldest first, the target last.
-	Responses []Response
+	// Turns are the chain's responses with their items, oldest first, the target last. Items keep
+	// their positions within a response.
+	Turns []ChainTurn
 	// Missing is the id of an ancestor that a response in the chain names as its
 	// previous_response_id but which no longer exists (deleted). Empty when the chain is whole.
 	Missing string
+}
+
+// ChainTurn is one response of a chain with its input and output items in position order.
+type ChainTurn struct {
+	Response Response
+	Input    []wire.Item
+	Output   []wire.Item
+}
+
+// Event is one normalised client event of a streamed response, as the client received it: its
+// sequence_number, its type and its JSON data (the SSE data line, type and sequence_number
+// included). The event log lets GET ?stream=true replay exactly what the live stream sent.
+type Event struct {
+	Seq  int64
+	Type string
+	Data []byte
 }
 
 // Store is respgate's persistence. Implementations are safe for concurrent use.
@@ -115,28 +129,45 @@ type Store interface {
 	SecretGetOrCreate(ctx context.Context, p *SecretGetOrCreateParams) ([]byte, error)
 
 	// ResponseBegin writes a response record in status in_progress (or queued) holding a lease
-	// owned by LeaseOwner until LeaseExpiresAt. ErrConflict if the id exists.
+	// owned by LeaseOwner until LeaseExpiresAt, with its input items, in one transaction, so a
+	// turn whose process dies still has its input stored. ErrConflict if the id exists.
 	ResponseBegin(ctx context.Context, p *ResponseBeginParams) error
 	// ResponseLeaseExtend moves the lease of an in-progress response forward. ErrNotFound if the
 	// response is not in progress under this owner (e.g. the sweeper already failed it).
 	ResponseLeaseExtend(ctx context.Context, p *ResponseLeaseExtendParams) error
 	// ResponseCommit writes a finished turn in ONE transaction: the final response record
-	// (inserted, or updating the in-progress one from ResponseBegin), its input and output items,
+	// (inserted, or, when Begun, updating the in-progress one from ResponseBegin), its input items
+	// (unless ResponseBegin stored them), its output items, the remaining events of its event log,
 	// and, when ConversationID is set, the append of input then output items to that conversation
 	// (releasing the conversation's turn lease). It is idempotent by response id: committing a
 	// response that is already terminal with the same status changes nothing and returns nil, so a
 	// retry after an unknown outcome never duplicates anything. If the stored response is terminal
 	// with another status (the sweeper failed it after its lease expired), nothing changes and the
-	// error is ErrConflict, so the caller never reports a success the store does not hold.
+	// error is ErrConflict, so the caller never reports a success the store does not hold. When
+	// Begun and the response no longer exists (it was deleted), nothing is written and the error
+	// is ErrNotFound: a commit never resurrects a deleted response.
 	ResponseCommit(ctx context.Context, p *ResponseCommitParams) error
+	// ResponseEventAppend adds events to a response's event log (idempotent by Seq: an event
+	// already stored is left as it is). ErrNotFound if the response does not exist.
+	ResponseEventAppend(ctx context.Context, p *ResponseEventAppendParams) error
+	// ResponseEventList returns the response's logged events with Seq > After in Seq order, at
+	// most Limit (0: all). ErrNotFound if the response does not exist for the tenant.
+	ResponseEventList(ctx context.Context, p *ResponseEventListParams) ([]Event, error)
 	// ResponseGet returns a response and its output items in position order.
 	ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response, []wire.Item, error)
-	// ResponseDelete deletes a response and its items. Items that a conversation still lists are
-	// kept (detached from the response) so the conversation loses nothing.
+	// ResponseDelete deletes a response, its items and its event log. Items that a conversation
+	// still lists are kept (detached from the response) so the conversation loses nothing. A
+	// response in progress whose lease has not expired at Now is not deleted: ErrConflict.
 	ResponseDelete(ctx context.Context, p *ResponseDeleteParams) error
 	// ResponseChainGet loads the whole history of a previous_response_id chain ending at ID, of
 	// any depth, in ONE round trip. ErrNotFound if ID itself does not exist for the tenant.
 	ResponseChainGet(ctx context.Context, p *ResponseChainGetParams) (*Chain, error)
+	// ResponseContextGet returns the items used to generate the response, in order: for a response
+	// that continues a chain, each ancestor's input then output items (oldest first) then its own
+	// input; for a conversation turn, the conversation's items that preceded the turn's own input
+	// (those still listed), then its own input; otherwise its own input. ErrNotFound if the
+	// response does not exist for the tenant.
+	ResponseContextGet(ctx context.Context, p *ResponseContextGetParams) ([]wire.Item, error)
 	// ResponseSweep moves every response still in progress whose lease expired before Now to
 	// status failed with error {code:"server_error", message:Message}; it returns how many.
 	ResponseSweep(ctx context.Context, p *ResponseSweepParams) (int, error)
@@ -158,7 +189,8 @@ type Store interface {
 	// ConversationUpdate replaces the metadata and returns the updated conversation.
 	ConversationUpdate(ctx context.Context, p *ConversationUpdateParams) (*Conversation, error)
 	// ConversationDelete deletes the conversation and its item list. Items that belong to a
-	// response are kept; items created directly in the conversation are deleted.
+	// response are kept; items created directly in the conversation are deleted. While a turn
+	// holds the conversation's lease (unexpired at Now) nothing is deleted: ErrConflict.
 	ConversationDelete(ctx context.Context, p *ConversationDeleteParams) error
 	// ConversationItemAppend appends items at the end (dense seq) in one transaction.
 	ConversationItemAppend(ctx context.Context, p *ConversationItemAppendParams) error
@@ -173,6 +205,9 @@ type Store interface {
 	// ConversationTurnAcquire takes the conversation's active-turn lease for ResponseID. It is
 	// ErrConflict while another unexpired lease is held, ErrNotFound for an unknown conversation.
 	ConversationTurnAcquire(ctx context.Context, p *ConversationTurnAcquireParams) error
+	// ConversationTurnExtend moves the turn lease forward only if ResponseID holds it; it never
+	// takes a free or expired-and-retaken lease. ErrNotFound if ResponseID does not hold it.
+	ConversationTurnExtend(ctx context.Context, p *ConversationTurnAcquireParams) error
 	// ConversationTurnRelease drops the lease if ResponseID holds it (no error otherwise).
 	ConversationTurnRelease(ctx context.Context, p *ConversationTurnReleaseParams) error
 }
@@ -184,6 +219,7 @@ type SecretGetOrCreateParams struct {
 
 type ResponseBeginParams struct {
 	Response       Response
+	Input          []wire.Item
 	LeaseOwner     string
 	LeaseExpiresAt time.Time
 }
@@ -202,6 +238,29 @@ type ResponseCommitParams struct {
 	Output   []wire.Item
 	// ConversationID, when set, appends Input then Output to that conversation.
 	ConversationID string
+	// Begun: ResponseBegin wrote the in-progress record and the input items; the commit only
+	// updates that record (ErrNotFound if it was deleted) and does not write Input again.
+	Begun bool
+	// Events are the events of the event log not yet appended (ResponseEventAppend).
+	Events []Event
+}
+
+type ResponseEventAppendParams struct {
+	Tenant     string
+	ResponseID string
+	Events     []Event
+}
+
+type ResponseEventListParams struct {
+	Tenant     string
+	ResponseID string
+	After      int64 // -1: from the first event
+	Limit      int   // 0: all
+}
+
+type ResponseContextGetParams struct {
+	Tenant string
+	ID     string
 }
 
 type ResponseGetParams struct {
@@ -212,6 +271,7 @@ type ResponseGetParams struct {
 type ResponseDeleteParams struct {
 	Tenant string
 	ID     string
+	Now    time.Time
 }
 
 type ResponseChainGetParams struct {
@@ -262,6 +322,7 @@ type ConversationUpdateParams struct {
 type ConversationDeleteParams struct {
 	Tenant string
 	ID     string
+	Now    time.Time
 }
 
 type ConversationItemAppendParams struct {
