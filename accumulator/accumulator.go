@@ -79,6 +79,10 @@ type Options struct {
 	// function call of such a tool reaches the client as {"name": Name, "namespace": Namespace},
 	// as OpenAI and vLLM itself answer it; other names pass unchanged. Nil: no mapping.
 	ToolNames map[string]ToolName
+	// Observe, when set, sees every client event as it is built: its sequence_number, type and
+	// JSON data (only valid during the call; copy it to keep it). The server logs events with it
+	// so a stream can be replayed exactly.
+	Observe func(seq int64, typ string, data []byte)
 }
 
 // ToolName is the client-facing identity of a function tool declared inside a namespace tool.

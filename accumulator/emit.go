@@ -51,6 +51,9 @@ func (a *Accumulator) head(typ string) []byte {
 func (a *Accumulator) emit(dst []byte, typ string, b []byte) []byte {
 	b = append(b, '}')
 	a.buf = b
+	if a.opts.Observe != nil {
+		a.opts.Observe(a.seq-1, typ, b)
+	}
 	return wire.Event{Type: typ, Data: b}.AppendSSE(dst)
 }
 
