@@ -165,11 +165,17 @@ func TestKill9MidStreamThenRestartEndsTerminalAndKeepsData(t *testing.T) {
 				got, err = c2.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
 				return err == nil && got.Status == "failed"
 			})
-			if got.Error.Code != "server_error" || !strings.Contains(got.Error.Message, "restarted") {
+			if got.Error.Code != "server_error" || !strings.Contains(got.Error.Message, "lease expired") {
 				t.Fatalf("swept response error: %+v", got.Error)
 			}
 			if len(got.Output) != 0 {
 				t.Fatalf("a killed turn left %d half-written output items", len(got.Output))
+			}
+			// The killed turn's input was stored with its in-progress record: it is listed, and a
+			// continuation from the failed response replays it.
+			items, err := c2.Responses.InputItems.List(context.Background(), id, responses.InputItemListParams{})
+			if err != nil || len(items.Data) != 1 || !strings.Contains(items.Data[0].RawJSON(), `"hi"`) {
+				t.Fatalf("input of the killed turn: %v %+v", err, items)
 			}
 			next := createWith(t, c2, `{"model":"`+harmony+`","input":"what was it?","previous_response_id":"`+done.ID+`"}`)
 			if !strings.Contains(next.OutputText(), "heron") {

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
@@ -94,6 +95,10 @@ func New(t testing.TB, opts ...Options) *Gateway {
 	t.Cleanup(func() {
 		hs.CloseClientConnections()
 		hs.Close()
+		// Stop the server's background work (a failed record still being stored) and wait for it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
 	})
 	return &Gateway{URL: hs.URL + "/v1", SimURL: simHTTP.URL + "/v1", Sim: sim, Store: st, Server: srv, http: hs}
 }

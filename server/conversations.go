@@ -158,9 +158,14 @@ func (s *Server) updateConversation(c echo.Context) error {
 
 func (s *Server) deleteConversation(c echo.Context) error {
 	id := c.Param("id")
-	err := s.store.ConversationDelete(c.Request().Context(), &store.ConversationDeleteParams{Tenant: tenant(c), ID: id})
+	err := s.store.ConversationDelete(c.Request().Context(), &store.ConversationDeleteParams{Tenant: tenant(c), ID: id, Now: time.Now()})
 	if errors.Is(err, store.ErrNotFound) {
 		return wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		// A turn holds the conversation: deleting it now would fail that turn (docs/clients.md).
+		return &wire.APIError{Status: http.StatusConflict, Type: wire.ErrInvalidRequest, Code: "conversation_locked", Param: "conversation_id",
+			Message: "A response is in progress for conversation '" + id + "'; delete it when that response has finished."}
 	}
 	if err != nil {
 		return err

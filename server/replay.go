@@ -2,7 +2,11 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -11,8 +15,8 @@ import (
 // in_progress, each item announced, its parts streamed as one delta each and closed, then the
 // terminal event with the full output. Events with sequence_number <= after are left out, so
 // starting_after resumes a stream. Not a hot path: it favours plainness over allocations.
-func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) []byte {
-	seq := 0
+func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int64) ([]byte, error) {
+	seq := int64(0)
 	emit := func(typ string, fields map[string]any) {
 		if seq > after {
 			fields["type"] = typ
@@ -31,7 +35,8 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) 
 	for i, it := range output {
 		f, err := it.Fields()
 		if err != nil {
-			continue
+			// A gap in output_index would be worse than no replay: fail loudly.
+			return nil, fmt.Errorf("replay item %d of %s: %w", i, r.ID, err)
 		}
 		base := func() map[string]any { return map[string]any{"output_index": i, "item_id": it.ID} }
 		// replayPart streams one part: announced empty, its whole text as one delta, its done
@@ -115,17 +120,107 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) 
 		}
 		emit("response.output_item.done", map[string]any{"output_index": i, "item": it.JSON})
 	}
-	terminal := "response.completed"
+	if store.Terminal(r.Status) && seq > after {
+		dst = appendTerminalEvent(dst, r, output, seq)
+	}
+	return dst, nil
+}
+
+// appendTerminalEvent appends the terminal event of a stored (terminal) response with sequence
+// number seq: response.completed, response.incomplete, or response.failed for any other status,
+// carrying the response as GET renders it.
+func appendTerminalEvent(dst []byte, r *store.Response, output []wire.Item, seq int64) []byte {
+	typ := "response.failed"
 	switch r.Status {
+	case store.StatusCompleted:
+		typ = "response.completed"
 	case store.StatusIncomplete:
-		terminal = "response.incomplete"
-	case store.StatusFailed, store.StatusCancelled, store.StatusInProgress, store.StatusQueued:
-		terminal = "response.failed"
+		typ = "response.incomplete"
 	}
-	if store.Terminal(r.Status) {
-		emit(terminal, map[string]any{"response": json.RawMessage(renderResponse(nil, r, output))})
+	data := make([]byte, 0, 256)
+	data = append(data, `{"type":"`...)
+	data = append(data, typ...)
+	data = append(data, `","sequence_number":`...)
+	data = strconv.AppendInt(data, seq, 10)
+	data = append(data, `,"response":`...)
+	data = renderResponse(data, r, output)
+	data = append(data, '}')
+	return wire.Event{Type: typ, Data: data}.AppendSSE(dst)
+}
+
+// followPoll is how often a GET ?stream=true of a response in progress looks for new events.
+const followPoll = 100 * time.Millisecond
+
+// streamStored serves GET ?stream=true. A response that was streamed replays its event log: the
+// events the live stream sent, with their sequence numbers, so a client that dropped after N
+// resumes at N+1 with nothing lost or repeated. While the response is in progress the replay
+// follows the log (which the live turn appends to, on any replica) until the response is
+// terminal; the terminal event, rendered from the stored record, ends it. A response with no log
+// (answered non-streamed) is replayed from its stored items.
+func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item, after int64) error {
+	ctx := c.Request().Context()
+	list := &store.ResponseEventListParams{Tenant: r.Tenant, ResponseID: r.ID, After: -1}
+	evs, err := s.store.ResponseEventList(ctx, list)
+	if err != nil {
+		return err
 	}
-	return dst
+	var buf []byte
+	if len(evs) == 0 && store.Terminal(r.Status) {
+		if buf, err = replayEvents(nil, r, out, after); err != nil {
+			return err
+		}
+	}
+	w := s.openStream(c)
+	if len(evs) == 0 && store.Terminal(r.Status) {
+		_ = w.write(append(buf, wire.DoneFrame...))
+		return nil
+	}
+	last := int64(-1)
+	send := func(evs []store.Event) error {
+		buf = buf[:0]
+		for _, ev := range evs {
+			if ev.Seq > after {
+				buf = wire.Event{Type: ev.Type, Data: ev.Data}.AppendSSE(buf)
+			}
+			last = ev.Seq
+		}
+		if len(buf) == 0 {
+			if time.Since(w.idleSince()) < s.cfg.KeepAlive {
+				return nil
+			}
+			buf = append(buf, ": keepalive\n\n"...)
+		}
+		return w.write(buf)
+	}
+	ticker := time.NewTicker(followPoll)
+	defer ticker.Stop()
+	for err = send(evs); err == nil && !store.Terminal(r.Status); err = send(evs) {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		// The status first: the events committed with a terminal status are all listed next.
+		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: r.ID}); err != nil {
+			break
+		}
+		list.After = last
+		if evs, err = s.store.ResponseEventList(ctx, list); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		// The client left, or the response was deleted or the store failed mid-follow: the stream
+		// ends without a terminal event, as a cut live stream would.
+		s.log.Info("stream replay ended early", "response_id", list.ResponseID, "error", err)
+		return nil
+	}
+	buf = buf[:0]
+	if last+1 > after {
+		buf = appendTerminalEvent(buf, r, out, last+1)
+	}
+	_ = w.write(append(buf, wire.DoneFrame...))
+	return nil
 }
 
 // partEvents names the events that stream one kind of part.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -34,9 +36,9 @@ func (s *Server) getResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	after := -1
+	after := int64(-1)
 	if v := c.QueryParam("starting_after"); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			return wire.Invalid("starting_after", "invalid_value", "'starting_after' must be a non-negative integer.")
 		}
@@ -49,15 +51,7 @@ func (s *Server) getResponse(c echo.Context) error {
 	if !stream {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), r, out))
 	}
-	res := c.Response()
-	res.Header().Set(echo.HeaderContentType, "text/event-stream")
-	res.Header().Set("Cache-Control", "no-cache")
-	res.WriteHeader(http.StatusOK)
-	buf := replayEvents(nil, r, out, after)
-	buf = append(buf, wire.DoneFrame...)
-	_, _ = res.Write(buf)
-	res.Flush()
-	return nil
+	return s.streamStored(c, r, out, after)
 }
 
 func wantsStream(c echo.Context) (bool, error) {
@@ -83,9 +77,15 @@ func wantsStream(c echo.Context) (bool, error) {
 
 func (s *Server) deleteResponse(c echo.Context) error {
 	id := c.Param("id")
-	err := s.store.ResponseDelete(c.Request().Context(), &store.ResponseDeleteParams{Tenant: tenant(c), ID: id})
+	err := s.store.ResponseDelete(c.Request().Context(), &store.ResponseDeleteParams{Tenant: tenant(c), ID: id, Now: time.Now()})
 	if errors.Is(err, store.ErrNotFound) {
 		return responseNotFound(id)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		// Deleting a response while it streams would let its commit bring it back; the delete is
+		// refused until it has finished (docs/clients.md).
+		return &wire.APIError{Status: http.StatusConflict, Type: wire.ErrInvalidRequest, Code: "response_in_progress", Param: "response_id",
+			Message: "Response '" + id + "' is in progress; delete it when it has finished."}
 	}
 	if err != nil {
 		return err
@@ -100,25 +100,51 @@ func (s *Server) cancelResponse(c echo.Context) error {
 	return wire.Invalid("response_id", "response_not_cancellable", "Cannot cancel a synchronous response.")
 }
 
+// listInputItems serves GET /v1/responses/{id}/input_items: the items used to generate the
+// response, i.e. the context the model saw (for a continuation: the earlier turns' inputs and
+// outputs, then this turn's input), paginated (docs/clients.md).
 func (s *Server) listInputItems(c echo.Context) error {
 	pg, err := pageParams(c)
 	if err != nil {
 		return err
 	}
 	id := c.Param("id")
-	ctx := c.Request().Context()
-	if _, _, err := s.loadResponse(c); err != nil {
-		return err
-	}
-	page, err := s.store.ItemListByResponse(ctx, &store.ItemListByResponseParams{Tenant: tenant(c), ResponseID: id,
-		Role: store.RoleInput, After: pg.after, Limit: pg.limit, Order: pg.order})
+	items, err := s.store.ResponseContextGet(c.Request().Context(), &store.ResponseContextGetParams{Tenant: tenant(c), ID: id})
 	if errors.Is(err, store.ErrNotFound) {
-		return wire.Invalid("after", "invalid_value", "No item with id '%s' in this list.", pg.after)
+		return responseNotFound(id)
 	}
 	if err != nil {
 		return err
 	}
+	page, err := paginate(items, pg)
+	if err != nil {
+		return err
+	}
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
+}
+
+// paginate cuts one page out of a whole ordered list: in pg's order, after the item pg.after
+// names, at most pg.limit items.
+func paginate(items []wire.Item, pg pageQuery) (*store.ItemPage, error) {
+	ordered := items
+	if pg.order == store.OrderDesc {
+		ordered = make([]wire.Item, len(items))
+		for i, it := range items {
+			ordered[len(items)-1-i] = it
+		}
+	}
+	if pg.after != "" {
+		i := slices.IndexFunc(ordered, func(it wire.Item) bool { return it.ID == pg.after })
+		if i < 0 {
+			return nil, wire.Invalid("after", "invalid_value", "No item with id '%s' in this list.", pg.after)
+		}
+		ordered = ordered[i+1:]
+	}
+	page := &store.ItemPage{Items: ordered, HasMore: len(ordered) > pg.limit}
+	if page.HasMore {
+		page.Items = ordered[:pg.limit]
+	}
+	return page, nil
 }
 
 type pageQuery struct {

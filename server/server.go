@@ -144,17 +144,30 @@ type Server struct {
 	keys     []string // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 	owner    string   // lease owner id of this process
 
-	streams  atomic.Int64 // active streaming responses
+	streams atomic.Int64 // active streaming responses
+
+	// admission: inflight counts turns admitted while !closing; both change under mu, so no
+	// turn is added once Shutdown waits.
+	mu       sync.Mutex
+	closing  bool
 	inflight sync.WaitGroup
-	closing  atomic.Bool
 	stopOnce sync.Once
-	stop     chan struct{}
+	stop     chan struct{} // closed when shutdown's deadline passes: cut the streams still running
+	// background: goroutines the server owns beyond a request (storeFailure); quit stops them.
+	background sync.WaitGroup
+	quitOnce   sync.Once
+	quit       chan struct{}
 }
 
 // New builds the server: it loads (or creates) the server secret from the store and registers the
 // routes. It does not start background work; call Run for the sweeper.
 func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (*Server, error) {
 	cfg.defaults()
+	if cfg.LeaseTTL <= cfg.WriteTimeout {
+		// A turn can wait up to WriteTimeout on a client write before it commits; its lease must
+		// outlive that wait.
+		return nil, fmt.Errorf("lease TTL (%s) must be longer than the write timeout (%s)", cfg.LeaseTTL, cfg.WriteTimeout)
+	}
 	secret, err := st.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{
 		Name:     "tenant-hmac",
 		Generate: func() ([]byte, error) { return []byte(wire.NewID("")), nil },
@@ -175,6 +188,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		secret:   secret,
 		owner:    wire.NewID("gw_"),
 		stop:     make(chan struct{}),
+		quit:     make(chan struct{}),
 	}
 	if len(cfg.APIKeys) > 0 {
 		for _, k := range cfg.APIKeys {
@@ -207,7 +221,7 @@ func (s *Server) Run(ctx context.Context) {
 func (s *Server) Sweep(ctx context.Context) {
 	n, err := s.store.ResponseSweep(ctx, &store.ResponseSweepParams{
 		Now:     time.Now(),
-		Message: "The gateway restarted while this response was in progress.",
+		Message: msgSweptExpired,
 	})
 	switch {
 	case err != nil && !errors.Is(err, context.Canceled):
@@ -247,10 +261,24 @@ func (s *Server) purge(ctx context.Context) {
 // ActiveStreams is the number of streaming responses in flight.
 func (s *Server) ActiveStreams() int64 { return s.streams.Load() }
 
+// admit counts a new turn in, unless the server is shutting down.
+func (s *Server) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
 // Shutdown stops taking new turns and waits for in-flight ones until ctx ends; streams still
-// running then are ended with response.failed (stored) by cancelling them.
+// running then are ended with response.failed (stored) by cancelling them. Then it stops the
+// server's background work and waits for it.
 func (s *Server) Shutdown(ctx context.Context) {
-	s.closing.Store(true)
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
 	select {
@@ -259,4 +287,6 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.stopOnce.Do(func() { close(s.stop) })
 		<-done
 	}
+	s.quitOnce.Do(func() { close(s.quit) })
+	s.background.Wait()
 }

@@ -1,0 +1,218 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/respgate/respgate/accumulator"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// sseWriter serialises writes to a client stream: relayed events from the turn and keepalive
+// comments from its ticker. Each call is one write and one flush.
+type sseWriter struct {
+	mu           sync.Mutex
+	res          *echo.Response
+	rc           *http.ResponseController
+	writeTimeout time.Duration
+	last         time.Time
+	err          error
+}
+
+// openStream sends the headers of an event stream and returns its writer.
+func (s *Server) openStream(c echo.Context) *sseWriter {
+	res := c.Response()
+	h := res.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	res.WriteHeader(http.StatusOK)
+	return &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: s.cfg.WriteTimeout, last: time.Now()}
+}
+
+func (w *sseWriter) write(b []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	if w.writeTimeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+	}
+	if _, err := w.res.Write(b); err != nil {
+		w.err = err
+		return err
+	}
+	if err := w.rc.Flush(); err != nil {
+		w.err = err
+		return err
+	}
+	w.last = time.Now()
+	return nil
+}
+
+func (w *sseWriter) idleSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+var errClientGone = errors.New("server: client went away")
+
+// streamTurn serves stream:true. Before the first byte an upstream failure is an error envelope;
+// after it, only an in-band response.failed can report it (STYLE: the relay model).
+func (s *Server) streamTurn(c echo.Context, t *turn) error {
+	reqCtx := c.Request().Context()
+	ctx, cancel := context.WithCancelCause(reqCtx)
+	defer cancel(nil)
+
+	s.tel.activeStreams.Add(ctx, 1)
+	defer s.tel.activeStreams.Add(context.WithoutCancel(ctx), -1)
+	began := s.begin(ctx, t)
+	uctx, span := s.tel.tracer.Start(ctx, "upstream.stream")
+	defer span.End()
+	upStart := time.Now()
+	up, upErr := s.upstream.Stream(uctx, t.body)
+	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
+	if err := <-began; err != nil {
+		if up != nil {
+			_ = up.Close()
+		}
+		s.releaseConversation(t)
+		return err
+	}
+	t.leased = t.req.Store
+	if t.req.Store {
+		t.events = &eventLog{}
+	}
+	t.keeper = s.startKeeper(t)
+	defer t.keeper.Stop()
+	if upErr != nil {
+		if reqCtx.Err() != nil {
+			_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
+				Error: &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
+			return reqCtx.Err()
+		}
+		return s.failBeforeStream(ctx, t, upErr)
+	}
+	defer up.Close()
+
+	w := s.openStream(c)
+
+	// One helper goroutine per stream besides the keeper: keepalive comments during silence, and
+	// shutdown past its deadline. Stopped and awaited when the stream ends.
+	watchDone, watchExited := make(chan struct{}), make(chan struct{})
+	defer func() { close(watchDone); <-watchExited }()
+	go func() { defer close(watchExited); s.watchStream(ctx, cancel, w, watchDone) }()
+
+	acc := accumulator.New(s.accOptions(t))
+	buf := acc.Start(make([]byte, 0, 4096))
+	var cause error
+	if err := w.write(buf); err != nil {
+		cause = errClientGone
+	}
+	events, firstDelta := int64(0), false
+	for cause == nil && !acc.Done() {
+		ev, err := up.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			cause = err
+			break
+		}
+		events++
+		if !firstDelta && strings.HasSuffix(ev.Type, ".delta") {
+			firstDelta = true
+			d := time.Since(upStart)
+			s.tel.ttft.Record(ctx, d.Seconds())
+			span.AddEvent("first_token")
+		}
+		buf, err = acc.Feed(buf[:0], ev)
+		if len(buf) > 0 {
+			if werr := w.write(buf); werr != nil {
+				cause = errClientGone
+				break
+			}
+		}
+		if err != nil {
+			cause = err
+			break
+		}
+	}
+	s.tel.events.Add(context.WithoutCancel(ctx), events)
+	clientGone := errors.Is(cause, errClientGone) || reqCtx.Err() != nil
+	if cause != nil && !clientGone && errors.Is(context.Cause(ctx), errShutdown) {
+		cause = errShutdown // the stream was cut by shutdown, not by upstream
+	}
+	buf, r := acc.Close(buf[:0], cause)
+	s.tel.droppedEvents.Add(context.WithoutCancel(ctx), int64(r.Dropped))
+	if errors.Is(cause, errShutdown) && r.Error != nil {
+		r.Error.Message = "The gateway shut down before the response finished; retry it."
+	}
+	if clientGone {
+		// The client left: stop upstream at once (deferred Close/cancel), keep what it received,
+		// and record the response as cancelled (neither the model's incompleteness nor a gateway
+		// failure; see the closing note of the Responses API issue).
+		r.Status = store.StatusCancelled
+		r.Error = &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the stream."}
+		up.Close()
+		_ = s.finish(ctx, t, r)
+		s.log.Info("client left mid-stream", "response_id", t.rec.ID)
+		return nil
+	}
+	if len(buf) > 0 {
+		_ = w.write(buf)
+	}
+	if cause != nil {
+		s.log.Warn("upstream stream ended early", "response_id", t.rec.ID, "error", cause)
+	}
+	_ = s.finish(ctx, t, r) // on failure r is now failed: the client is told so
+	buf = acc.Terminal(buf[:0], r)
+	buf = append(buf, wire.DoneFrame...)
+	_ = w.write(buf)
+	return nil
+}
+
+var (
+	errShutdown    = errors.New("server: gateway shutting down")
+	errSyncTimeout = errors.New("server: non-streamed upstream call timed out")
+)
+
+// watchStream writes keepalive comments during silence and cuts the stream when shutdown passes
+// its deadline, until done closes. It does no store work: the lease keeper renews leases on its
+// own goroutine, so a blocked client write cannot delay them.
+func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc, w *sseWriter, done <-chan struct{}) {
+	tick := min(s.cfg.KeepAlive/2, time.Second)
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-s.stop:
+			cancel(errShutdown)
+			return
+		case now := <-ticker.C:
+			if now.Sub(w.idleSince()) >= s.cfg.KeepAlive {
+				if w.write([]byte(": keepalive\n\n")) != nil {
+					cancel(errClientGone)
+					return
+				}
+			}
+		}
+	}
+}
+
+func conversationNotFound(id string) error {
+	return wire.NotFound("conversation", "Conversation with id '%s' not found.", id)
+}
