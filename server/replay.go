@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -11,119 +12,155 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// replayEvents rebuilds the event stream of a stored response (GET ?stream=true): created,
-// in_progress, each item announced, its parts streamed as one delta each and closed, then the
-// terminal event with the full output. Events with sequence_number <= after are left out, so
-// starting_after resumes a stream. Not a hot path: it favours plainness over allocations.
+// replayEvents rebuilds the event stream of a stored response that has no event log (it was
+// answered without streaming): created, in_progress, each item announced, its parts streamed as
+// one delta each and closed, then the terminal event with the full output. Events with
+// sequence_number <= after are left out, so starting_after resumes a stream. Not a hot path: it
+// favours plainness over allocations. An item it cannot read is an error, never a gap in
+// output_index.
 func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int64) ([]byte, error) {
-	seq := int64(0)
-	emit := func(typ string, fields map[string]any) {
-		if seq > after {
-			fields["type"] = typ
-			fields["sequence_number"] = seq
-			data, _ := jsonMarshal(fields)
-			dst = wire.Event{Type: typ, Data: data}.AppendSSE(dst)
-		}
-		seq++
-	}
+	rp := &replayer{dst: dst, after: after}
 	start := *r
 	start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = store.StatusInProgress, nil, nil, nil, nil
 	startJSON := json.RawMessage(renderResponse(nil, &start, nil))
-	emit("response.created", map[string]any{"response": startJSON})
-	emit("response.in_progress", map[string]any{"response": startJSON})
-
+	rp.emit("response.created", map[string]any{"response": startJSON})
+	rp.emit("response.in_progress", map[string]any{"response": startJSON})
 	for i, it := range output {
-		f, err := it.Fields()
-		if err != nil {
-			// A gap in output_index would be worse than no replay: fail loudly.
+		if err := rp.item(i, it); err != nil {
 			return nil, fmt.Errorf("replay item %d of %s: %w", i, r.ID, err)
 		}
-		base := func() map[string]any { return map[string]any{"output_index": i, "item_id": it.ID} }
-		// replayPart streams one part: announced empty, its whole text as one delta, its done
-		// event, and the part closed.
-		replayPart := func(pe partEvents, idx int, empty any, full map[string]json.RawMessage, text string) {
-			for _, step := range []struct {
-				typ, key string
-				val      any
-			}{{pe.added, "part", empty}, {pe.delta, "delta", text}, {pe.done, pe.doneKey, text}, {pe.partDone, "part", full}} {
-				ev := base()
-				ev[pe.indexKey], ev[step.key] = idx, step.val
-				if pe.logprobs && (step.typ == pe.delta || step.typ == pe.done) {
-					ev["logprobs"] = emptyArray
-				}
-				emit(step.typ, ev)
-			}
-		}
-		added := map[string]json.RawMessage{}
-		for k, v := range f {
-			added[k] = v
-		}
-		added["status"] = json.RawMessage(`"in_progress"`)
-		switch it.Type {
-		case wire.TypeMessage:
-			added["content"] = emptyArray
-		case wire.TypeReasoning:
-			added["summary"] = emptyArray
-			delete(added, "content")
-			delete(added, "encrypted_content")
-		case wire.TypeFunctionCall:
-			added["arguments"] = json.RawMessage(`""`)
-		}
-		emit("response.output_item.added", map[string]any{"output_index": i, "item": added})
+	}
+	if store.Terminal(r.Status) && rp.seq > after {
+		rp.dst = appendTerminalEvent(rp.dst, r, output, rp.seq)
+	}
+	return rp.dst, nil
+}
 
-		var parts []map[string]json.RawMessage
-		switch it.Type {
-		case wire.TypeMessage:
-			_ = json.Unmarshal(f["content"], &parts)
-			for ci, p := range parts {
-				var typ, text string
-				_ = json.Unmarshal(p["type"], &typ)
-				key := "text"
-				if typ == "refusal" {
-					key = "refusal"
-				}
-				_ = json.Unmarshal(p[key], &text)
-				empty := map[string]any{"type": typ, key: ""}
-				if typ == "output_text" {
-					empty["annotations"], empty["logprobs"] = emptyArray, emptyArray
-				}
-				pe := outputTextPart
-				if typ == "refusal" {
-					pe = refusalPart
-				}
-				replayPart(pe, ci, empty, p, text)
-			}
-		case wire.TypeReasoning:
-			var summary []map[string]json.RawMessage
-			_ = json.Unmarshal(f["summary"], &summary)
-			for si, p := range summary {
-				var text string
-				_ = json.Unmarshal(p["text"], &text)
-				replayPart(summaryPart, si, map[string]any{"type": "summary_text", "text": ""}, p, text)
-			}
-			_ = json.Unmarshal(f["content"], &parts)
-			for ci, p := range parts {
-				var text string
-				_ = json.Unmarshal(p["text"], &text)
-				replayPart(reasoningPart, ci, map[string]any{"type": "reasoning_text", "text": ""}, p, text)
-			}
-		case wire.TypeFunctionCall:
-			var args, name string
-			_ = json.Unmarshal(f["arguments"], &args)
-			_ = json.Unmarshal(f["name"], &name)
-			ev := base()
-			ev["delta"] = args
-			emit("response.function_call_arguments.delta", ev)
-			ev = base()
-			ev["arguments"], ev["name"] = args, name
-			emit("response.function_call_arguments.done", ev)
+// replayer writes regenerated events with dense sequence numbers, leaving out those <= after.
+type replayer struct {
+	dst        []byte
+	seq, after int64
+}
+
+func (rp *replayer) emit(typ string, fields map[string]any) {
+	if rp.seq > rp.after {
+		fields["type"] = typ
+		fields["sequence_number"] = rp.seq
+		data, _ := jsonMarshal(fields)
+		rp.dst = wire.Event{Type: typ, Data: data}.AppendSSE(rp.dst)
+	}
+	rp.seq++
+}
+
+// item replays one output item: announced in progress, its parts or arguments, and done.
+func (rp *replayer) item(i int, it wire.Item) error {
+	f, err := it.Fields()
+	if err != nil {
+		return err
+	}
+	added := maps.Clone(f)
+	added["status"] = json.RawMessage(`"in_progress"`)
+	switch it.Type {
+	case wire.TypeMessage:
+		added["content"] = emptyArray
+	case wire.TypeReasoning:
+		added["summary"] = emptyArray
+		delete(added, "content")
+		delete(added, "encrypted_content")
+	case wire.TypeFunctionCall:
+		added["arguments"] = json.RawMessage(`""`)
+	}
+	rp.emit("response.output_item.added", map[string]any{"output_index": i, "item": added})
+	switch it.Type {
+	case wire.TypeMessage:
+		err = rp.messageParts(i, it.ID, f["content"])
+	case wire.TypeReasoning:
+		err = rp.reasoningParts(i, it.ID, f)
+	case wire.TypeFunctionCall:
+		var args, name string
+		if err = unmarshalOpt(f["arguments"], &args); err == nil {
+			err = unmarshalOpt(f["name"], &name)
 		}
-		emit("response.output_item.done", map[string]any{"output_index": i, "item": it.JSON})
+		rp.emit("response.function_call_arguments.delta", map[string]any{"output_index": i, "item_id": it.ID, "delta": args})
+		rp.emit("response.function_call_arguments.done", map[string]any{"output_index": i, "item_id": it.ID, "arguments": args, "name": name})
 	}
-	if store.Terminal(r.Status) && seq > after {
-		dst = appendTerminalEvent(dst, r, output, seq)
+	if err != nil {
+		return err
 	}
-	return dst, nil
+	rp.emit("response.output_item.done", map[string]any{"output_index": i, "item": it.JSON})
+	return nil
+}
+
+// storedPart is a content or summary part as stored.
+type storedPart = map[string]json.RawMessage
+
+func (rp *replayer) messageParts(i int, id string, content json.RawMessage) error {
+	var parts []storedPart
+	if err := unmarshalOpt(content, &parts); err != nil {
+		return err
+	}
+	for ci, p := range parts {
+		var typ, text string
+		if err := unmarshalOpt(p["type"], &typ); err != nil {
+			return err
+		}
+		pe, key := outputTextPart, "text"
+		if typ == "refusal" {
+			pe, key = refusalPart, "refusal"
+		}
+		if err := unmarshalOpt(p[key], &text); err != nil {
+			return err
+		}
+		empty := map[string]any{"type": typ, key: ""}
+		if typ == "output_text" {
+			empty["annotations"], empty["logprobs"] = emptyArray, emptyArray
+		}
+		rp.part(pe, i, id, ci, empty, p, text)
+	}
+	return nil
+}
+
+func (rp *replayer) reasoningParts(i int, id string, f map[string]json.RawMessage) error {
+	for _, kind := range []struct {
+		key, typ string
+		pe       partEvents
+	}{{"summary", "summary_text", summaryPart}, {"content", "reasoning_text", reasoningPart}} {
+		var parts []storedPart
+		if err := unmarshalOpt(f[kind.key], &parts); err != nil {
+			return err
+		}
+		for pi, p := range parts {
+			var text string
+			if err := unmarshalOpt(p["text"], &text); err != nil {
+				return err
+			}
+			rp.part(kind.pe, i, id, pi, map[string]any{"type": kind.typ, "text": ""}, p, text)
+		}
+	}
+	return nil
+}
+
+// part streams one part: announced empty, its whole text as one delta, its done event, and the
+// part closed.
+func (rp *replayer) part(pe partEvents, i int, id string, idx int, empty any, full storedPart, text string) {
+	for _, step := range []struct {
+		typ, key string
+		val      any
+	}{{pe.added, "part", empty}, {pe.delta, "delta", text}, {pe.done, pe.doneKey, text}, {pe.partDone, "part", full}} {
+		ev := map[string]any{"output_index": i, "item_id": id, pe.indexKey: idx, step.key: step.val}
+		if pe.logprobs && (step.typ == pe.delta || step.typ == pe.done) {
+			ev["logprobs"] = emptyArray
+		}
+		rp.emit(step.typ, ev)
+	}
+}
+
+// unmarshalOpt decodes raw into v; an absent member (or null) leaves v as it is.
+func unmarshalOpt(raw json.RawMessage, v any) error {
+	if isNull(raw) {
+		return nil
+	}
+	return json.Unmarshal(raw, v)
 }
 
 // appendTerminalEvent appends the terminal event of a stored (terminal) response with sequence

@@ -12,7 +12,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // sseWriter serialises writes to a client stream: relayed events from the turn and keepalive
@@ -67,45 +69,24 @@ func (w *sseWriter) idleSince() time.Time {
 var errClientGone = errors.New("server: client went away")
 
 // streamTurn serves stream:true. Before the first byte an upstream failure is an error envelope;
-// after it, only an in-band response.failed can report it (STYLE: the relay model).
+// after it, only an in-band response.failed can report it (docs/style.md: the relay model).
 func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	reqCtx := c.Request().Context()
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
-
 	s.tel.activeStreams.Add(ctx, 1)
 	defer s.tel.activeStreams.Add(context.WithoutCancel(ctx), -1)
-	began := s.begin(ctx, t)
+
 	uctx, span := s.tel.tracer.Start(ctx, "upstream.stream")
 	defer span.End()
-	upStart := time.Now()
-	up, upErr := s.upstream.Stream(uctx, t.body)
-	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
-	if err := <-began; err != nil {
-		if up != nil {
-			_ = up.Close()
-		}
-		s.releaseConversation(t)
-		return err
-	}
-	t.leased = t.req.Store
-	if t.req.Store {
-		t.events = &eventLog{}
-	}
-	t.keeper = s.startKeeper(t)
+	up, err := s.connect(ctx, uctx, t)
 	defer t.keeper.Stop()
-	if upErr != nil {
-		if reqCtx.Err() != nil {
-			_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
-				Error: &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
-			return reqCtx.Err()
-		}
-		return s.failBeforeStream(ctx, t, upErr)
+	if err != nil {
+		return err
 	}
 	defer up.Close()
 
 	w := s.openStream(c)
-
 	// One helper goroutine per stream besides the keeper: keepalive comments during silence, and
 	// shutdown past its deadline. Stopped and awaited when the stream ends.
 	watchDone, watchExited := make(chan struct{}), make(chan struct{})
@@ -113,57 +94,97 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	go func() { defer close(watchExited); s.watchStream(ctx, cancel, w, watchDone) }()
 
 	acc := accumulator.New(s.accOptions(t))
+	cause := s.relay(ctx, w, acc, up, span)
+	_ = up.Close() // nothing more is read: a client that left stops the model at once
+	return s.endStream(ctx, t, w, acc, cause)
+}
+
+// connect writes the in-progress record (with the input) concurrently with the upstream connect,
+// then starts the turn's lease keeper. A failure before the stream opens is answered as an error
+// envelope (and stored as a failed record when the record was written).
+func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, error) {
+	began := s.begin(ctx, t)
+	start := time.Now()
+	up, upErr := s.upstream.Stream(uctx, t.body)
+	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
+	if err := <-began; err != nil {
+		if up != nil {
+			_ = up.Close()
+		}
+		s.releaseConversation(t)
+		return nil, err
+	}
+	t.leased = t.req.Store
+	if t.req.Store {
+		t.events = &eventLog{}
+	}
+	t.keeper = s.startKeeper(t)
+	if upErr == nil {
+		return up, nil
+	}
+	if ctx.Err() != nil {
+		_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
+			Error: &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
+		return nil, ctx.Err()
+	}
+	return nil, s.failBeforeStream(ctx, t, upErr)
+}
+
+// relay feeds upstream events through the accumulator and writes the client events, one write
+// per upstream event, until the upstream's terminal event, its end, or a failure (the cause).
+func (s *Server) relay(ctx context.Context, w *sseWriter, acc *accumulator.Accumulator, up *upstream.Stream, span trace.Span) error {
+	start := time.Now()
 	buf := acc.Start(make([]byte, 0, 4096))
-	var cause error
 	if err := w.write(buf); err != nil {
-		cause = errClientGone
+		return errClientGone
 	}
 	events, firstDelta := int64(0), false
-	for cause == nil && !acc.Done() {
+	defer func() { s.tel.events.Add(context.WithoutCancel(ctx), events) }()
+	for !acc.Done() {
 		ev, err := up.Next()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			cause = err
-			break
+			return err
 		}
 		events++
 		if !firstDelta && strings.HasSuffix(ev.Type, ".delta") {
 			firstDelta = true
-			d := time.Since(upStart)
-			s.tel.ttft.Record(ctx, d.Seconds())
+			s.tel.ttft.Record(ctx, time.Since(start).Seconds())
 			span.AddEvent("first_token")
 		}
 		buf, err = acc.Feed(buf[:0], ev)
-		if len(buf) > 0 {
-			if werr := w.write(buf); werr != nil {
-				cause = errClientGone
-				break
-			}
+		if len(buf) > 0 && w.write(buf) != nil {
+			return errClientGone
 		}
 		if err != nil {
-			cause = err
-			break
+			return err
 		}
 	}
-	s.tel.events.Add(context.WithoutCancel(ctx), events)
-	clientGone := errors.Is(cause, errClientGone) || reqCtx.Err() != nil
+	return nil
+}
+
+// endStream closes the accumulator with the relay's cause, commits, and only then writes the
+// terminal event and [DONE] (docs/design.md §1 invariant 2).
+func (s *Server) endStream(ctx context.Context, t *turn, w *sseWriter, acc *accumulator.Accumulator, cause error) error {
+	reqCtx := context.WithoutCancel(ctx)
+	// ctx ends when the client goes away (its request, or a failed keepalive write) or when
+	// shutdown passes its deadline (cause errShutdown).
+	clientGone := errors.Is(cause, errClientGone) || ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown)
 	if cause != nil && !clientGone && errors.Is(context.Cause(ctx), errShutdown) {
 		cause = errShutdown // the stream was cut by shutdown, not by upstream
 	}
-	buf, r := acc.Close(buf[:0], cause)
-	s.tel.droppedEvents.Add(context.WithoutCancel(ctx), int64(r.Dropped))
+	buf, r := acc.Close(nil, cause)
+	s.tel.droppedEvents.Add(reqCtx, int64(r.Dropped))
 	if errors.Is(cause, errShutdown) && r.Error != nil {
 		r.Error.Message = "The gateway shut down before the response finished; retry it."
 	}
 	if clientGone {
-		// The client left: stop upstream at once (deferred Close/cancel), keep what it received,
-		// and record the response as cancelled (neither the model's incompleteness nor a gateway
-		// failure; see the closing note of the Responses API issue).
+		// The client left: keep what it received and record the response as cancelled (neither
+		// the model's incompleteness nor a gateway failure).
 		r.Status = store.StatusCancelled
 		r.Error = &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the stream."}
-		up.Close()
 		_ = s.finish(ctx, t, r)
 		s.log.Info("client left mid-stream", "response_id", t.rec.ID)
 		return nil
