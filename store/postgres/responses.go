@@ -402,29 +402,43 @@ func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParam
 	return nil
 }
 
-// ResponsePurge deletes the oldest terminal responses created before Before (retention).
+// purgeSQL deletes up to $2 terminal responses created before $1, oldest first, as
+// ResponseDelete does, in one statement: the items a conversation lists are detached, the others
+// deleted, then the responses (their events go by cascade). The CTEs share one snapshot, so the
+// item delete skips the rows the detach changed rather than seeing them detached; the foreign
+// key from items is checked at the end of the statement, when they are. SKIP LOCKED lets
+// replicas purge at once without waiting on each other's victims.
+const purgeSQL = `
+WITH victims AS (
+    SELECT tenant, id FROM responses
+    WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < $1
+    ORDER BY created_at, tenant, id LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), detached AS (
+    UPDATE items SET response_id = NULL
+    FROM victims v
+    WHERE items.tenant = v.tenant AND items.response_id = v.id
+      AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)
+    RETURNING items.pk
+), dropped AS (
+    DELETE FROM items USING victims v
+    WHERE items.tenant = v.tenant AND items.response_id = v.id
+      AND items.pk NOT IN (SELECT pk FROM detached)
+), gone AS (
+    DELETE FROM responses r USING victims v
+    WHERE r.tenant = v.tenant AND r.id = v.id
+    RETURNING 1
+)
+SELECT count(*) FROM gone`
+
+// ResponsePurge deletes the oldest terminal responses created before Before (retention), in
+// one statement (purgeSQL).
 func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT tenant, id FROM responses
-		WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < $1
-		ORDER BY created_at LIMIT $2`, p.Before.UTC(), p.Limit)
-	if err != nil {
+	var n int
+	if err := s.pool.QueryRow(ctx, purgeSQL, p.Before.UTC(), p.Limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
 	}
-	var victims []store.ResponseKey
-	for rows.Next() {
-		var v store.ResponseKey
-		if err := rows.Scan(&v.Tenant, &v.ID); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("purge responses: %w", err)
-		}
-		victims = append(victims, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
-	}
-	return store.DeleteResponses(ctx, victims, s.ResponseDelete)
+	return n, nil
 }
 
 // chainSQL walks previous_response_id from $2 back to the root (or to the first id that does not

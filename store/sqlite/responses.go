@@ -353,29 +353,42 @@ func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParam
 	return nil
 }
 
-// ResponsePurge deletes the oldest terminal responses created before Before (retention).
+// purgeVictims selects the responses ResponsePurge deletes: up to ?2 terminal ones created before
+// ?1, oldest first (ties broken by key, so every statement of the purge picks the same ones).
+const purgeVictims = `
+SELECT tenant, id FROM responses
+WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < ?1
+ORDER BY created_at, tenant, id LIMIT ?2`
+
+// ResponsePurge deletes the oldest terminal responses created before Before (retention), as
+// ResponseDelete does, in one transaction of three statements for the whole batch: detach the
+// items a conversation lists, delete the others, delete the responses (their events go by
+// cascade). The victims are the same in each statement: the transaction holds the only write
+// lock, and the first two statements change no response.
 func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT tenant, id FROM responses
-		WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < ?1
-		ORDER BY created_at LIMIT ?2`, micros(p.Before), p.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
-	}
-	var victims []store.ResponseKey
-	for rows.Next() {
-		var v store.ResponseKey
-		if err := rows.Scan(&v.Tenant, &v.ID); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("purge responses: %w", err)
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		before := micros(p.Before)
+		if _, err := tx.ExecContext(ctx, `UPDATE items SET response_id = NULL
+			WHERE (tenant, response_id) IN (`+purgeVictims+`)
+			  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)`,
+			before, p.Limit); err != nil {
+			return interpretError(err)
 		}
-		victims = append(victims, v)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM items WHERE (tenant, response_id) IN (`+purgeVictims+`)`, before, p.Limit); err != nil {
+			return interpretError(err)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM responses WHERE (tenant, id) IN (`+purgeVictims+`)`, before, p.Limit)
+		if err != nil {
+			return interpretError(err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge responses: %w", err)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
-	}
-	return store.DeleteResponses(ctx, victims, s.ResponseDelete)
+	return int(n), nil
 }
 
 // chainSQL walks previous_response_id from ?2 back to the root (or to the first id that does not

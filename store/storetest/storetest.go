@@ -1111,4 +1111,7 @@ func testPurge(t *testing.T, s store.Store) {
 	if len(items) != 2 {
 		t.Fatalf("the conversation lost items of a purged response: %d left, want 2", len(items))
 	}
+	// The purged responses' other items are gone: A keeps resp_new's and the listed ones.
+	countItems(t, s, tenantA, 1+2)
+	countItems(t, s, tenantB, 0)
 }
