@@ -271,7 +271,9 @@ type ResponseGetParams struct {
 type ResponseDeleteParams struct {
 	Tenant string
 	ID     string
-	Now    time.Time
+	// Now decides whether an in-progress response's lease still holds; zero means the current
+	// time.
+	Now time.Time
 }
 
 type ResponseChainGetParams struct {
@@ -322,7 +324,8 @@ type ConversationUpdateParams struct {
 type ConversationDeleteParams struct {
 	Tenant string
 	ID     string
-	Now    time.Time
+	// Now decides whether the turn lease still holds; zero means the current time.
+	Now time.Time
 }
 
 type ConversationItemAppendParams struct {

@@ -343,14 +343,14 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, it := range chain.Items {
+		for _, it := range chain.Items() {
 			cd.HistoryBytes += len(it.JSON)
 		}
 		raw := map[string]json.RawMessage{}
 		for k, v := range map[string]any{"model": mdl, "input": input, "stream": true} {
 			raw[k], _ = json.Marshal(v)
 		}
-		built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items, Input: parsedInput, Request: raw, NewID: wire.NewID})
+		built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items(), Input: parsedInput, Request: raw, NewID: wire.NewID})
 		if err != nil {
 			return fmt.Errorf("rehydrate chain for arm A: %w", err)
 		}
@@ -614,7 +614,7 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			last, err := upstreamBody(b.agentBody(A, n, "", calls[n-2], ph), chain.Items)
+			last, err := upstreamBody(b.agentBody(A, n, "", calls[n-2], ph), chain.Items())
 			if err != nil {
 				return err
 			}

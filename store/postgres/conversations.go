@@ -61,33 +61,40 @@ func (s *Store) ConversationUpdate(ctx context.Context, p *store.ConversationUpd
 	return c, nil
 }
 
+// turnHeldSQL is true when conversation $2's turn lease is held and live at $3: the guard under
+// which ConversationDelete deletes nothing.
+const turnHeldSQL = `turn_response_id IS NOT NULL AND turn_expires_at > $3`
+
 // ConversationDelete deletes the conversation and its list (by cascade), and the items created
 // directly in it (response_id NULL); items of responses stay with their responses. The
-// statements run pipelined in one implicit transaction.
+// statements run pipelined in one implicit transaction; the first locks the row (so an append
+// committing meanwhile is either seen by the next statement or waits, never leaving behind direct
+// items that nothing lists) and reports whether a turn holds it, in which case the others do
+// nothing (the lock keeps the answer true until the end).
 func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDeleteParams) error {
+	at := timeOr(p.Now)
+	unheld := `NOT EXISTS (SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2 AND ` + turnHeldSQL + `)`
 	b := &pgx.Batch{}
-	// Lock first, so an append committing meanwhile is either seen by the next statement or
-	// waits, never leaving behind direct items that nothing lists.
-	b.Queue(`SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2 FOR UPDATE`, p.Tenant, p.ID)
-	b.Queue(`DELETE FROM items WHERE tenant = $1 AND response_id IS NULL
-		AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = $1 AND conversation_id = $2)`, p.Tenant, p.ID)
-	b.Queue(`DELETE FROM conversations WHERE tenant = $1 AND id = $2`, p.Tenant, p.ID)
+	b.Queue(`SELECT coalesce(`+turnHeldSQL+`, false) FROM conversations WHERE tenant = $1 AND id = $2 FOR UPDATE`, p.Tenant, p.ID, at)
+	b.Queue(`DELETE FROM items WHERE tenant = $1 AND response_id IS NULL AND `+unheld+`
+		AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = $1 AND conversation_id = $2)`, p.Tenant, p.ID, at)
+	b.Queue(`DELETE FROM conversations WHERE tenant = $1 AND id = $2 AND NOT coalesce(`+turnHeldSQL+`, false)`, p.Tenant, p.ID, at)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
+	var held bool
+	if err := br.QueryRow().Scan(&held); err != nil {
+		return fmt.Errorf("delete conversation: %w", interpretError(err))
+	}
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("delete conversation: %w", interpretError(err))
 		}
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		return fmt.Errorf("delete conversation: %w", interpretError(err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete conversation: %w", store.ErrNotFound)
-	}
 	if err := br.Close(); err != nil {
 		return fmt.Errorf("delete conversation: %w", interpretError(err))
+	}
+	if held {
+		return fmt.Errorf("delete conversation: a turn holds it: %w", store.ErrConflict)
 	}
 	return nil
 }
@@ -257,6 +264,21 @@ func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.Conversati
 		return fmt.Errorf("acquire conversation turn: %w", store.ErrNotFound)
 	case !taken:
 		return fmt.Errorf("acquire conversation turn: %w", store.ErrConflict)
+	}
+	return nil
+}
+
+// ConversationTurnExtend moves the turn lease forward if ResponseID holds it; it never takes a
+// free lease, so a response whose lease was released or retaken cannot get it back this way.
+func (s *Store) ConversationTurnExtend(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE conversations SET turn_expires_at = $4
+		WHERE tenant = $1 AND id = $2 AND turn_response_id = $3`, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UTC())
+	if err != nil {
+		return fmt.Errorf("extend conversation turn: %w", interpretError(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("extend conversation turn: %w", store.ErrNotFound)
 	}
 	return nil
 }

@@ -62,9 +62,19 @@ func (s *Store) ConversationUpdate(ctx context.Context, p *store.ConversationUpd
 }
 
 // ConversationDelete deletes the conversation and its list (by cascade), and the items created
-// directly in it (response_id NULL); items of responses stay with their responses.
+// directly in it (response_id NULL); items of responses stay with their responses. While a turn
+// holds the lease (live at Now) nothing is deleted: ErrConflict.
 func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDeleteParams) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var held bool
+		err := tx.QueryRowContext(ctx, `SELECT coalesce(turn_response_id IS NOT NULL AND turn_expires_at > ?3, 0)
+			FROM conversations WHERE tenant = ?1 AND id = ?2`, p.Tenant, p.ID, micros(p.Now)).Scan(&held)
+		if err != nil {
+			return interpretError(err)
+		}
+		if held {
+			return fmt.Errorf("a turn holds it: %w", store.ErrConflict)
+		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM items WHERE tenant = ?1 AND response_id IS NULL
 			AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2)`, p.Tenant, p.ID); err != nil {
 			return interpretError(err)
@@ -263,6 +273,21 @@ func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.Conversati
 	})
 	if err != nil {
 		return fmt.Errorf("acquire conversation turn: %w", err)
+	}
+	return nil
+}
+
+// ConversationTurnExtend moves the turn lease forward if ResponseID holds it; it never takes a
+// free lease, so a response whose lease was released or retaken cannot get it back this way.
+func (s *Store) ConversationTurnExtend(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
+	res, err := s.db.ExecContext(ctx, `
+		UPDATE conversations SET turn_expires_at = ?4
+		WHERE tenant = ?1 AND id = ?2 AND turn_response_id = ?3`, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("extend conversation turn: %w", interpretError(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return fmt.Errorf("extend conversation turn: %w", store.ErrNotFound)
 	}
 	return nil
 }

@@ -11,7 +11,8 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// ResponseBegin inserts an in-progress (or queued) response holding a lease.
+// ResponseBegin inserts an in-progress (or queued) response holding a lease, with its input
+// items, in one transaction.
 func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams) error {
 	r := &p.Response
 	status := r.Status
@@ -21,13 +22,19 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	if status != store.StatusInProgress && status != store.StatusQueued {
 		return fmt.Errorf("begin response: status %q is not in_progress or queued", status)
 	}
-	_, err := s.db.ExecContext(ctx, `
-		INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-		                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`,
-		r.Tenant, r.ID, status, r.Model, nullString(r.PreviousResponseID), nullString(r.ConversationID), micros(r.CreatedAt),
-		nullMicros(r.CompletedAt), nullJSON(r.Echo), nullJSON(r.Usage), nullJSON(r.Error), nullJSON(r.IncompleteDetails),
-		p.LeaseOwner, p.LeaseExpiresAt.UnixMicro())
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `
+			INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
+			                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`,
+			r.Tenant, r.ID, status, r.Model, nullString(r.PreviousResponseID), nullString(r.ConversationID), micros(r.CreatedAt),
+			nullMicros(r.CompletedAt), nullJSON(r.Echo), nullJSON(r.Usage), nullJSON(r.Error), nullJSON(r.IncompleteDetails),
+			p.LeaseOwner, p.LeaseExpiresAt.UnixMicro())
+		if err != nil {
+			return interpretError(err)
+		}
+		return insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil)
+	})
 	if err != nil {
 		return fmt.Errorf("begin response: %w", interpretError(err))
 	}
@@ -59,6 +66,9 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 		var status string
 		err := tx.QueryRowContext(ctx, `SELECT status FROM responses WHERE tenant = ?1 AND id = ?2`, r.Tenant, r.ID).Scan(&status)
 		switch {
+		case p.Begun && errors.Is(err, sql.ErrNoRows):
+			// Deleted since ResponseBegin: a commit never resurrects it.
+			return store.ErrNotFound
 		case err == nil && store.Terminal(status) && status != r.Status:
 			return fmt.Errorf("stored as %s: %w", status, store.ErrConflict)
 		case err == nil && store.Terminal(status):
@@ -100,15 +110,135 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 				return err
 			}
 		}
-		if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, p.ConversationID, &seq); err != nil {
+		if p.Begun {
+			// ResponseBegin stored the input: only append it.
+			if err := appendStoredInput(ctx, tx, r.Tenant, r.ID, p.ConversationID, &seq); err != nil {
+				return err
+			}
+		} else if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, p.ConversationID, &seq); err != nil {
 			return err
 		}
-		return insertItems(ctx, tx, r.Tenant, r.ID, store.RoleOutput, p.Output, p.ConversationID, &seq)
+		if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleOutput, p.Output, p.ConversationID, &seq); err != nil {
+			return err
+		}
+		return insertEvents(ctx, tx, r.Tenant, r.ID, p.Events)
 	})
 	if err != nil && !errors.Is(err, errNoop) {
 		return fmt.Errorf("commit response: %w", err)
 	}
 	return nil
+}
+
+// appendStoredInput appends the response's stored input items to conv (if set) in position
+// order at *seq, *seq+1…, advancing *seq. The caller runs it inside a transaction.
+func appendStoredInput(ctx context.Context, tx *sql.Tx, tenant, responseID, conv string, seq *int64) error {
+	if conv == "" {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, `
+		INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk)
+		SELECT ?1, ?3, ?4 + row_number() OVER (ORDER BY position) - 1, pk
+		FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = 'input'`, tenant, responseID, conv, *seq)
+	if err != nil {
+		return fmt.Errorf("append stored input: %w", interpretError(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("append stored input: %w", err)
+	}
+	*seq += n
+	return nil
+}
+
+// insertEvents logs events of a response, leaving an already logged seq as it is. The caller
+// runs it inside a transaction and has checked that the response exists.
+func insertEvents(ctx context.Context, tx *sql.Tx, tenant, responseID string, events []store.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO response_events (tenant, response_id, seq, type, data)
+		VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, response_id, seq) DO NOTHING`)
+	if err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	defer ins.Close()
+	for _, e := range events {
+		data := e.Data
+		if data == nil {
+			data = []byte{} // NOT NULL: an empty event is empty bytes
+		}
+		if _, err := ins.ExecContext(ctx, tenant, responseID, e.Seq, e.Type, data); err != nil {
+			return fmt.Errorf("insert events: %w", interpretError(err))
+		}
+	}
+	return nil
+}
+
+// responseExists checks the response inside a transaction.
+func responseExists(ctx context.Context, tx *sql.Tx, tenant, id string) error {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM responses WHERE tenant = ?1 AND id = ?2`, tenant, id).Scan(&one)
+	return interpretError(err)
+}
+
+// ResponseEventAppend logs events of an existing response, idempotently by seq, in one
+// transaction.
+func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := responseExists(ctx, tx, p.Tenant, p.ResponseID); err != nil {
+			return err
+		}
+		return insertEvents(ctx, tx, p.Tenant, p.ResponseID, p.Events)
+	})
+	if err != nil {
+		return fmt.Errorf("append response events: %w", err)
+	}
+	return nil
+}
+
+// ResponseEventList reads a response's events after a seq in one query; its first row (kind 0)
+// only proves the response exists, so an empty log is told from an unknown response.
+func (s *Store) ResponseEventList(ctx context.Context, p *store.ResponseEventListParams) ([]store.Event, error) {
+	limit := -1 // SQLite: no limit
+	if p.Limit > 0 {
+		limit = p.Limit
+	}
+	rows, err := s.db.QueryContext(ctx, `
+		SELECT 0 AS kind, 0 AS seq, '' AS type, NULL AS data FROM responses WHERE tenant = ?1 AND id = ?2
+		UNION ALL
+		SELECT 1, seq, type, data FROM (
+		    SELECT seq, type, data FROM response_events
+		    WHERE tenant = ?1 AND response_id = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4
+		)
+		ORDER BY kind, seq`, p.Tenant, p.ResponseID, p.After, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list response events: %w", interpretError(err))
+	}
+	defer rows.Close()
+	found := false
+	events := []store.Event{}
+	for rows.Next() {
+		var kind int
+		var e store.Event
+		if err := rows.Scan(&kind, &e.Seq, &e.Type, &e.Data); err != nil {
+			return nil, fmt.Errorf("list response events: %w", err)
+		}
+		if kind == 0 {
+			found = true
+			continue
+		}
+		if e.Data == nil {
+			e.Data = []byte{}
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list response events: %w", interpretError(err))
+	}
+	if !found {
+		return nil, fmt.Errorf("list response events: %w", store.ErrNotFound)
+	}
+	return events, nil
 }
 
 // errNoop rolls back ResponseCommit's transaction when the response is already terminal.
@@ -190,10 +320,20 @@ func (s *Store) ResponseGet(ctx context.Context, p *store.ResponseGetParams) (*s
 	return resp, out, nil
 }
 
-// ResponseDelete deletes a response and its items, detaching (response_id NULL) the items a
-// conversation still lists.
+// ResponseDelete deletes a response, its items and (by cascade) its event log, detaching
+// (response_id NULL) the items a conversation still lists. An unfinished response whose lease is
+// live at Now is left alone: ErrConflict.
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var held bool
+		err := tx.QueryRowContext(ctx, `SELECT coalesce(status IN ('queued', 'in_progress') AND lease_expires_at > ?3, 0)
+			FROM responses WHERE tenant = ?1 AND id = ?2`, p.Tenant, p.ID, micros(p.Now)).Scan(&held)
+		if err != nil {
+			return interpretError(err)
+		}
+		if held {
+			return fmt.Errorf("in progress with a live lease: %w", store.ErrConflict)
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE items SET response_id = NULL
 			WHERE tenant = ?1 AND response_id = ?2
 			  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = ?1 AND ci.item_pk = items.pk)`, p.Tenant, p.ID); err != nil {
@@ -202,12 +342,8 @@ func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParam
 		if _, err := tx.ExecContext(ctx, `DELETE FROM items WHERE tenant = ?1 AND response_id = ?2`, p.Tenant, p.ID); err != nil {
 			return interpretError(err)
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM responses WHERE tenant = ?1 AND id = ?2`, p.Tenant, p.ID)
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM responses WHERE tenant = ?1 AND id = ?2`, p.Tenant, p.ID); err != nil {
 			return interpretError(err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return store.ErrNotFound
 		}
 		return nil
 	})
@@ -217,29 +353,42 @@ func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParam
 	return nil
 }
 
-// ResponsePurge deletes the oldest terminal responses created before Before (retention).
+// purgeVictims selects the responses ResponsePurge deletes: up to ?2 terminal ones created before
+// ?1, oldest first (ties broken by key, so every statement of the purge picks the same ones).
+const purgeVictims = `
+SELECT tenant, id FROM responses
+WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < ?1
+ORDER BY created_at, tenant, id LIMIT ?2`
+
+// ResponsePurge deletes the oldest terminal responses created before Before (retention), as
+// ResponseDelete does, in one transaction of three statements for the whole batch: detach the
+// items a conversation lists, delete the others, delete the responses (their events go by
+// cascade). The victims are the same in each statement: the transaction holds the only write
+// lock, and the first two statements change no response.
 func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
-	rows, err := s.db.QueryContext(ctx, `
-		SELECT tenant, id FROM responses
-		WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < ?1
-		ORDER BY created_at LIMIT ?2`, micros(p.Before), p.Limit)
-	if err != nil {
-		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
-	}
-	var victims []store.ResponseKey
-	for rows.Next() {
-		var v store.ResponseKey
-		if err := rows.Scan(&v.Tenant, &v.ID); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("purge responses: %w", err)
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		before := micros(p.Before)
+		if _, err := tx.ExecContext(ctx, `UPDATE items SET response_id = NULL
+			WHERE (tenant, response_id) IN (`+purgeVictims+`)
+			  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)`,
+			before, p.Limit); err != nil {
+			return interpretError(err)
 		}
-		victims = append(victims, v)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM items WHERE (tenant, response_id) IN (`+purgeVictims+`)`, before, p.Limit); err != nil {
+			return interpretError(err)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM responses WHERE (tenant, id) IN (`+purgeVictims+`)`, before, p.Limit)
+		if err != nil {
+			return interpretError(err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge responses: %w", err)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
-	}
-	return store.DeleteResponses(ctx, victims, s.ResponseDelete)
+	return int(n), nil
 }
 
 // chainSQL walks previous_response_id from ?2 back to the root (or to the first id that does not
@@ -283,25 +432,95 @@ func (s *Store) ResponseChainGet(ctx context.Context, p *store.ResponseChainGetP
 		if err := rows.Scan(append([]any{&depth}, append(rr.dest(), &pos)...)...); err != nil {
 			return nil, fmt.Errorf("get response chain: %w", err)
 		}
-		if rr.kind == 0 {
-			chain.Responses = append(chain.Responses, rr.response())
-		} else {
-			chain.Items = append(chain.Items, rr.item())
+		// Rows come record first, then its input, then its output items.
+		switch n := len(chain.Turns); {
+		case rr.kind == 0:
+			chain.Turns = append(chain.Turns, store.ChainTurn{Response: rr.response()})
+		case n == 0:
+			return nil, fmt.Errorf("get response chain: an item row before any response row")
+		case rr.kind == 1:
+			chain.Turns[n-1].Input = append(chain.Turns[n-1].Input, rr.item())
+		default:
+			chain.Turns[n-1].Output = append(chain.Turns[n-1].Output, rr.item())
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("get response chain: %w", interpretError(err))
 	}
-	if len(chain.Responses) == 0 {
+	if len(chain.Turns) == 0 {
 		return nil, fmt.Errorf("get response chain: %w", store.ErrNotFound)
 	}
-	if len(chain.Responses) > maxChainDepth {
+	if len(chain.Turns) > maxChainDepth {
 		return nil, fmt.Errorf("get response chain: deeper than %d responses (cyclic?)", maxChainDepth)
 	}
 	// The recursion stopped at the oldest member found; if that one names a previous response,
 	// the previous response does not exist (for this tenant).
-	chain.Missing = chain.Responses[0].PreviousResponseID
+	chain.Missing = chain.Turns[0].Response.PreviousResponseID
 	return chain, nil
+}
+
+// contextSQL returns the items response ?2 was generated from, in order (see
+// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response exists:
+//   - part 1: the items of its conversation that precede the first item it appended there (none
+//     when it appended nothing, or the conversation is gone);
+//   - part 2: each ancestor's input then output items, oldest first (the walk is chainSQL's, to
+//     depth ?3), then its own input items.
+const contextSQL = `
+WITH RECURSIVE chain (id, prev, depth) AS (
+    SELECT id, previous_response_id, 0 FROM responses WHERE tenant = ?1 AND id = ?2
+    UNION ALL
+    SELECT r.id, r.previous_response_id, c.depth + 1
+    FROM chain c JOIN responses r ON r.tenant = ?1 AND r.id = c.prev
+    WHERE c.depth < ?3
+), target AS (
+    SELECT conversation_id AS conv FROM responses WHERE tenant = ?1 AND id = ?2
+), own AS (
+    SELECT min(ci.seq) AS first FROM items i JOIN conversation_items ci ON ci.item_pk = i.pk
+    WHERE i.tenant = ?1 AND i.response_id = ?2 AND ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target)
+)
+SELECT 0 AS part, 0 AS depth, 0 AS role, 0 AS ord, '' AS id, '' AS type, NULL AS data FROM target
+UNION ALL
+SELECT 1, 0, 0, ci.seq, i.id, i.type, i.data
+FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target) AND i.tenant = ?1
+  AND ci.seq < (SELECT first FROM own)
+UNION ALL
+SELECT 2, c.depth, CASE i.role WHEN 'input' THEN 0 ELSE 1 END, i.position, i.id, i.type, i.data
+FROM chain c CROSS JOIN items i ON i.tenant = ?1 AND i.response_id = c.id
+WHERE c.depth > 0 OR i.role = 'input'
+ORDER BY part, depth DESC, role, ord`
+
+// ResponseContextGet loads the items a response was generated from in one query (contextSQL).
+func (s *Store) ResponseContextGet(ctx context.Context, p *store.ResponseContextGetParams) ([]wire.Item, error) {
+	rows, err := s.db.QueryContext(ctx, contextSQL, p.Tenant, p.ID, maxChainDepth)
+	if err != nil {
+		return nil, fmt.Errorf("get response context: %w", interpretError(err))
+	}
+	defer rows.Close()
+	found := false
+	items := []wire.Item{}
+	for rows.Next() {
+		var part, depth, role int
+		var ord int64
+		var it wire.Item
+		var data []byte
+		if err := rows.Scan(&part, &depth, &role, &ord, &it.ID, &it.Type, &data); err != nil {
+			return nil, fmt.Errorf("get response context: %w", err)
+		}
+		if part == 0 {
+			found = true
+			continue
+		}
+		it.JSON = data
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get response context: %w", interpretError(err))
+	}
+	if !found {
+		return nil, fmt.Errorf("get response context: %w", store.ErrNotFound)
+	}
+	return items, nil
 }
 
 // ResponseSweep fails every unfinished response whose lease expired before Now.

@@ -55,8 +55,8 @@ func BenchmarkChainGet(b *testing.B, s store.Store, depth int) {
 		if err != nil {
 			b.Fatalf("chain get: %v", err)
 		}
-		if len(chain.Items) != 2*depth {
-			b.Fatalf("chain has %d items, want %d", len(chain.Items), 2*depth)
+		if len(chain.Items()) != 2*depth {
+			b.Fatalf("chain has %d items, want %d", len(chain.Items()), 2*depth)
 		}
 	}
 }

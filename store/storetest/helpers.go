@@ -235,3 +235,12 @@ func checkRaw(t testing.TB, what string, got, want json.RawMessage) {
 	}
 	checkJSON(t, what, got, want)
 }
+
+// responsesOf lists a chain's response records, oldest first.
+func responsesOf(c *store.Chain) []store.Response {
+	out := make([]store.Response, len(c.Turns))
+	for i, t := range c.Turns {
+		out[i] = t.Response
+	}
+	return out
+}

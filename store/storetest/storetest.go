@@ -24,7 +24,7 @@ import (
 // parallel with its own store. The backend must also implement ItemCounter.
 func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
-	for _, tc := range cases {
+	for _, tc := range slices.Concat(cases, turnCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, newStore(t))
@@ -127,7 +127,7 @@ func testItemFidelity(t *testing.T, s store.Store) {
 
 	chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_odd"})
 	noErr(t, "chain get", err)
-	checkItems(t, "chain", chain.Items, concat(in, out))
+	checkItems(t, "chain", chain.Items(), concat(in, out))
 
 	all, err := s.ConversationItemsAll(ctx, &store.ConversationItemsAllParams{Tenant: tenantA, ConversationID: "conv_odd"})
 	noErr(t, "conversation items all", err)
@@ -420,11 +420,11 @@ func testChainDeep(t *testing.T, s store.Store) {
 	chain, err := s.ResponseChainGet(t.Context(), &store.ResponseChainGetParams{Tenant: tenantA, ID: fmt.Sprintf("resp_%d", depth-1)})
 	t.Logf("chain of depth %d loaded in %v", depth, time.Since(start))
 	noErr(t, "chain get", err)
-	checkItems(t, "chain items", chain.Items, want)
-	if len(chain.Responses) != depth {
-		t.Fatalf("%d responses, want %d", len(chain.Responses), depth)
+	checkItems(t, "chain items", chain.Items(), want)
+	if len(responsesOf(chain)) != depth {
+		t.Fatalf("%d responses, want %d", len(responsesOf(chain)), depth)
 	}
-	for i, r := range chain.Responses {
+	for i, r := range responsesOf(chain) {
 		if r.ID != fmt.Sprintf("resp_%d", i) || r.Tenant != tenantA || r.Status != store.StatusCompleted {
 			t.Fatalf("response %d is %s (%s), want resp_%d completed", i, r.ID, r.Status, i)
 		}
@@ -435,7 +435,7 @@ func testChainDeep(t *testing.T, s store.Store) {
 	// A chain from the middle ends there.
 	chain, err = s.ResponseChainGet(t.Context(), &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_9"})
 	noErr(t, "chain get middle", err)
-	checkItems(t, "chain of resp_9", chain.Items, want[:20])
+	checkItems(t, "chain of resp_9", chain.Items(), want[:20])
 }
 
 func testChainMissing(t *testing.T, s store.Store) {
@@ -447,15 +447,15 @@ func testChainMissing(t *testing.T, s store.Store) {
 	if chain.Missing != "resp_2" {
 		t.Errorf("missing %q, want resp_2", chain.Missing)
 	}
-	checkItems(t, "items after the gap", chain.Items, want[6:])
-	if got := len(chain.Responses); got != 2 || chain.Responses[0].ID != "resp_3" || chain.Responses[1].ID != "resp_4" {
-		t.Errorf("responses %v, want resp_3, resp_4", chain.Responses)
+	checkItems(t, "items after the gap", chain.Items(), want[6:])
+	if got := len(responsesOf(chain)); got != 2 || responsesOf(chain)[0].ID != "resp_3" || responsesOf(chain)[1].ID != "resp_4" {
+		t.Errorf("responses %v, want resp_3, resp_4", responsesOf(chain))
 	}
 	// The root of a whole chain has no previous response: nothing is missing.
 	chain, err = s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_1"})
 	noErr(t, "chain get root side", err)
-	if chain.Missing != "" || len(chain.Responses) != 2 {
-		t.Errorf("chain of resp_1: missing %q, %d responses; want none, 2", chain.Missing, len(chain.Responses))
+	if chain.Missing != "" || len(responsesOf(chain)) != 2 {
+		t.Errorf("chain of resp_1: missing %q, %d responses; want none, 2", chain.Missing, len(responsesOf(chain)))
 	}
 	// A response naming a previous response that never existed reports it too.
 	commitTurn(t, s, tenantA, "resp_orphan", "resp_never", "", nil, msgs(t, "o", 1))
@@ -515,7 +515,7 @@ func testItemGetMostRecent(t *testing.T, s store.Store) {
 	// Both copies stay where they were stored.
 	chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_2"})
 	noErr(t, "chain", err)
-	checkItems(t, "chain keeps both copies", chain.Items, []wire.Item{first, again})
+	checkItems(t, "chain keeps both copies", chain.Items(), []wire.Item{first, again})
 	_, err = s.ItemGet(ctx, &store.ItemGetParams{Tenant: tenantA, ID: "nope"})
 	isNotFound(t, "item get unknown", err)
 }
@@ -902,7 +902,7 @@ func testResponseDelete(t *testing.T, s store.Store) {
 	if chain.Missing != "resp_1" {
 		t.Errorf("missing %q, want resp_1", chain.Missing)
 	}
-	checkItems(t, "chain after delete", chain.Items, concat(in2, out2))
+	checkItems(t, "chain after delete", chain.Items(), concat(in2, out2))
 
 	noErr(t, "delete resp_2", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_2"}))
 	_, err = s.ItemGet(ctx, &store.ItemGetParams{Tenant: tenantA, ID: "in2_0"})
@@ -921,9 +921,10 @@ func testConversationDelete(t *testing.T, s store.Store) {
 	createConversation(t, s, tenantA, "conv_1", seed)
 	in, out := msgs(t, "in", 1), msgs(t, "out", 1)
 	commitTurn(t, s, tenantA, "resp_1", "", "conv_1", in, out)
-	noErr(t, "acquire", s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1", ResponseID: "resp_2", ExpiresAt: now().Add(time.Hour)}))
+	// A turn lease that has expired does not keep the conversation alive.
+	noErr(t, "acquire", s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1", ResponseID: "resp_2", ExpiresAt: now().Add(-time.Millisecond)}))
 
-	noErr(t, "delete", s.ConversationDelete(ctx, &store.ConversationDeleteParams{Tenant: tenantA, ID: "conv_1"}))
+	noErr(t, "delete", s.ConversationDelete(ctx, &store.ConversationDeleteParams{Tenant: tenantA, ID: "conv_1", Now: now()}))
 	_, err := s.ConversationGet(ctx, &store.ConversationGetParams{Tenant: tenantA, ID: "conv_1"})
 	isNotFound(t, "get deleted", err)
 	_, err = s.ConversationItemsAll(ctx, &store.ConversationItemsAllParams{Tenant: tenantA, ConversationID: "conv_1"})
@@ -994,14 +995,14 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 	commitTurn(t, s, b, "resp_b2", "resp_a2", "", msgs(t, "bin", 1), msgs(t, "bout", 1))
 	chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: b, ID: "resp_b2"})
 	noErr(t, "B's chain", err)
-	if chain.Missing != "resp_a2" || len(chain.Responses) != 1 || len(chain.Items) != 2 {
-		t.Errorf("B's chain: missing %q, %d responses, %d items; want resp_a2, 1, 2", chain.Missing, len(chain.Responses), len(chain.Items))
+	if chain.Missing != "resp_a2" || len(responsesOf(chain)) != 1 || len(chain.Items()) != 2 {
+		t.Errorf("B's chain: missing %q, %d responses, %d items; want resp_a2, 1, 2", chain.Missing, len(responsesOf(chain)), len(chain.Items()))
 	}
 	// An id A uses is as free for B as an unknown one: B may create its own.
 	noErr(t, "B's begin of A's response id", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(b, "resp_a1", "", "", store.StatusInProgress), LeaseOwner: "wb", LeaseExpiresAt: later}))
 	noErr(t, "B's conversation with A's id", s.ConversationCreate(ctx, &store.ConversationCreateParams{Conversation: store.Conversation{ID: "conv_a", Tenant: b, CreatedAt: now()}}))
 	noErr(t, "B deletes its own", s.ConversationDelete(ctx, &store.ConversationDeleteParams{Tenant: b, ID: "conv_a"}))
-	noErr(t, "B deletes its own", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: b, ID: "resp_a1"}))
+	noErr(t, "B deletes its own", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: b, ID: "resp_a1", Now: later.Add(time.Minute)}))
 
 	// A's state is intact.
 	r, gotOut, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_a1"})
@@ -1012,8 +1013,8 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 	checkItems(t, "A's output", gotOut, out)
 	chain, err = s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_a2"})
 	noErr(t, "A's chain", err)
-	if chain.Missing != "" || len(chain.Items) != 6 {
-		t.Errorf("A's chain: missing %q, %d items", chain.Missing, len(chain.Items))
+	if chain.Missing != "" || len(chain.Items()) != 6 {
+		t.Errorf("A's chain: missing %q, %d items", chain.Missing, len(chain.Items()))
 	}
 	c, err := s.ConversationGet(ctx, &store.ConversationGetParams{Tenant: tenantA, ID: "conv_a"})
 	noErr(t, "A's conversation", err)
@@ -1110,4 +1111,7 @@ func testPurge(t *testing.T, s store.Store) {
 	if len(items) != 2 {
 		t.Fatalf("the conversation lost items of a purged response: %d left, want 2", len(items))
 	}
+	// The purged responses' other items are gone: A keeps resp_new's and the listed ones.
+	countItems(t, s, tenantA, 1+2)
+	countItems(t, s, tenantB, 0)
 }
