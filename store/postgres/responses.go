@@ -664,3 +664,24 @@ func (s *Store) ItemGet(ctx context.Context, p *store.ItemGetParams) (wire.Item,
 	it.JSON = data
 	return it, nil
 }
+
+// ItemGetMany returns the tenant's most recently stored item for each id, in one query.
+func (s *Store) ItemGetMany(ctx context.Context, p *store.ItemGetManyParams) (map[string]wire.Item, error) {
+	out := map[string]wire.Item{}
+	if len(p.IDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (id) id, type, data FROM items
+		WHERE tenant = $1 AND id = ANY($2::text[]) ORDER BY id, pk DESC`, p.Tenant, p.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", interpretError(err))
+	}
+	items, err := scanItems(rows)
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", interpretError(err))
+	}
+	for _, it := range items {
+		out[it.ID] = it
+	}
+	return out, nil
+}
