@@ -434,6 +434,12 @@ func testChainDeep(t *testing.T, s store.Store) {
 	if chain.Missing != "" {
 		t.Errorf("missing %q, want none", chain.Missing)
 	}
+	// The context of the last response is the same history but for its own output.
+	start = time.Now()
+	items, err := s.ResponseContextGet(t.Context(), &store.ResponseContextGetParams{Tenant: tenantA, ID: fmt.Sprintf("resp_%d", depth-1)})
+	t.Logf("context of depth %d loaded in %v", depth, time.Since(start))
+	noErr(t, "context get", err)
+	checkItems(t, "context items", items, want[:len(want)-1])
 	// A chain from the middle ends there.
 	chain, err = s.ResponseChainGet(t.Context(), &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_9"})
 	noErr(t, "chain get middle", err)
