@@ -3,7 +3,7 @@ package store
 import "github.com/respgate/respgate/wire"
 
 // Items flattens the chain into the history it stands for: each turn's input items then its
-// output items, oldest turn first (the rehydration order, DESIGN §3).
+// output items, oldest turn first: the order rehydration replays a chain in.
 func (c *Chain) Items() []wire.Item {
 	n := 0
 	for _, t := range c.Turns {

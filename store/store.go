@@ -182,6 +182,10 @@ type Store interface {
 	// ItemGet returns the tenant's stored item with this id (the most recent one when the id was
 	// stored more than once), for item_reference resolution. ErrNotFound if none.
 	ItemGet(ctx context.Context, p *ItemGetParams) (wire.Item, error)
+	// ItemGetMany resolves several item ids at once, in ONE round trip: for each id, the tenant's
+	// most recently stored item with that id, as ItemGet would return it, keyed by id. An id
+	// with no item is absent from the map (not an error), so the caller names what is missing.
+	ItemGetMany(ctx context.Context, p *ItemGetManyParams) (map[string]wire.Item, error)
 
 	// ConversationCreate creates a conversation with optional initial items (seq 0..n-1).
 	ConversationCreate(ctx context.Context, p *ConversationCreateParams) error
@@ -303,6 +307,11 @@ type ItemListByResponseParams struct {
 type ItemGetParams struct {
 	Tenant string
 	ID     string
+}
+
+type ItemGetManyParams struct {
+	Tenant string
+	IDs    []string // duplicates allowed
 }
 
 type ConversationCreateParams struct {

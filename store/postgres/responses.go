@@ -374,14 +374,15 @@ const responseLeaseHeldSQL = `status IN ('queued', 'in_progress') AND lease_expi
 // implicit transaction: the first locks the row and reports whether its lease is live; the
 // others do nothing in that case (the lock keeps the answer true until the end).
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
+	at := timeOr(p.Now)
 	unheld := `NOT EXISTS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2 AND ` + responseLeaseHeldSQL + `)`
 	b := &pgx.Batch{}
-	b.Queue(`SELECT coalesce(`+responseLeaseHeldSQL+`, false) FROM responses WHERE tenant = $1 AND id = $2 FOR UPDATE`, p.Tenant, p.ID, timeOr(p.Now))
+	b.Queue(`SELECT coalesce(`+responseLeaseHeldSQL+`, false) FROM responses WHERE tenant = $1 AND id = $2 FOR UPDATE`, p.Tenant, p.ID, at)
 	b.Queue(`UPDATE items SET response_id = NULL
 		WHERE tenant = $1 AND response_id = $2 AND `+unheld+`
-		  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = $1 AND ci.item_pk = items.pk)`, p.Tenant, p.ID, timeOr(p.Now))
-	b.Queue(`DELETE FROM items WHERE tenant = $1 AND response_id = $2 AND `+unheld, p.Tenant, p.ID, timeOr(p.Now))
-	b.Queue(`DELETE FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(`+responseLeaseHeldSQL+`, false)`, p.Tenant, p.ID, timeOr(p.Now))
+		  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = $1 AND ci.item_pk = items.pk)`, p.Tenant, p.ID, at)
+	b.Queue(`DELETE FROM items WHERE tenant = $1 AND response_id = $2 AND `+unheld, p.Tenant, p.ID, at)
+	b.Queue(`DELETE FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(`+responseLeaseHeldSQL+`, false)`, p.Tenant, p.ID, at)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	var held bool
@@ -663,4 +664,25 @@ func (s *Store) ItemGet(ctx context.Context, p *store.ItemGetParams) (wire.Item,
 	}
 	it.JSON = data
 	return it, nil
+}
+
+// ItemGetMany returns the tenant's most recently stored item for each id, in one query.
+func (s *Store) ItemGetMany(ctx context.Context, p *store.ItemGetManyParams) (map[string]wire.Item, error) {
+	out := map[string]wire.Item{}
+	if len(p.IDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (id) id, type, data FROM items
+		WHERE tenant = $1 AND id = ANY($2::text[]) ORDER BY id, pk DESC`, p.Tenant, p.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", interpretError(err))
+	}
+	items, err := scanItems(rows)
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", interpretError(err))
+	}
+	for _, it := range items {
+		out[it.ID] = it
+	}
+	return out, nil
 }

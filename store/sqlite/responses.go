@@ -607,3 +607,30 @@ func (s *Store) ItemGet(ctx context.Context, p *store.ItemGetParams) (wire.Item,
 	it.JSON = data
 	return it, nil
 }
+
+// ItemGetMany returns the tenant's most recently stored item for each id, in one query; the ids
+// travel as one JSON array parameter (json_each), whatever their number.
+func (s *Store) ItemGetMany(ctx context.Context, p *store.ItemGetManyParams) (map[string]wire.Item, error) {
+	out := map[string]wire.Item{}
+	if len(p.IDs) == 0 {
+		return out, nil
+	}
+	idList, err := json.Marshal(p.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT i.id, i.type, i.data FROM items i
+		WHERE i.tenant = ?1 AND i.id IN (SELECT value FROM json_each(?2))
+		  AND i.pk = (SELECT max(pk) FROM items WHERE tenant = ?1 AND id = i.id)`, p.Tenant, string(idList))
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", interpretError(err))
+	}
+	items, err := scanItems(rows)
+	if err != nil {
+		return nil, fmt.Errorf("get items: %w", interpretError(err))
+	}
+	for _, it := range items {
+		out[it.ID] = it
+	}
+	return out, nil
+}

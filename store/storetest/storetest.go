@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -54,6 +55,7 @@ var cases = []struct {
 	{"chain of an unknown response is not found", testChainUnknown},
 	{"storage per turn is proportional to the turn's items", testStoragePerTurn},
 	{"item get returns the most recent item with that id", testItemGetMostRecent},
+	{"item get many returns the most recent item per id and leaves out unknown ones", testItemGetMany},
 	{"response items page in both orders", testResponseItemPages},
 	{"conversation items page in both orders", testConversationItemPages},
 	{"an unknown cursor is not found", testUnknownCursor},
@@ -432,6 +434,12 @@ func testChainDeep(t *testing.T, s store.Store) {
 	if chain.Missing != "" {
 		t.Errorf("missing %q, want none", chain.Missing)
 	}
+	// The context of the last response is the same history but for its own output.
+	start = time.Now()
+	items, err := s.ResponseContextGet(t.Context(), &store.ResponseContextGetParams{Tenant: tenantA, ID: fmt.Sprintf("resp_%d", depth-1)})
+	t.Logf("context of depth %d loaded in %v", depth, time.Since(start))
+	noErr(t, "context get", err)
+	checkItems(t, "context items", items, want[:len(want)-1])
 	// A chain from the middle ends there.
 	chain, err = s.ResponseChainGet(t.Context(), &store.ResponseChainGetParams{Tenant: tenantA, ID: "resp_9"})
 	noErr(t, "chain get middle", err)
@@ -518,6 +526,48 @@ func testItemGetMostRecent(t *testing.T, s store.Store) {
 	checkItems(t, "chain keeps both copies", chain.Items(), []wire.Item{first, again})
 	_, err = s.ItemGet(ctx, &store.ItemGetParams{Tenant: tenantA, ID: "nope"})
 	isNotFound(t, "item get unknown", err)
+}
+
+func testItemGetMany(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := mustItem(t, `{"id":"fc_same","type":"function_call","call_id":"c","name":"f","arguments":"1"}`)
+	again := mustItem(t, `{"id":"fc_same","type":"function_call","call_id":"c","name":"f","arguments":"2"}`)
+	odd := oddItems(t)
+	commitTurn(t, s, tenantA, "resp_1", "", "", odd[:3], []wire.Item{first})
+	commitTurn(t, s, tenantA, "resp_2", "resp_1", "", []wire.Item{again}, nil)
+	createConversation(t, s, tenantA, "conv_1", odd[3:5])
+	// Another tenant's item of the same id is never returned.
+	commitTurn(t, s, tenantB, "resp_b", "", "", []wire.Item{msg(t, "msg_u", "tenant b")}, nil)
+	commitTurn(t, s, tenantB, "resp_b2", "", "", []wire.Item{msg(t, "only_b", "tenant b")}, nil)
+
+	want := []wire.Item{again, odd[0], odd[1], odd[2], odd[3], odd[4]}
+	req := append(ids(want), "fc_same", "nope", "only_b", odd[0].ID)
+	got, err := s.ItemGetMany(ctx, &store.ItemGetManyParams{Tenant: tenantA, IDs: req})
+	noErr(t, "item get many", err)
+	if len(got) != len(want) {
+		t.Errorf("got %d items %v, want %d %v", len(got), slices.Sorted(maps.Keys(got)), len(want), ids(want))
+	}
+	for _, w := range want {
+		it, ok := got[w.ID]
+		if !ok {
+			t.Errorf("%s missing", w.ID)
+			continue
+		}
+		checkItems(t, "item "+w.ID, []wire.Item{it}, []wire.Item{w})
+	}
+	// Each agrees with ItemGet.
+	for id, it := range got {
+		one, err := s.ItemGet(ctx, &store.ItemGetParams{Tenant: tenantA, ID: id})
+		noErr(t, "item get "+id, err)
+		checkItems(t, "item get many vs item get", []wire.Item{it}, []wire.Item{one})
+	}
+	for _, ids := range [][]string{nil, {"nope"}, {"only_b"}} {
+		got, err := s.ItemGetMany(ctx, &store.ItemGetManyParams{Tenant: tenantA, IDs: ids})
+		noErr(t, fmt.Sprintf("item get many %v", ids), err)
+		if len(got) != 0 {
+			t.Errorf("item get many %v: %v, want an empty map", ids, slices.Sorted(maps.Keys(got)))
+		}
+	}
 }
 
 // pageAll walks a list with the given page size and returns the pages' ids and has_more flags.
