@@ -7,40 +7,54 @@ import (
 	"time"
 
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
 )
 
 // eventFlushInterval is how often a running stream's new events are appended to its event log,
 // so that a GET ?stream=true on any replica can follow the stream while it runs.
-const eventFlushInterval = 250 * time.Millisecond
+const eventFlushInterval = 500 * time.Millisecond
 
 // eventLog collects a stream's client events (accumulator.Options.Observe) until the lease keeper
-// flushes them to the store or the commit takes the rest.
+// flushes them to the store or the commit takes the rest. Events are logged in runs: each run is
+// one store.Event holding the SSE frames of consecutive sequence numbers, so a flush writes one
+// row however many tokens it covers. A run handed to the store is never merged with later events,
+// so a retried run is the same entry (idempotent by its first sequence number).
 type eventLog struct {
 	mu      sync.Mutex
-	pending []store.Event
+	closed  []store.Event // runs taken by a flush that failed, to retry as they are
+	open    store.Event   // the run being built (Data empty: none)
+	pending bool
 }
 
 func (l *eventLog) observe(seq int64, typ string, data []byte) {
-	ev := store.Event{Seq: seq, Type: typ, Data: append([]byte(nil), data...)}
 	l.mu.Lock()
-	l.pending = append(l.pending, ev)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if !l.pending {
+		l.open = store.Event{Seq: seq, Data: make([]byte, 0, 1024)}
+		l.pending = true
+	}
+	l.open.Type = typ
+	l.open.Data = wire.Event{Type: typ, Data: data}.AppendSSE(l.open.Data)
 }
 
-// take removes and returns the pending events.
+// take removes and returns the runs not yet stored, closing the open one.
 func (l *eventLog) take() []store.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	evs := l.pending
-	l.pending = nil
-	return evs
+	runs := l.closed
+	if l.pending {
+		runs = append(runs, l.open)
+		l.open, l.pending = store.Event{}, false
+	}
+	l.closed = nil
+	return runs
 }
 
-// putBack returns events a failed flush took, ahead of any observed since.
-func (l *eventLog) putBack(evs []store.Event) {
+// putBack returns runs a failed flush took, to be written again unchanged.
+func (l *eventLog) putBack(runs []store.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.pending = append(evs, l.pending...)
+	l.closed = append(runs, l.closed...)
 }
 
 // leaseKeeper keeps a turn's leases alive and flushes its event log while the turn runs. Its
@@ -106,7 +120,7 @@ func (k *leaseKeeper) run(ctx context.Context) {
 // or the commit (appending is idempotent by sequence number).
 func (k *leaseKeeper) flush(ctx context.Context) {
 	evs := k.t.events.take()
-	if len(evs) == 0 {
+	if len(evs) == 0 { // nothing new
 		return
 	}
 	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{

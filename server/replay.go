@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -212,14 +213,22 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		_ = w.write(append(buf, wire.DoneFrame...))
 		return nil
 	}
-	last := int64(-1)
-	send := func(evs []store.Event) error {
+	last, lastRun := int64(-1), int64(-1)
+	send := func(runs []store.Event) error {
 		buf = buf[:0]
-		for _, ev := range evs {
-			if ev.Seq > after {
-				buf = wire.Event{Type: ev.Type, Data: ev.Data}.AppendSSE(buf)
+		for _, run := range runs {
+			lastRun = run.Seq
+			seq, frames := run.Seq, run.Data
+			for len(frames) > 0 {
+				frame, rest, ok := bytes.Cut(frames, []byte("\n\n"))
+				if !ok {
+					return fmt.Errorf("event log of %s: unterminated frame at sequence %d", list.ResponseID, seq)
+				}
+				if seq > after {
+					buf = append(append(buf, frame...), "\n\n"...)
+				}
+				last, seq, frames = seq, seq+1, rest
 			}
-			last = ev.Seq
 		}
 		if len(buf) == 0 {
 			if time.Since(w.idleSince()) < s.cfg.KeepAlive {
@@ -241,7 +250,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: r.ID}); err != nil {
 			break
 		}
-		list.After = last
+		list.After = lastRun // runs are contiguous: every later run starts after it
 		if evs, err = s.store.ResponseEventList(ctx, list); err != nil {
 			break
 		}

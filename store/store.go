@@ -108,9 +108,11 @@ type ChainTurn struct {
 	Output   []wire.Item
 }
 
-// Event is one normalised client event of a streamed response, as the client received it: its
-// sequence_number, its type and its JSON data (the SSE data line, type and sequence_number
-// included). The event log lets GET ?stream=true replay exactly what the live stream sent.
+// Event is one entry of a streamed response's event log, which lets GET ?stream=true replay
+// exactly what the live stream sent. The server writes a run of consecutive client events as one
+// entry (one row per flush, not per token): Seq is the sequence_number of the run's first event,
+// Type the type of its last, and Data the run's SSE frames exactly as the client received them.
+// The store keeps the three opaque and byte-exact.
 type Event struct {
 	Seq  int64
 	Type string
