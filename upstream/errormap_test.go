@@ -194,6 +194,13 @@ var mappingCases = []errorCase{
 		api: wire.APIError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: "The model `gpt-nope` does not exist."},
 	},
 	{
+		name: "an unknown model named by a path keeps the name in the message", call: "create",
+		server: simServer(vllmsim.Options{}),
+		body:   simBody("/models/nope", false, ""),
+		kind:   KindHTTP, status: 404, typ: "NotFoundError", code: "404", param: "model", msg: "The model `/models/nope` does not exist.",
+		api: wire.APIError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: "The model `/models/nope` does not exist."},
+	},
+	{
 		name: "vLLM's route-level 404 is the gateway's problem", call: "stream",
 		server: servedWith(404, "application/json", `{"error":{"message":"Not Found","type":"Not Found","param":null,"code":404}}`),
 		kind:   KindHTTP, status: 404, typ: "Not Found", code: "404", msg: "Not Found",

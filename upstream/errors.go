@@ -281,6 +281,11 @@ func (e *Error) httpAPIError() *wire.APIError {
 		switch {
 		case s == http.StatusNotFound && (ae.Param == "model" || isUnknownModel(msg)):
 			ae.Type, ae.Code, ae.Param = wire.ErrInvalidRequest, "model_not_found", "model"
+			if isUnknownModel(e.Message) {
+				// It only repeats the client's own model name, which is often a path ("/models/x"
+				// when vLLM serves a local directory): nothing to scrub.
+				ae.Message = e.Message
+			}
 		case isContextLength(msg):
 			ae.Code = "context_length_exceeded"
 			switch {
