@@ -142,14 +142,15 @@ func TestStoreFalseWritesNothingAndCannotBeContinued(t *testing.T) {
 func TestUpstreamFailuresBecomeEnvelopesOrResponseFailed(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		g := newGateway(t, newStore(t), respgatetest.Options{Upstream: upstream.Config{IdleTimeout: 500 * time.Millisecond}})
-		// An HTTP error before streaming: the envelope with vLLM's status, code as a string.
+		// An HTTP error before streaming: OpenAI's envelope (docs/errors.md). An unavailable vLLM
+		// keeps its status; a 400 keeps vLLM's message with a null code, never vLLM's number.
 		status, body, _ := rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`?status=503","input":"hi","stream":true}`)
-		if typ, _, _, _ := envelope(t, body); status != 502 || typ != "server_error" {
+		if typ, code, _, _ := envelope(t, body); status != 503 || typ != "server_error" || code != "upstream_unavailable" {
 			t.Fatalf("upstream 503: %d %s", status, body)
 		}
 		status, body, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`?status=400","input":"hi"}`)
-		if _, code, _, _ := envelope(t, body); status != 400 || code != "400" {
-			t.Fatalf("upstream 400: %d %s (want code \"400\")", status, body)
+		if _, code, _, msg := envelope(t, body); status != 400 || code != "" || msg != "Simulated error (status 400)." {
+			t.Fatalf("upstream 400: %d %s (want a null code and vLLM's message)", status, body)
 		}
 		// A cut stream and a stalled stream: response.failed with the partial output, stored failed.
 		for _, fault := range []string{"cut_after=8", "stall=5&stall_after=8"} {

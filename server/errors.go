@@ -20,7 +20,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return // a stream already started reports failures in-band (response.failed)
 	}
 	ae := s.toAPIError(err, c)
-	if ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusTooManyRequests {
+	switch {
+	case ae.RetryAfter != "":
+		// The upstream's own Retry-After (upstream.Error.APIError keeps it on 429 and 502-504,
+		// checked): the OpenAI SDKs wait that long before they retry (docs/errors.md).
+		c.Response().Header().Set("Retry-After", ae.RetryAfter)
+	case ae.Status == http.StatusServiceUnavailable || ae.Status == http.StatusTooManyRequests:
 		c.Response().Header().Set("Retry-After", "1")
 	}
 	if c.Request().Method == http.MethodHead {

@@ -241,7 +241,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 		var tooLarge *Error
 		if rerr == nil || errors.As(rerr, &tooLarge) && tooLarge.Kind == KindEventTooLarge {
 			// A huge error body is cut; what we have may still hold the envelope.
-			err = c.httpError(resp.StatusCode, b)
+			err = c.httpError(resp.StatusCode, resp.Header, b)
 		} else {
 			err = c.classify(ctx, rctx, rerr, true)
 			if e, ok := err.(*Error); ok {

@@ -107,6 +107,7 @@ type errorCase struct {
 	call   string // create, stream, models
 	server func(t *testing.T) string
 	mod    func(*Config)
+	body   string // the request body; "" sends {"stream":false} or {"stream":true}
 	kind   Kind
 	status int
 	// fields of the *Error for KindHTTP
@@ -142,10 +143,10 @@ var errorCases = []errorCase{
 		api:    wire.APIError{Status: 502, Type: "server_error", Code: "upstream_unreachable", Message: "upstream unreachable"},
 	},
 	{
-		name: "vLLM 404 with an integer code", call: "stream",
+		name: "vLLM's unknown model 404 without a param is model_not_found", call: "stream",
 		server: served(404, "application/json", `{"error":{"message":"The model `+"`gpt-x`"+` does not exist.","type":"NotFoundError","param":null,"code":404}}`),
 		kind:   KindHTTP, status: 404, typ: "NotFoundError", code: "404", msg: "The model `gpt-x` does not exist.",
-		api: wire.APIError{Status: 404, Type: "invalid_request_error", Code: "404", Message: "The model `gpt-x` does not exist."},
+		api: wire.APIError{Status: 404, Type: "invalid_request_error", Code: "model_not_found", Param: "model", Message: "The model `gpt-x` does not exist."},
 	},
 	{
 		name: "vLLM 400 with a string code and a param", call: "create",
@@ -156,22 +157,22 @@ var errorCases = []errorCase{
 		api: wire.APIError{Status: 400, Type: "invalid_request_error", Code: "invalid_value", Param: "temperature", Message: "bad temperature"},
 	},
 	{
-		name: "an OpenAI error type is kept", call: "create",
+		name: "a 429 is rate_limit_exceeded whatever type it came with", call: "create",
 		server: served(429, "application/json", `{"error":{"message":"slow down","type":"rate_limit_error","code":null}}`),
 		kind:   KindHTTP, status: 429, typ: "rate_limit_error", msg: "slow down",
-		api: wire.APIError{Status: 429, Type: "rate_limit_error", Message: "slow down"},
+		api: wire.APIError{Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "slow down"},
 	},
 	{
 		name: "the flat envelope of older vLLM", call: "create",
 		server: served(400, "application/json", `{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}`),
 		kind:   KindHTTP, status: 400, typ: "BadRequestError", code: "400", msg: "too long",
-		api: wire.APIError{Status: 400, Type: "invalid_request_error", Code: "400", Message: "too long"},
+		api: wire.APIError{Status: 400, Type: "invalid_request_error", Message: "too long"},
 	},
 	{
-		name: "vLLM 500 becomes a generic 502", call: "stream",
+		name: "vLLM 500 becomes 502 with its message, file paths removed", call: "stream",
 		server: served(500, "application/json", `{"error":{"message":"CUDA out of memory at /opt/vllm/worker.py","type":"InternalServerError","param":null,"code":500}}`),
 		kind:   KindHTTP, status: 500, typ: "InternalServerError", code: "500", msg: "CUDA out of memory at /opt/vllm/worker.py",
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream error (status 500)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "CUDA out of memory at [path]"},
 	},
 	{
 		name: "a rejected upstream key is the gateway's problem", call: "models",
@@ -183,7 +184,7 @@ var errorCases = []errorCase{
 		name: "a non-JSON error page keeps only the status", call: "stream",
 		server: served(502, "text/html", `<html><body>Bad Gateway from nginx at 10.0.0.7</body></html>`),
 		kind:   KindBadBody, status: 502,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream sent an unexpected answer (status 502)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_unavailable", Message: "The upstream model server is unavailable (status 502); retry later."},
 	},
 	{
 		name: "FastAPI's route-not-found is a bad body", call: "stream",
@@ -289,15 +290,25 @@ var errorCases = []errorCase{
 }
 
 func runCall(ctx context.Context, c *Client, call string) error {
+	return runCallBody(ctx, c, call, "")
+}
+
+func runCallBody(ctx context.Context, c *Client, call, body string) error {
 	switch call {
 	case "create":
-		_, err := c.Create(ctx, []byte(`{"stream":false}`))
+		if body == "" {
+			body = `{"stream":false}`
+		}
+		_, err := c.Create(ctx, []byte(body))
 		return err
 	case "models":
 		_, err := c.Models(ctx)
 		return err
 	}
-	s, err := c.Stream(ctx, []byte(`{"stream":true}`))
+	if body == "" {
+		body = `{"stream":true}`
+	}
+	s, err := c.Stream(ctx, []byte(body))
 	if err != nil {
 		return err
 	}
@@ -313,7 +324,11 @@ func runCall(ctx context.Context, c *Client, call string) error {
 // that neither the key nor the upstream address leaks into any rendering of the error.
 func TestErrorKinds(t *testing.T) {
 	t.Parallel()
-	for _, tc := range errorCases {
+	runErrorCases(t, errorCases)
+}
+
+func runErrorCases(t *testing.T, cases []errorCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			base := tc.server(t)
@@ -323,7 +338,7 @@ func TestErrorKinds(t *testing.T) {
 					tc.mod(cfg)
 				}
 			})
-			err := runCall(t.Context(), c, tc.call)
+			err := runCallBody(t.Context(), c, tc.call, tc.body)
 			e := mustKind(t, err, tc.kind)
 			if e.Status != tc.status {
 				t.Errorf("Status = %d, want %d", e.Status, tc.status)

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,6 +85,10 @@ type Error struct {
 	// string ("404" for vLLM's integer code).
 	Type, Code, Param string
 	Message           string
+	// RetryAfter is the Retry-After header of a non-2xx answer, checked and normalised
+	// (delta-seconds or an HTTP-date; "" when absent or malformed). APIError repeats it on a 429
+	// and on 502/503/504.
+	RetryAfter string
 
 	cause error
 }
@@ -108,6 +113,10 @@ func (e *Error) Error() string {
 	if e.Param != "" {
 		b.WriteString(" param=")
 		b.WriteString(e.Param)
+	}
+	if e.RetryAfter != "" {
+		b.WriteString(" retry_after=")
+		b.WriteString(e.RetryAfter)
 	}
 	if e.Message != "" {
 		b.WriteString(": ")
@@ -143,6 +152,9 @@ func (e *Error) LogValue() slog.Value {
 	if e.Param != "" {
 		attrs = append(attrs, slog.String("param", e.Param))
 	}
+	if e.RetryAfter != "" {
+		attrs = append(attrs, slog.String("retry_after", e.RetryAfter))
+	}
 	attrs = append(attrs, slog.String("message", e.Message))
 	return slog.GroupValue(attrs...)
 }
@@ -152,20 +164,36 @@ func (e *Error) LogValue() slog.Value {
 var openAIClientTypes = map[string]bool{
 	wire.ErrInvalidRequest: true,
 	wire.ErrNotFound:       true,
-	wire.ErrRateLimit:      true,
 }
 
-// APIError maps e to the envelope the gateway sends its own client (STYLE "Error envelope"):
+// msgTimeout is the message of every upstream timeout, the same sentence the server uses when its
+// own bound of a non-streamed call fires (server/turn.go), so a client sees one envelope for a
+// timeout whichever timer caught it, streamed or not.
+const msgTimeout = "The upstream model server did not answer in time."
+
+// APIError maps e to the envelope the gateway sends its own client (STYLE "Error envelope"; the
+// table, and why each row is what it is, is in docs/errors.md):
 //
-//   - unreachable, stream broken, event too large, bad body: 502 server_error; only the upstream
+//   - unreachable, stream broken, event too large: 502 server_error;
+//   - timeout (connect, idle, the caller's deadline): 504 server_error upstream_timeout;
+//   - an answer with status 429, from vLLM or from a proxy in front of it: 429 with type
+//     wire.ErrRateLimit and code wire.CodeRateLimit; 502, 503 and 504: the same status,
+//     server_error, upstream_unavailable. Both keep the upstream's Retry-After;
+//   - any other answer without vLLM's envelope (bad body): 502 server_error; only the upstream
 //     status survives, in the message;
-//   - timeout: 504 server_error;
-//   - http 4xx: the same status with vLLM's sanitised message, code and param, and type
-//     invalid_request_error unless vLLM sent an OpenAI client error type. Exception: 401, 403 and
-//     407 mean vLLM rejected the gateway's own credentials, which the client cannot fix, so they
-//     become 502;
-//   - http 5xx (and any other non-2xx): 502 server_error with a generic message and the status;
+//   - http 4xx: the same status, invalid_request_error unless vLLM sent an OpenAI client error
+//     type, vLLM's message, param translated to the client's own field name, code a string or
+//     null (never vLLM's number); a context-length message gets context_length_exceeded and an
+//     unknown model 404 model_not_found. Exceptions: 401, 403 and 407 mean vLLM rejected the
+//     gateway's own credentials, and 404/405 with vLLM's route-level type mean it does not serve
+//     the route; the client can fix neither, so they become 502;
+//   - http 501 for tool_choice (vLLM's harmony path only supports auto and none): 400
+//     invalid_request_error, param tool_choice, code unsupported_value;
+//   - other http 5xx (and any other non-2xx): 502 server_error upstream_error with vLLM's message;
 //   - canceled: 499, which the server logs and never writes.
+//
+// Every relayed upstream message has URLs and file paths replaced (scrubMessage) on top of the
+// redaction every Error's fields already had.
 func (e *Error) APIError() *wire.APIError {
 	switch e.Kind {
 	case KindUnreachable:
@@ -173,7 +201,7 @@ func (e *Error) APIError() *wire.APIError {
 			Message: "upstream unreachable"}
 	case KindTimeout:
 		return &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
-			Message: "upstream timed out"}
+			Message: msgTimeout}
 	case KindCanceled:
 		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
 	case KindStreamBroken:
@@ -182,25 +210,13 @@ func (e *Error) APIError() *wire.APIError {
 	case KindEventTooLarge:
 		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
 			Message: "upstream answer exceeds the gateway's size limit"}
-	case KindHTTP:
-		switch {
-		case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden ||
-			e.Status == http.StatusProxyAuthRequired:
-			return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
-				Message: "upstream rejected the gateway's credentials (status " + strconv.Itoa(e.Status) + ")"}
-		case e.Status >= 400 && e.Status < 500:
-			typ := wire.ErrInvalidRequest
-			if openAIClientTypes[e.Type] {
-				typ = e.Type
-			}
-			msg := e.Message
-			if msg == "" {
-				msg = "upstream rejected the request (status " + strconv.Itoa(e.Status) + ")"
-			}
-			return &wire.APIError{Status: e.Status, Type: typ, Code: e.Code, Param: e.Param, Message: msg}
+	case KindHTTP, KindBadBody:
+		if ae := e.statusError(); ae != nil {
+			return ae
 		}
-		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
-			Message: "upstream error (status " + strconv.Itoa(e.Status) + ")"}
+		if e.Kind == KindHTTP {
+			return e.httpAPIError()
+		}
 	}
 	// KindBadBody and anything unknown.
 	msg := "upstream sent an unexpected answer"
@@ -208,6 +224,176 @@ func (e *Error) APIError() *wire.APIError {
 		msg += " (status " + strconv.Itoa(e.Status) + ")"
 	}
 	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
+}
+
+// statusError maps the statuses whose meaning does not depend on the body: a rate limit or an
+// unavailable upstream, whether vLLM said so in its envelope or a proxy in front of it answered
+// with an HTML page. It returns nil for any other status.
+func (e *Error) statusError() *wire.APIError {
+	msg := ""
+	if e.Kind == KindHTTP {
+		msg = scrubMessage(e.Message)
+	}
+	switch e.Status {
+	case http.StatusTooManyRequests:
+		if msg == "" {
+			msg = "The upstream model server is rate limiting requests; retry later."
+		}
+		return &wire.APIError{Status: e.Status, Type: wire.ErrRateLimit, Code: wire.CodeRateLimit, Message: msg,
+			RetryAfter: e.RetryAfter}
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		if msg == "" {
+			msg = "The upstream model server is unavailable (status " + strconv.Itoa(e.Status) + "); retry later."
+		}
+		return &wire.APIError{Status: e.Status, Type: wire.ErrServer, Code: "upstream_unavailable", Message: msg,
+			RetryAfter: e.RetryAfter}
+	}
+	return nil
+}
+
+// httpAPIError maps an answer in vLLM's envelope with any status statusError left.
+func (e *Error) httpAPIError() *wire.APIError {
+	status := strconv.Itoa(e.Status)
+	msg := scrubMessage(e.Message)
+	switch s := e.Status; {
+	case s == http.StatusUnauthorized || s == http.StatusForbidden || s == http.StatusProxyAuthRequired:
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream rejected the gateway's credentials (status " + status + ")"}
+	case (s == http.StatusNotFound || s == http.StatusMethodNotAllowed) && e.Type == http.StatusText(s):
+		// vLLM's http_exception_handler names the type after the status phrase: the route itself
+		// is missing, as for FastAPI's bare {"detail":"Not Found"} (a bad body, 502 too).
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream does not serve this route (status " + status + ")"}
+	case s == http.StatusNotImplemented && strings.Contains(msg, "tool_choice"):
+		// vLLM's harmony path raises NotImplementedError for a tool_choice other than auto or
+		// none (upstream/vllmsim/sim.go reproduces it): the client's value is unsupported.
+		return &wire.APIError{Status: http.StatusBadRequest, Type: wire.ErrInvalidRequest, Code: "unsupported_value",
+			Param: "tool_choice", Message: msg}
+	case s >= 400 && s < 500:
+		typ := wire.ErrInvalidRequest
+		if openAIClientTypes[e.Type] {
+			typ = e.Type
+		}
+		if msg == "" {
+			msg = "upstream rejected the request (status " + status + ")"
+		}
+		ae := &wire.APIError{Status: s, Type: typ, Code: clientCode(e.Code), Param: clientParam(e.Param), Message: msg}
+		switch {
+		case s == http.StatusNotFound && (ae.Param == "model" || isUnknownModel(msg)):
+			ae.Type, ae.Code, ae.Param = wire.ErrInvalidRequest, "model_not_found", "model"
+			if isUnknownModel(e.Message) {
+				// It only repeats the client's own model name, which is often a path ("/models/x"
+				// when vLLM serves a local directory): nothing to scrub.
+				ae.Message = e.Message
+			}
+		case isContextLength(msg):
+			ae.Code = "context_length_exceeded"
+			switch {
+			case strings.Contains(msg, "max_tokens"):
+				ae.Param = "max_output_tokens" // vLLM's name for the client's max_output_tokens
+			case ae.Param == "":
+				ae.Param = "input"
+			}
+		}
+		return ae
+	}
+	if msg == "" {
+		msg = "upstream error (status " + status + ")"
+	}
+	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
+}
+
+// clientCode turns vLLM's code into the envelope's: vLLM puts the HTTP status there, as a number
+// or, in newer trees, a string (docs/errors.md), which is no code a client can match, so a
+// numeric code becomes null; a word-like code is kept.
+func clientCode(code string) string {
+	if code == "" || len(code) > 64 {
+		return ""
+	}
+	digits := true
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		switch {
+		case '0' <= c && c <= '9':
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_', c == '.', c == '-':
+			digits = false
+		default:
+			return ""
+		}
+	}
+	if digits {
+		return ""
+	}
+	return code
+}
+
+// clientParam turns vLLM's param into the name of the client's own request field. vLLM's
+// validation errors name a location in its body ("body.input", or "body -> input" in older
+// trees). Only the top-level field is kept: an index below it ("body.input.3.content") counts the
+// rehydrated input the gateway sent, not the input the client sent, so it would point at the
+// wrong item. Anything that is not a plain field name becomes null.
+func clientParam(p string) string {
+	p = strings.ReplaceAll(p, " -> ", ".")
+	p = strings.TrimPrefix(p, "body")
+	p = strings.TrimPrefix(p, ".")
+	if i := strings.IndexAny(p, ".["); i >= 0 {
+		p = p[:i]
+	}
+	if p == "" || len(p) > 64 {
+		return ""
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; !('a' <= c && c <= 'z' || c == '_' || i > 0 && '0' <= c && c <= '9') {
+			return ""
+		}
+	}
+	return p
+}
+
+// isUnknownModel recognises vLLM's _check_model message, for trees that send param null.
+func isUnknownModel(msg string) bool {
+	return strings.HasPrefix(msg, "The model ") && strings.HasSuffix(msg, " does not exist.")
+}
+
+// isContextLength recognises vLLM's messages for a prompt (or prompt plus max_tokens) longer
+// than the model's context: "This model's maximum context length is N tokens…", "The engine
+// prompt length N exceeds the max_model_len M…" (the responses path, reproduced in
+// upstream/vllmsim/sim.go), and "…is too long and exceeds limit of N" (the renderer).
+func isContextLength(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "maximum context length") || strings.Contains(m, "max_model_len") ||
+		strings.Contains(m, "too long and exceeds limit")
+}
+
+var (
+	urlPattern  = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
+	pathPattern = regexp.MustCompile("(^|[\\s\"'(\\[`=:,])((?:/[\\w.@+-]+){2,}/?)")
+)
+
+// scrubMessage removes what an upstream message may carry about the upstream's insides: URLs
+// (of any host; the redactor already replaced the upstream's own) and absolute file paths
+// (STYLE: internal error text never reaches message). A model name such as "org/model" has no
+// leading slash and stays.
+func scrubMessage(msg string) string {
+	msg = urlPattern.ReplaceAllString(msg, "[url]")
+	return pathPattern.ReplaceAllString(msg, "${1}[path]")
+}
+
+// retryAfter returns the upstream's Retry-After value when it is one a client can act on:
+// delta-seconds or an HTTP-date, normalised (docs/errors.md, "Rate limits and Retry-After"). Anything else gives "", so a
+// malformed or hostile header is never repeated.
+func retryAfter(v string) string {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 64 {
+		return ""
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return strconv.FormatUint(n, 10)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return t.UTC().Format(http.TimeFormat)
+	}
+	return ""
 }
 
 // IsClientGone reports whether err is an upstream failure caused by the caller's context being
@@ -406,20 +592,22 @@ func (c *Client) describe(err error) string {
 	return c.redact.clean(strings.Join(parts, ": "), maxFieldBytes)
 }
 
-// httpError builds the error for a non-2xx answer from its (bounded) body: KindHTTP when it
-// holds vLLM's envelope, KindBadBody otherwise.
-func (c *Client) httpError(status int, body []byte) error {
+// httpError builds the error for a non-2xx answer from its (bounded) body and its headers:
+// KindHTTP when the body holds vLLM's envelope, KindBadBody otherwise.
+func (c *Client) httpError(status int, header http.Header, body []byte) error {
+	ra := retryAfter(header.Get("Retry-After"))
 	env, ok := parseEnvelope(body)
 	if !ok {
-		return &Error{Kind: KindBadBody, Status: status, Message: "non-2xx answer without an error envelope"}
+		return &Error{Kind: KindBadBody, Status: status, RetryAfter: ra, Message: "non-2xx answer without an error envelope"}
 	}
 	return &Error{
-		Kind:    KindHTTP,
-		Status:  status,
-		Type:    c.redact.clean(env.Type, maxFieldBytes),
-		Code:    c.redact.clean(env.Code, maxFieldBytes),
-		Param:   c.redact.clean(env.Param, maxFieldBytes),
-		Message: c.redact.clean(env.Message, maxMessageBytes),
+		Kind:       KindHTTP,
+		Status:     status,
+		RetryAfter: ra,
+		Type:       c.redact.clean(env.Type, maxFieldBytes),
+		Code:       c.redact.clean(env.Code, maxFieldBytes),
+		Param:      c.redact.clean(env.Param, maxFieldBytes),
+		Message:    c.redact.clean(env.Message, maxMessageBytes),
 	}
 }
 

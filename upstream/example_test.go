@@ -55,7 +55,8 @@ func ExampleClient_Stream() {
 }
 
 // Every failure is an *upstream.Error whose APIError is the envelope for the gateway's client:
-// vLLM's 404 (with its integer code) keeps its status and message, normalised.
+// vLLM's unknown-model 404 (with its integer code) keeps its status and message, and gets
+// OpenAI's code and param for it (docs/errors.md).
 func ExampleError_APIError() {
 	vllm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -74,5 +75,5 @@ func ExampleError_APIError() {
 	}
 	// Output:
 	// http 404 404
-	// {"error":{"message":"The model 'x' does not exist.","type":"invalid_request_error","param":null,"code":"404"}}
+	// {"error":{"message":"The model 'x' does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}}
 }

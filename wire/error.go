@@ -11,9 +11,16 @@ const (
 	ErrInvalidRequest = "invalid_request_error"
 	ErrServer         = "server_error"
 	ErrAuthentication = "authentication_error"
-	ErrRateLimit      = "rate_limit_error"
-	ErrNotFound       = "not_found_error"
+	// ErrRateLimit is the type of a 429. OpenAI's own 429s say which limit was hit ("requests"
+	// or "tokens"); clients branch on the status and on CodeRateLimit, never on this type
+	// (docs/errors.md). A gateway only knows that a request was refused, so "requests".
+	ErrRateLimit = "requests"
+	ErrNotFound  = "not_found_error"
 )
+
+// CodeRateLimit is the code of every 429: OpenAI's "rate_limit_exceeded", which is also a value
+// of the Responses API's ResponseError.code (docs/errors.md).
+const CodeRateLimit = "rate_limit_exceeded"
 
 // APIError is an error that carries its HTTP status and OpenAI envelope fields. Any package may
 // return one (wrapped or not); the server finds it with errors.As and writes
@@ -25,6 +32,10 @@ type APIError struct {
 	Code    string // empty encodes as null
 	Param   string // empty encodes as null
 	Message string
+	// RetryAfter, when set, is sent as the Retry-After header next to the envelope (it is not
+	// part of the body): delta-seconds or an HTTP-date, already checked by whoever set it. The
+	// OpenAI SDKs wait that long before retrying a 429 or 5xx (docs/errors.md).
+	RetryAfter string
 }
 
 func (e *APIError) Error() string {

@@ -56,6 +56,9 @@
 //	                     mid-stream error, CONTRACT §6.5 quirk 5); a malformed= frame counts as one
 //	cut_inside=N         write N events, then the first half of the next frame, then close
 //	status=S             answer with HTTP status S in vLLM's error envelope, before anything else
+//	retry_after=V        with status=S, send the header "Retry-After: V" (V as given, 1..64
+//	                     printable ASCII: seconds, an HTTP-date, or garbage to test the reader);
+//	                     what a rate-limiting proxy or an overloaded server in front of vLLM sends
 //	max_output_tokens=N  stop after N output tokens (the request's max_output_tokens works the same;
 //	                     the smaller one wins) → status "incomplete"
 //	malformed=K          insert one frame whose data is invalid JSON after K events; the stream goes on

@@ -105,7 +105,8 @@ type fault struct {
 	cutAfter        int
 	cutInside       int
 	status          int
-	maxOutputTokens int // 0: off
+	retryAfter      string // "": no Retry-After header on a status= answer
+	maxOutputTokens int    // 0: off
 	malformedAfter  int
 	huge            int // 0: off
 	tokens          int // 0: off
@@ -188,6 +189,14 @@ var faultKeys = []struct {
 			return errors.New("want an HTTP status 100..599")
 		}
 		f.status = n
+		return nil
+	}},
+	{"retry_after", func(f *fault, v string) error {
+		// Any printable ASCII, so a test can also send a value the gateway must drop.
+		if v == "" || len(v) > 64 || strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+			return errors.New("want 1..64 printable ASCII characters")
+		}
+		f.retryAfter = v
 		return nil
 	}},
 	{"max_output_tokens", func(f *fault, v string) error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,27 @@ func TestFaultStatus(t *testing.T) {
 	}
 	if r := post(t, srv, body(HarmonyModel, false, `"input":"hi"`)); r.status != 200 {
 		t.Errorf("without the fault: status %d", r.status)
+	}
+}
+
+func TestFaultRetryAfterGoesWithTheStatus(t *testing.T) {
+	srv, _ := newServer(t, Options{})
+	for _, streaming := range []bool{true, false} {
+		r := post(t, srv, body(HarmonyModel+"?status=429&retry_after=7", streaming, `"input":"hi"`))
+		if r.status != 429 || r.header.Get("Retry-After") != "7" {
+			t.Errorf("stream=%v: %d with Retry-After %q, want 429 with 7", streaming, r.status, r.header.Get("Retry-After"))
+		}
+	}
+	date := "Wed, 21 Oct 2026 07:28:00 GMT"
+	r := post(t, srv, body(HarmonyModel, false, `"input":"hi"`), "X-Sim-Fault", "status=503&retry_after="+url.QueryEscape(date))
+	if r.status != 503 || r.header.Get("Retry-After") != date {
+		t.Errorf("HTTP-date: %d with Retry-After %q", r.status, r.header.Get("Retry-After"))
+	}
+	if r := post(t, srv, body(HarmonyModel+"?status=429", false, `"input":"hi"`)); r.header.Values("Retry-After") != nil {
+		t.Errorf("Retry-After %q sent without retry_after", r.header.Values("Retry-After"))
+	}
+	if r := post(t, srv, body(HarmonyModel+"?retry_after=%0A", false, `"input":"hi"`)); r.status != 400 {
+		t.Errorf("a control character in retry_after: status %d, want 400", r.status)
 	}
 }
 

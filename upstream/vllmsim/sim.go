@@ -256,6 +256,9 @@ func (s *Sim) create(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	if f.status != 0 {
+		if f.retryAfter != "" {
+			w.Header().Set("Retry-After", f.retryAfter)
+		}
 		writeError(w, faultError(f.status))
 		return
 	}
