@@ -20,8 +20,8 @@
 //     memory is constant (the nesting stack is MaxDepth bits), whatever the input. Input size is
 //     bounded where the input enters (the SSE line limit in upstream, the request body limit in
 //     server, the accumulator's per-item and per-response byte limits).
-//   - Duplicate object member names are accepted; callers that keep one take the last, as
-//     encoding/json and Python's json do (docs/wire.md: vLLM is a Python server).
+//   - Duplicate object member names are accepted, as all three old scanners did; callers that
+//     keep one take the last, as encoding/json and Python's json (which vLLM parses with) do.
 //
 // jsontext itself was measured on the accumulator's per-delta path (a Decoder reused with Reset
 // over a bytes.Buffer, ReadValue per member): about +48% CPU per delta and four more allocations
