@@ -9,6 +9,10 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
+// jsontextRules are the package rules as jsontext options: invalid UTF-8 and duplicate names are
+// allowed (jsontext's nesting bound is 10,000, so depthOf checks MaxDepth).
+var jsontextRules = []jsontext.Options{jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)}
+
 // depthOf returns the deepest nesting of arrays and objects in valid JSON.
 func depthOf(b []byte) int {
 	d, max, inStr := 0, 0, false
@@ -51,14 +55,14 @@ func validForm(b []byte) string {
 // stringFlags computes the flags of every string in valid JSON from jsontext's tokens.
 func stringFlags(t *testing.T, b []byte) Flags {
 	var f Flags
-	d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+	d := jsontext.NewDecoder(bytes.NewReader(b), jsontextRules...)
 	for {
 		v, err := d.ReadValue()
 		if err != nil {
 			return f
 		}
 		// Walk the tokens of v: strings are where the flags come from.
-		td := jsontext.NewDecoder(bytes.NewReader(v), jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+		td := jsontext.NewDecoder(bytes.NewReader(v), jsontextRules...)
 		for {
 			if td.PeekKind() == '"' {
 				s, err := td.ReadValue()
@@ -97,7 +101,7 @@ func FuzzScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sp, err := Scan(b)
 		ok := err == nil
-		want := jsontext.Value(b).IsValid(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)) &&
+		want := jsontext.Value(b).IsValid(jsontextRules...) &&
 			depthOf(b) <= MaxDepth
 		if ok != want {
 			t.Fatalf("Scan ok=%v (%v), jsontext and the depth rule say %v, for %q", ok, err, want, b)
@@ -115,7 +119,7 @@ func FuzzScan(f *testing.F) {
 		// Object members, in order, as jsontext reads them.
 		if sp.Kind(b) == '{' {
 			o := NewObj(b, 0, 0)
-			d := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+			d := jsontext.NewDecoder(bytes.NewReader(b), jsontextRules...)
 			if _, err := d.ReadToken(); err != nil {
 				t.Fatal(err)
 			}
