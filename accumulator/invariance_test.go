@@ -20,6 +20,8 @@ import (
 
 var deltaTypes = map[string]bool{evTextDelta: true, evRefusalDelta: true, evReasonDelta: true, evSumDelta: true, evArgsDelta: true}
 
+const hexDigits = "0123456789abcdef"
+
 // rawJSONString encodes b as a JSON string token escaping only what JSON requires, so that bytes
 // of a rune split across pieces stay raw (encoding/json would turn them into U+FFFD).
 func rawJSONString(b []byte) []byte {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -540,6 +541,10 @@ func TestUntrustedIndices(t *testing.T) {
 		{"trailing garbage", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"delta":"x"} x`)}, ErrMalformed},
 		{"raw newline in a string", []wire.Event{rawEv(evTextDelta, "{\"output_index\":0,\"delta\":\"a\nb\"}")}, ErrMalformed},
 		{"deep nesting", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"delta":"x","junk":`+strings.Repeat("[", 100000)+strings.Repeat("]", 100000)+`}`)}, ErrMalformed},
+		// jsonscan.MaxDepth counts the event object itself: 199 arrays inside it are the limit.
+		{"nesting at the limit", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":"x","junk":`+nested(jsonscan.MaxDepth-1)+`}`)}, nil},
+		{"nesting one past the limit", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":"x","junk":`+nested(jsonscan.MaxDepth)+`}`)}, ErrMalformed},
+		{"invalid UTF-8 in a delta is kept", []wire.Event{rawEv(evTextDelta, "{\"output_index\":0,\"content_index\":0,\"delta\":\"a\xffb\"}")}, nil},
 		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(evRefusalDelta, "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
 		{"a text delta for a function call", []wire.Event{ev(evArgsDelta, "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
 		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(evArgsDelta, "output_index", 0, "delta", "{")}, ErrMalformed},
@@ -569,6 +574,9 @@ func TestUntrustedIndices(t *testing.T) {
 		})
 	}
 }
+
+// nested returns n arrays nested in one another.
+func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 
 func TestSparseIndexDoesNotAllocateSlots(t *testing.T) {
 	a := New(testOptions())

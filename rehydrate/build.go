@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -217,7 +218,7 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 		// A reasoning item replayed without its plaintext (only encrypted_content or a summary, as
 		// some SDKs send them back): if respgate has the item, it is the same item, so replay what
 		// respgate stored instead of rejecting it (or replaying nothing).
-		if v.id.isStr(b) && !hasPlaintext(&v) {
+		if v.id.IsStr(b) && !hasPlaintext(&v) {
 			id := str(b, v.id)
 			if _, ok := bd.ids[id]; ok {
 				bd.stats.DuplicatesDropped++
@@ -374,18 +375,17 @@ func value(req map[string]json.RawMessage, name string) ([]byte, span, error) {
 	if !ok {
 		return nil, span{}, nil
 	}
-	s := skipWS(raw, 0)
-	if s == len(raw) {
+	if skipWS(raw, 0) == len(raw) {
 		return nil, span{}, nil
 	}
-	e, f, err := skipValue(raw, s)
-	if err != nil || skipWS(raw, e) != len(raw) {
+	sp, err := jsonscan.Scan(raw)
+	if err != nil {
 		return nil, span{}, wire.Invalid(name, CodeInvalidJSON, "Invalid JSON in '%s'.", name)
 	}
-	if raw[s] == 'n' {
+	if sp.Kind(raw) == 'n' {
 		return nil, span{}, nil
 	}
-	return raw, span{s, e, f}, nil
+	return raw, sp, nil
 }
 
 // request writes the forwarded top-level members (without a trailing comma).
@@ -402,7 +402,7 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	}
 	copyMember := func(name string) error {
 		raw, sp, err := value(req, name)
-		if err != nil || sp.e == 0 {
+		if err != nil || sp.E == 0 {
 			return err
 		}
 		key(name)
@@ -417,8 +417,8 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if sp.e != 0 {
-		if !sp.isStr(raw) {
+	if sp.E != 0 {
+		if !sp.IsStr(raw) {
 			return wire.Invalid("instructions", CodeInvalidType, "Invalid type for 'instructions': expected a string.")
 		}
 		key("instructions")
@@ -429,7 +429,7 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 		return err
 	}
 	key("stream")
-	if sp.e != 0 && string(raw[sp.s:sp.e]) == "true" {
+	if sp.E != 0 && string(raw[sp.S:sp.E]) == "true" {
 		bd.buf = append(bd.buf, "true"...)
 	} else {
 		bd.buf = append(bd.buf, "false"...)
@@ -442,7 +442,7 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if sp.e != 0 {
+	if sp.E != 0 {
 		if err := bd.tools(raw, sp, res, key); err != nil {
 			return err
 		}
@@ -453,11 +453,11 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if sp.e != 0 {
+	if sp.E != 0 {
 		typ, isObj := toolType(raw, sp)
 		switch {
 		case isObj && typ == "function" && bd.toolChoiceFunction(raw, sp, key):
-		case sp.isStr(raw), isObj && (typ == "function" || typ == "allowed_tools"):
+		case sp.IsStr(raw), isObj && (typ == "function" || typ == "allowed_tools"):
 			key("tool_choice")
 			bd.buf = appendValue(bd.buf, raw, sp)
 		case isObj:
@@ -470,19 +470,19 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if sp.kind(raw) == '{' {
-		o := newObjIter(raw, sp.s)
+	if sp.Kind(raw) == '{' {
+		o := newObjIter(raw, sp.S)
 		var effort span
 		for {
-			m, ok := o.next()
+			m, ok := o.Next()
 			if !ok {
 				break
 			}
-			if m.is(raw, "effort") {
-				effort = m.val
+			if keyIs(raw, m, "effort") {
+				effort = m.Val
 			}
 		}
-		if effort.isStr(raw) {
+		if effort.IsStr(raw) {
 			key("reasoning")
 			bd.buf = append(bd.buf, `{"effort":`...)
 			bd.buf = appendStr(bd.buf, raw, effort)
@@ -495,15 +495,15 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if sp.kind(raw) == '[' {
+	if sp.Kind(raw) == '[' {
 		kept := 0
 		it := newArrIter(raw, sp)
 		for {
-			vs, ok := it.next()
+			vs, ok := it.Next()
 			if !ok {
 				break
 			}
-			if !vs.isStr(raw) || !includeAllowed[str(raw, vs)] {
+			if !vs.IsStr(raw) || !includeAllowed[str(raw, vs)] {
 				continue
 			}
 			if kept == 0 {
@@ -530,21 +530,21 @@ func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
 
 // toolType returns the "type" of a tool (or tool_choice) object, and whether sp is an object.
 func toolType(b []byte, sp span) (string, bool) {
-	if sp.kind(b) != '{' {
+	if sp.Kind(b) != '{' {
 		return "", false
 	}
-	o := newObjIter(b, sp.s)
+	o := newObjIter(b, sp.S)
 	var typ span
 	for {
-		m, ok := o.next()
+		m, ok := o.Next()
 		if !ok {
 			break
 		}
-		if m.is(b, "type") {
-			typ = m.val
+		if keyIs(b, m, "type") {
+			typ = m.Val
 		}
 	}
-	if !typ.isStr(b) {
+	if !typ.IsStr(b) {
 		return "", true
 	}
 	return word(b, typ), true
@@ -562,11 +562,11 @@ func (r *Result) dropTool(typ string) {
 // appendValue appends a validated value verbatim, unless it holds invalid UTF-8, which is
 // re-encoded through encoding/json (replacing it with U+FFFD).
 func appendValue(dst, b []byte, sp span) []byte {
-	if sp.f&strBadUTF8 == 0 {
-		return append(dst, b[sp.s:sp.e]...)
+	if sp.F&strBadUTF8 == 0 {
+		return append(dst, b[sp.S:sp.E]...)
 	}
 	var v any
-	d := json.NewDecoder(bytes.NewReader(b[sp.s:sp.e]))
+	d := json.NewDecoder(bytes.NewReader(b[sp.S:sp.E]))
 	d.UseNumber() // keep numbers exactly as sent
 	if d.Decode(&v) != nil {
 		return append(dst, "null"...)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -661,6 +662,41 @@ func TestInvalidUTF8IsRepaired(t *testing.T) {
 	}
 	if !utf8.Valid(res.Body) {
 		t.Errorf("body is not UTF-8: %q", res.Body)
+	}
+}
+
+// Nesting is bounded by jsonscan.MaxDepth (200), counting the item or request member itself. The
+// scanner rehydrate had before allowed 10,000 levels and the accumulator's 200; the shared rule
+// keeps the stricter bound, so a client item one level deeper is a 400, not a late vLLM failure.
+func TestNestingPastMaxDepthIsInvalidJSON(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + "1" + strings.Repeat("]", n) }
+	user := `[{"type":"message","role":"user","content":"hi"}]`
+	cases := []struct {
+		name     string
+		input    string
+		metadata string
+		param    string // "" when the request is fine
+	}{
+		{"an input item at the limit", `[{"type":"message","role":"user","content":"hi","x":` + deep(jsonscan.MaxDepth-1) + `}]`, "{}", ""},
+		{"an input item one level past", `[{"type":"message","role":"user","content":"hi","x":` + deep(jsonscan.MaxDepth) + `}]`, "{}", "input"},
+		{"a request member at the limit", user, deep(jsonscan.MaxDepth), ""},
+		{"a request member one level past", user, deep(jsonscan.MaxDepth + 1), "metadata"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := map[string]json.RawMessage{"model": json.RawMessage(`"m"`), "metadata": json.RawMessage(c.metadata)}
+			_, err := Build(&Params{Input: mustInput(t, c.input), Request: req, NewID: seqIDs()})
+			if c.param == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ae *wire.APIError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != CodeInvalidJSON || !strings.HasPrefix(ae.Param, c.param) {
+				t.Fatalf("error %v, want 400 %s for %s", err, CodeInvalidJSON, c.param)
+			}
+		})
 	}
 }
 

@@ -129,22 +129,3 @@ func mustBe400(t *testing.T, err error) {
 		t.Fatalf("message is not UTF-8: %q", ae.Message)
 	}
 }
-
-// FuzzScan: the scanner accepts exactly what encoding/json accepts.
-func FuzzScan(f *testing.F) {
-	for _, s := range []string{`{}`, `[]`, `{"a":[1,-2.5e+3,"x\u00e9\n",true,false,null,{"b":{}}]}`, `"\ud800"`,
-		`[1,]`, `{"a" 1}`, `01`, `1.`, `-`, `"\x"`, "\"\x01\"", `[[[[`, ` {"a":"b"} `, "\"\xff\""} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		i := skipWS(b, 0)
-		ok := false
-		if i < len(b) {
-			e, _, err := skipValue(b, i)
-			ok = err == nil && skipWS(b, e) == len(b)
-		}
-		if ok != json.Valid(b) {
-			t.Fatalf("scanner says %v, encoding/json says %v for %q", ok, !ok, b)
-		}
-	})
-}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -22,13 +23,13 @@ func ParseInput(raw json.RawMessage) ([]wire.Item, error) {
 	}
 	switch raw[0] {
 	case '"':
-		e, f, err := scanString(raw, 0)
+		e, f, err := jsonscan.ScanString(raw, 0)
 		if err != nil || e != len(raw) {
 			return nil, wire.Invalid("input", CodeInvalidJSON, "Invalid JSON in 'input'.")
 		}
 		b := make([]byte, 0, len(raw)+40)
 		b = append(b, `{"type":"message","role":"user","content":`...)
-		b = appendStr(b, raw, span{0, e, f})
+		b = appendStr(b, raw, span{S: 0, E: e, F: f})
 		b = append(b, '}')
 		return []wire.Item{{Type: wire.TypeMessage, JSON: b}}, nil
 	case '[':
@@ -69,7 +70,7 @@ func ReferencedIDs(input []wire.Item) []string {
 	var ids []string
 	for i := range input {
 		v, _, err := scanItem(input[i].JSON, nil)
-		if err != nil || classify(&v, where{prefix: "input", idx: i}) != nil || !v.id.isStr(v.b) {
+		if err != nil || classify(&v, where{prefix: "input", idx: i}) != nil || !v.id.IsStr(v.b) {
 			continue
 		}
 		if v.kind != kindReference && (v.kind != kindReasoning || hasPlaintext(&v)) {
@@ -168,12 +169,12 @@ func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (w
 		if err := checkContent(v, w); err != nil {
 			return wire.Item{}, err
 		}
-		easy = !v.typ.present() || v.content.isStr(b)
-		addStatus = v.status.absent(b)
+		easy = !v.typ.Present() || v.content.IsStr(b)
+		addStatus = v.status.Absent(b)
 	default:
 		typ = str(b, v.typ)
 	}
-	if id != "" && !easy && !addStatus && !v.typ.absent(b) {
+	if id != "" && !easy && !addStatus && !v.typ.Absent(b) {
 		it.ID, it.Type = id, typ
 		return it, nil
 	}
@@ -191,7 +192,7 @@ func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (w
 		}
 		n++
 	}
-	if v.typ.absent(b) {
+	if v.typ.Absent(b) {
 		sep()
 		out = append(out, `"type":"message"`...)
 	}
@@ -202,14 +203,14 @@ func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (w
 	}
 	o := scanTop(b)
 	for {
-		m, ok := o.next()
+		m, ok := o.Next()
 		if !ok {
 			break
 		}
 		switch {
-		case m.is(b, "id") && mint, m.is(b, "type") && v.typ.absent(b), m.is(b, "status") && addStatus:
+		case keyIs(b, m, "id") && mint, keyIs(b, m, "type") && v.typ.Absent(b), keyIs(b, m, "status") && addStatus:
 			continue // replaced (or a null we re-add)
-		case m.is(b, "content") && m.val.s == v.content.s && v.content.isStr(b):
+		case keyIs(b, m, "content") && m.Val.S == v.content.S && v.content.IsStr(b):
 			sep()
 			part := `[{"type":"input_text","text":`
 			if role == "assistant" {
@@ -225,7 +226,7 @@ func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (w
 			continue
 		}
 		sep()
-		out = append(out, b[m.key.s:m.val.e]...) // key, colon, value: verbatim
+		out = append(out, b[m.Key.S:m.Val.E]...) // key, colon, value: verbatim
 	}
 	if addStatus {
 		sep()

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -69,14 +70,14 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 	v := view{b: b}
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return v, parts, errSyntax
+		return v, parts, jsonscan.ErrSyntax
 	}
 	i++
 	cs, ce, ps, pe := 0, 0, 0, 0
 	for n := 0; ; n++ {
 		i = skipWS(b, i)
 		if i >= len(b) {
-			return v, parts, errSyntax
+			return v, parts, jsonscan.ErrSyntax
 		}
 		if b[i] == '}' {
 			i++
@@ -84,25 +85,26 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 		}
 		if n > 0 {
 			if b[i] != ',' {
-				return v, parts, errSyntax
+				return v, parts, jsonscan.ErrSyntax
 			}
 			i = skipWS(b, i+1)
 		}
 		if i >= len(b) || b[i] != '"' {
-			return v, parts, errSyntax
+			return v, parts, jsonscan.ErrSyntax
 		}
-		ke, kf, err := scanString(b, i)
+		ke, kf, err := jsonscan.ScanString(b, i)
 		if err != nil {
 			return v, parts, err
 		}
-		m := member{key: span{i, ke, kf}}
+		m := member{Key: span{S: i, E: ke, F: kf}}
 		i = skipWS(b, ke)
 		if i >= len(b) || b[i] != ':' {
-			return v, parts, errSyntax
+			return v, parts, jsonscan.ErrSyntax
 		}
 		i = skipWS(b, i+1)
-		key := m.keyBytes(b)
-		var ve, vf int
+		key := keyBytes(b, m)
+		var ve int
+		var vf jsonscan.Flags
 		if (string(key) == "content" || string(key) == "output") && i < len(b) && b[i] == '[' {
 			start := len(parts)
 			ve, vf, parts, err = scanParts(b, i, parts)
@@ -112,92 +114,93 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 				ps, pe = start, len(parts)
 			}
 		} else {
-			ve, vf, err = skipValue(b, i)
+			ve, vf, err = jsonscan.SkipValue(b, i, 1) // inside the item object
 		}
 		if err != nil {
 			return v, parts, err
 		}
-		m.val = span{i, ve, vf}
+		m.Val = span{S: i, E: ve, F: vf}
 		i = ve
 		switch string(key) {
 		case "type":
-			v.typ = m.val
+			v.typ = m.Val
 		case "id":
-			v.id = m.val
+			v.id = m.Val
 		case "role":
-			v.role = m.val
+			v.role = m.Val
 		case "content":
-			v.content = m.val
+			v.content = m.Val
 		case "status":
-			v.status = m.val
+			v.status = m.Val
 		case "call_id":
-			v.callID = m.val
+			v.callID = m.Val
 		case "name":
-			v.name = m.val
+			v.name = m.Val
 		case "arguments":
-			v.arguments = m.val
+			v.arguments = m.Val
 		case "output":
-			v.output = m.val
+			v.output = m.Val
 		case "summary":
-			v.summary = m.val
+			v.summary = m.Val
 		case "encrypted_content":
-			v.encrypted = m.val
+			v.encrypted = m.Val
 		case "namespace":
-			v.namespace = m.val
+			v.namespace = m.Val
 		}
 	}
 	if skipWS(b, i) != len(b) {
-		return v, parts, errSyntax
+		return v, parts, jsonscan.ErrSyntax
 	}
-	if v.content.kind(b) == '[' {
+	if v.content.Kind(b) == '[' {
 		v.contentParts = parts[cs:ce:ce]
 	}
-	if v.output.kind(b) == '[' {
+	if v.output.Kind(b) == '[' {
 		v.outputParts = parts[ps:pe:pe]
 	}
 	return v, parts, nil
 }
 
-// scanParts validates the array at b[i] and appends one part per element.
-func scanParts(b []byte, i int, parts []part) (int, int, []part, error) {
-	flags := 0
+// scanParts validates the array at b[i] (a member of the item object) and appends one part per
+// element.
+func scanParts(b []byte, i int, parts []part) (int, jsonscan.Flags, []part, error) {
+	var flags jsonscan.Flags
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, 0, parts, nil
 	}
 	for {
 		if i >= len(b) {
-			return 0, 0, parts, errSyntax
+			return 0, 0, parts, jsonscan.ErrSyntax
 		}
 		var p part
 		if b[i] == '{' {
 			p.obj = true
-			o := newObjIter(b, i)
+			o := jsonscan.NewObj(b, i, 2) // inside the item and its array
 			for {
-				m, ok := o.next()
+				m, ok := o.Next()
 				if !ok {
 					break
 				}
-				flags |= m.key.f | m.val.f
-				switch string(m.keyBytes(b)) {
+				flags |= m.Key.F | m.Val.F
+				switch string(keyBytes(b, m)) {
 				case "type":
-					p.typ = m.val
+					p.typ = m.Val
 				case "text":
-					p.text = m.val
+					p.text = m.Val
 				case "refusal":
-					p.refusal = m.val
+					p.refusal = m.Val
 				case "image_url":
-					p.imageURL = m.val
+					p.imageURL = m.Val
 				case "detail":
-					p.detail = m.val
+					p.detail = m.Val
 				}
 			}
-			if o.err != nil {
-				return 0, 0, parts, o.err
+			if err := o.Err(); err != nil {
+				return 0, 0, parts, err
 			}
-			i = o.end
+			i = o.End()
 		} else {
-			e, f, err := skipValue(b, i)
+			e, f, err := jsonscan.SkipValue(b, i, 2)
 			if err != nil {
 				return 0, 0, parts, err
 			}
@@ -207,7 +210,7 @@ func scanParts(b []byte, i int, parts []part) (int, int, []part, error) {
 		parts = append(parts, p)
 		i = skipWS(b, i)
 		if i >= len(b) {
-			return 0, 0, parts, errSyntax
+			return 0, 0, parts, jsonscan.ErrSyntax
 		}
 		switch b[i] {
 		case ']':
@@ -215,7 +218,7 @@ func scanParts(b []byte, i int, parts []part) (int, int, []part, error) {
 		case ',':
 			i = skipWS(b, i+1)
 		default:
-			return 0, 0, parts, errSyntax
+			return 0, 0, parts, jsonscan.ErrSyntax
 		}
 	}
 }
@@ -280,8 +283,8 @@ func (w where) invalidJSON() error {
 // item references when they have an id and no content (CONTRACT §4: "type may be omitted").
 func classify(v *view, w where) error {
 	b := v.b
-	if !v.typ.absent(b) {
-		if !v.typ.isStr(b) {
+	if !v.typ.Absent(b) {
+		if !v.typ.IsStr(b) {
 			return w.invalidType(".type", "a string")
 		}
 		switch word(b, v.typ) {
@@ -301,9 +304,9 @@ func classify(v *view, w where) error {
 		return nil
 	}
 	switch {
-	case v.role.present():
+	case v.role.Present():
 		v.kind = kindMessage
-	case v.id.present() && !v.content.present():
+	case v.id.Present() && !v.content.Present():
 		v.kind = kindReference
 	default:
 		return wire.Invalid(w.param(".type"), CodeMissingParameter,
@@ -317,13 +320,13 @@ func classify(v *view, w where) error {
 // string, so indexing stored items costs no allocation.
 func idOf(it *wire.Item, v *view, w where) (string, error) {
 	b := v.b
-	if v.id.absent(b) {
+	if v.id.Absent(b) {
 		return "", nil
 	}
-	if !v.id.isStr(b) {
+	if !v.id.IsStr(b) {
 		return "", w.invalidType(".id", "a string")
 	}
-	if v.id.f&(strEscaped|strBadUTF8) == 0 && string(v.id.inner(b)) == it.ID {
+	if v.id.F&(strEscaped|strBadUTF8) == 0 && string(v.id.Inner(b)) == it.ID {
 		return it.ID, nil
 	}
 	return str(b, v.id), nil
@@ -339,8 +342,8 @@ var words = [...]string{
 // word decodes a string value, returning the shared constant for the names in words (so switching
 // on a stored item's type or role allocates nothing).
 func word(b []byte, sp span) string {
-	if sp.f&(strEscaped|strBadUTF8) == 0 {
-		raw := sp.inner(b)
+	if sp.F&(strEscaped|strBadUTF8) == 0 {
+		raw := sp.Inner(b)
 		for _, w := range words {
 			if string(raw) == w {
 				return w
@@ -353,10 +356,10 @@ func word(b []byte, sp span) string {
 // checkRole validates a message's role and returns it.
 func checkRole(v *view, w where) (string, error) {
 	b := v.b
-	if v.role.absent(b) {
+	if v.role.Absent(b) {
 		return "", w.missing(".role")
 	}
-	if !v.role.isStr(b) {
+	if !v.role.IsStr(b) {
 		return "", w.invalidType(".role", "a string")
 	}
 	r := word(b, v.role)
@@ -385,10 +388,10 @@ func clip(s string) string {
 // checkContent validates that a message has content that is a string or an array.
 func checkContent(v *view, w where) error {
 	b := v.b
-	if v.content.absent(b) {
+	if v.content.Absent(b) {
 		return w.missing(".content")
 	}
-	if k := v.content.kind(b); k != '"' && k != '[' {
+	if k := v.content.Kind(b); k != '"' && k != '[' {
 		return w.invalidType(".content", "a string or an array of content parts")
 	}
 	return nil

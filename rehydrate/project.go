@@ -64,10 +64,10 @@ func partOf(b []byte, p *part, w where, field string, j int) (string, error) {
 	if !p.obj {
 		return "", w.invalidType(partPath(field, j), "an object (a content part)")
 	}
-	if p.typ.absent(b) {
+	if p.typ.Absent(b) {
 		return "", w.missing(partPath(field, j) + ".type")
 	}
-	if !p.typ.isStr(b) {
+	if !p.typ.IsStr(b) {
 		return "", w.invalidType(partPath(field, j)+".type", "a string")
 	}
 	return word(b, p.typ), nil
@@ -76,14 +76,14 @@ func partOf(b []byte, p *part, w where, field string, j int) (string, error) {
 // stringMember checks that sp is a string. The member is named field (j < 0), or field[j].sub; the
 // name is only built for an error, since this runs for every part of every stored item.
 func stringMember(b []byte, sp span, w where, field string, j int, sub string) error {
-	if sp.isStr(b) {
+	if sp.IsStr(b) {
 		return nil
 	}
 	path := "." + field
 	if j >= 0 {
 		path = partPath(field, j) + "." + sub
 	}
-	if sp.absent(b) {
+	if sp.Absent(b) {
 		return w.missing(path)
 	}
 	return w.invalidType(path, "a string")
@@ -112,7 +112,7 @@ func (bd *builder) project(v *view, w where, id string) (itemStats, error) {
 
 func unsupportedItem(v *view, w where) error {
 	t := "item_reference"
-	if v.typ.isStr(v.b) {
+	if v.typ.IsStr(v.b) {
 		t = str(v.b, v.typ)
 	}
 	accepted := upstreamSupportedItemList
@@ -136,7 +136,7 @@ func (bd *builder) message(v *view, w where) (itemStats, error) {
 	if role == "assistant" {
 		bd.buf = append(bd.buf, `{"type":"message","role":"assistant","content":"`...)
 		text := len(bd.buf)
-		if v.content.isStr(b) {
+		if v.content.IsStr(b) {
 			bd.buf = appendStrInner(bd.buf, b, v.content)
 		} else {
 			for j := range v.contentParts {
@@ -173,8 +173,8 @@ func (bd *builder) message(v *view, w where) (itemStats, error) {
 	bd.buf = append(bd.buf, `{"type":"message","role":"`...)
 	bd.buf = append(bd.buf, role...)
 	bd.buf = append(bd.buf, `","content":`...)
-	if v.content.isStr(b) {
-		if v.content.emptyStr() {
+	if v.content.IsStr(b) {
+		if v.content.EmptyStr() {
 			bd.buf = bd.buf[:start]
 			return itemStats{skip: skipEmptyMessage}, nil
 		}
@@ -221,7 +221,7 @@ func (bd *builder) inputParts(b []byte, parts []part, w where, field, allowed st
 			bd.buf = appendStr(bd.buf, b, p.text)
 			bd.buf = append(bd.buf, '}')
 		case "input_image":
-			if p.imageURL.absent(b) {
+			if p.imageURL.Absent(b) {
 				return 0, wire.Invalid(w.param(partPath(field, j)+".image_url"), CodeUnsupportedContent,
 					"Missing %s: vLLM accepts images only by image_url (not file_id).", w.name(partPath(field, j)+".image_url"))
 			}
@@ -231,7 +231,7 @@ func (bd *builder) inputParts(b []byte, parts []part, w where, field, allowed st
 			bd.buf = append(bd.buf, `{"type":"input_image","image_url":`...)
 			bd.buf = appendStr(bd.buf, b, p.imageURL)
 			bd.buf = append(bd.buf, `,"detail":`...)
-			if p.detail.absent(b) {
+			if p.detail.Absent(b) {
 				bd.buf = append(bd.buf, `"auto"`...)
 			} else {
 				if err := stringMember(b, p.detail, w, field, j, "detail"); err != nil {
@@ -252,7 +252,7 @@ func (bd *builder) inputParts(b []byte, parts []part, w where, field, allowed st
 func hasPlaintext(v *view) bool {
 	for j := range v.contentParts {
 		p := &v.contentParts[j]
-		if p.obj && p.text.isStr(v.b) && !p.text.emptyStr() {
+		if p.obj && p.text.IsStr(v.b) && !p.text.EmptyStr() {
 			return true
 		}
 	}
@@ -261,24 +261,24 @@ func hasPlaintext(v *view) bool {
 
 func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 	b := v.b
-	if !v.summary.absent(b) && v.summary.kind(b) != '[' {
+	if !v.summary.Absent(b) && v.summary.Kind(b) != '[' {
 		return itemStats{}, w.invalidType(".summary", "an array")
 	}
 	enc := false
-	switch v.encrypted.kind(b) {
+	switch v.encrypted.Kind(b) {
 	case 0, 'n':
 	case '"':
-		enc = !v.encrypted.emptyStr()
+		enc = !v.encrypted.EmptyStr()
 	default:
 		return itemStats{}, w.invalidType(".encrypted_content", "a string or null")
 	}
-	if k := v.content.kind(b); k != 0 && k != 'n' && k != '[' {
+	if k := v.content.Kind(b); k != 0 && k != 'n' && k != '[' {
 		return itemStats{}, w.invalidType(".content", "an array of reasoning_text parts, or null")
 	}
 
 	start := len(bd.buf)
 	bd.buf = append(bd.buf, `{"type":"reasoning","id":`...)
-	if v.id.isStr(b) {
+	if v.id.IsStr(b) {
 		bd.buf = appendStr(bd.buf, b, v.id)
 	} else {
 		// A stored item without an id: vLLM requires one, and no client sees this one.
@@ -294,7 +294,7 @@ func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 		if err := stringMember(b, p.text, w, "content", j, "text"); err != nil {
 			return itemStats{}, err
 		}
-		if p.text.emptyStr() {
+		if p.text.EmptyStr() {
 			continue
 		}
 		if len(bd.buf) > text {
@@ -340,17 +340,17 @@ func (bd *builder) functionCall(v *view, w where) (itemStats, error) {
 	if err := stringMember(b, v.name, w, "name", -1, ""); err != nil {
 		return itemStats{}, err
 	}
-	if v.arguments.absent(b) {
+	if v.arguments.Absent(b) {
 		return itemStats{}, w.missing(".arguments")
 	}
-	if !v.arguments.isStr(b) {
+	if !v.arguments.IsStr(b) {
 		return itemStats{}, w.invalidType(".arguments", "a string (the JSON-encoded arguments)")
 	}
 	bd.buf = append(bd.buf, `{"type":"function_call","call_id":`...)
 	bd.buf = appendStr(bd.buf, b, v.callID)
 	bd.buf = append(bd.buf, `,"name":`...)
-	switch k := v.namespace.kind(b); {
-	case k == 0 || k == 'n' || k == '"' && v.namespace.emptyStr():
+	switch k := v.namespace.Kind(b); {
+	case k == 0 || k == 'n' || k == '"' && v.namespace.EmptyStr():
 		bd.buf = appendStr(bd.buf, b, v.name)
 	case k == '"':
 		bd.buf = append(bd.buf, '"')
@@ -364,8 +364,8 @@ func (bd *builder) functionCall(v *view, w where) (itemStats, error) {
 	bd.buf = append(bd.buf, `,"arguments":`...)
 	bd.buf = appendStr(bd.buf, b, v.arguments)
 	bd.buf = append(bd.buf, '}')
-	if v.callID.f == 0 {
-		if _, ok := bd.calls[string(v.callID.inner(b))]; ok {
+	if v.callID.F == 0 {
+		if _, ok := bd.calls[string(v.callID.Inner(b))]; ok {
 			return itemStats{}, nil
 		}
 	}
@@ -379,8 +379,8 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 		return itemStats{}, err
 	}
 	var known bool
-	if v.callID.f == 0 {
-		_, known = bd.calls[string(v.callID.inner(b))]
+	if v.callID.F == 0 {
+		_, known = bd.calls[string(v.callID.Inner(b))]
 	} else {
 		_, known = bd.calls[str(b, v.callID)]
 	}
@@ -389,10 +389,10 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 			"The function_call_output %s has call_id '%s', but no function_call with that call_id comes before it; send the function_call item first (or continue the response that made it).",
 			w.name(""), clip(str(b, v.callID)))
 	}
-	if v.output.absent(b) {
+	if v.output.Absent(b) {
 		return itemStats{}, w.missing(".output")
 	}
-	k := v.output.kind(b)
+	k := v.output.Kind(b)
 	if k != '"' && k != '[' {
 		return itemStats{}, w.invalidType(".output", "a string or an array of content parts")
 	}

@@ -34,7 +34,7 @@ type ToolName struct {
 //
 // Two tools that would reach vLLM under one name are a 400: the call could not be mapped back.
 func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) error {
-	if sp.kind(raw) != '[' {
+	if sp.Kind(raw) != '[' {
 		return wire.Invalid("tools", CodeInvalidType, "Invalid type for 'tools': expected an array.")
 	}
 	kept := 0
@@ -56,7 +56,7 @@ func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) err
 	}
 	it := newArrIter(raw, sp)
 	for k := 0; ; k++ {
-		ts, ok := it.next()
+		ts, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -74,16 +74,16 @@ func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) err
 			bd.buf = appendValue(bd.buf, raw, ts)
 		case "namespace":
 			ns, nsp := objMember(raw, ts, "name")
-			if !nsp.isStr(raw) || ns == "" {
+			if !nsp.IsStr(raw) || ns == "" {
 				return wire.Invalid(param+".name", CodeMissingParameter, "A namespace tool ('%s') needs a non-empty string 'name'.", param)
 			}
 			_, inner := objMember(raw, ts, "tools")
-			if inner.kind(raw) != '[' {
+			if inner.Kind(raw) != '[' {
 				return wire.Invalid(param+".tools", CodeInvalidType, "Invalid type for '%s.tools': expected an array of tools.", param)
 			}
 			jt := newArrIter(raw, inner)
 			for j := 0; ; j++ {
-				fs, ok := jt.next()
+				fs, ok := jt.Next()
 				if !ok {
 					break
 				}
@@ -97,7 +97,7 @@ func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) err
 					continue
 				}
 				name, namesp := objMember(raw, fs, "name")
-				if !namesp.isStr(raw) || name == "" {
+				if !namesp.IsStr(raw) || name == "" {
 					return wire.Invalid(sub+".name", CodeMissingParameter, "The function tool '%s' needs a non-empty string 'name'.", sub)
 				}
 				flat := ns + NamespaceSeparator + name
@@ -126,7 +126,7 @@ func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) err
 func (bd *builder) toolChoiceFunction(raw []byte, sp span, key func(string)) bool {
 	ns, nsp := objMember(raw, sp, "namespace")
 	name, namesp := objMember(raw, sp, "name")
-	if !nsp.isStr(raw) || ns == "" || !namesp.isStr(raw) {
+	if !nsp.IsStr(raw) || ns == "" || !namesp.IsStr(raw) {
 		return false
 	}
 	key("tool_choice")
@@ -139,18 +139,18 @@ func (bd *builder) toolChoiceFunction(raw []byte, sp span, key func(string)) boo
 // objMember returns the string value (when it is one) and the span of an object's member; the span
 // is zero when the member is absent.
 func objMember(b []byte, obj span, name string) (string, span) {
-	o := newObjIter(b, obj.s)
+	o := newObjIter(b, obj.S)
 	var found span
 	for {
-		m, ok := o.next()
+		m, ok := o.Next()
 		if !ok {
 			break
 		}
-		if m.is(b, name) {
-			found = m.val
+		if keyIs(b, m, name) {
+			found = m.Val
 		}
 	}
-	if found.isStr(b) {
+	if found.IsStr(b) {
 		return str(b, found), found
 	}
 	return "", found
@@ -161,19 +161,19 @@ func objMember(b []byte, obj span, name string) (string, span) {
 func appendFlatFunction(dst, b []byte, fs span, flat string) []byte {
 	dst = append(dst, `{"type":"function","name":`...)
 	dst = appendQuoted(dst, flat)
-	o := newObjIter(b, fs.s)
+	o := newObjIter(b, fs.S)
 	for {
-		m, ok := o.next()
+		m, ok := o.Next()
 		if !ok {
 			break
 		}
-		if m.is(b, "type") || m.is(b, "name") {
+		if keyIs(b, m, "type") || keyIs(b, m, "name") {
 			continue
 		}
 		dst = append(dst, ',')
-		dst = appendStr(dst, b, m.key)
+		dst = appendStr(dst, b, m.Key)
 		dst = append(dst, ':')
-		dst = appendValue(dst, b, m.val)
+		dst = appendValue(dst, b, m.Val)
 	}
 	return append(dst, '}')
 }

@@ -1,9 +1,10 @@
 package loadgen
 
 import (
-	"encoding/json"
+	"bytes"
 	"errors"
-	"strconv"
+
+	"github.com/respgate/respgate/internal/jsonscan"
 )
 
 // eventFields holds the raw JSON values of the top-level members of an event that the Checker
@@ -16,11 +17,15 @@ var errBadJSON = errors.New("loadgen: event data is not a JSON object")
 
 // scanEvent fills f from the top-level members of the JSON object data without decoding the
 // nested values it does not need: at thousands of events per second the client must stay cheaper
-// than the servers it measures. It is strict enough to reject truncated or malformed objects.
+// than the servers it measures. It reads events with internal/jsonscan, the scanner the gateway
+// itself uses, so the load generator holds a stream to the same JSON rules (syntax, nesting,
+// UTF-8) as respgate; a malformed or truncated object is an error.
 func scanEvent(data []byte, f *eventFields) error {
 	*f = eventFields{}
-	return scanObject(data, func(key, v []byte) {
-		switch string(key) {
+	o := jsonscan.NewObj(data, 0, 0)
+	for m, more := o.Next(); more; m, more = o.Next() {
+		v := m.Val.Bytes(data)
+		switch string(key(data, m)) {
 		case "type":
 			f.typ = v
 		case "sequence_number":
@@ -38,180 +43,56 @@ func scanEvent(data []byte, f *eventFields) error {
 		case "response":
 			f.response = v
 		}
-	})
-}
-
-// member returns the raw value of the top-level member key of the JSON object data (nil if
-// absent or data is not an object).
-func member(data []byte, key string) []byte {
-	var out []byte
-	_ = scanObject(data, func(k, v []byte) {
-		if out == nil && string(k) == key {
-			out = v
-		}
-	})
-	return out
-}
-
-// scanObject calls fn with each top-level member (raw key without quotes, raw value) of the JSON
-// object data, in order. It returns errBadJSON if data is not one well-formed object (nested
-// values are only checked for balanced brackets and strings).
-func scanObject(data []byte, fn func(key, val []byte)) error {
-	i := skipWS(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return errBadJSON
 	}
-	i = skipWS(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return checkTrailing(data, i+1)
-	}
-	for {
-		if i >= len(data) || data[i] != '"' {
-			return errBadJSON
-		}
-		ks := i
-		i = skipString(data, i)
-		if i < 0 {
-			return errBadJSON
-		}
-		key := data[ks+1 : i-1]
-		i = skipWS(data, i)
-		if i >= len(data) || data[i] != ':' {
-			return errBadJSON
-		}
-		i = skipWS(data, i+1)
-		vs := i
-		i = skipValue(data, i)
-		if i < 0 {
-			return errBadJSON
-		}
-		fn(key, data[vs:i])
-		i = skipWS(data, i)
-		if i >= len(data) {
-			return errBadJSON
-		}
-		switch data[i] {
-		case ',':
-			i = skipWS(data, i+1)
-		case '}':
-			return checkTrailing(data, i+1)
-		default:
-			return errBadJSON
-		}
-	}
-}
-
-func checkTrailing(data []byte, i int) error {
-	if skipWS(data, i) != len(data) {
+	if o.Finish() != nil {
 		return errBadJSON
 	}
 	return nil
 }
 
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
+// key returns a member's name, decoded (escaped names are rare and cost an allocation).
+func key(data []byte, m jsonscan.Member) []byte {
+	if m.Key.F&jsonscan.Escaped == 0 {
+		return m.Key.Inner(data)
 	}
-	return i
+	return jsonscan.AppendUnescaped(nil, m.Key.Inner(data))
 }
 
-// skipString returns the index after the string starting at b[i] == '"', or -1.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+// member returns the raw value of the top-level member key of the JSON object data (nil if
+// absent or data is not an object). data is a value scanEvent has validated.
+func member(data []byte, name string) []byte {
+	o := jsonscan.NewObj(data, 0, 0)
+	for m, more := o.Next(); more; m, more = o.Next() {
+		if string(key(data, m)) == name {
+			return m.Val.Bytes(data)
 		}
 	}
-	return -1
-}
-
-// skipValue returns the index after the JSON value starting at b[i], or -1. Objects and arrays
-// are skipped by bracket depth (strings inside them are honoured); scalars up to a delimiter.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				if i < 0 {
-					return -1
-				}
-				i--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return -1
-	default:
-		s := i
-		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
-			i++
-		}
-		if i == s {
-			return -1
-		}
-		return i
-	}
+	return nil
 }
 
 // jsonString decodes a raw JSON string value; ok is false if raw is not a string.
 func jsonString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+	c, ok := jsonscan.StrContents(raw)
+	if !ok {
 		return "", false
 	}
-	inner := raw[1 : len(raw)-1]
-	plain := true
-	for _, c := range inner {
-		if c == '\\' || c < 0x20 {
-			plain = false
-			break
-		}
+	if bytes.IndexByte(c, '\\') < 0 {
+		return string(c), true
 	}
-	if plain {
-		return string(inner), true
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
+	return string(jsonscan.AppendUnescaped(nil, c)), true
 }
 
 // appendJSONString appends the decoded JSON string raw to dst.
 func appendJSONString(dst []byte, raw []byte) ([]byte, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+	c, ok := jsonscan.StrContents(raw)
+	if !ok {
 		return dst, false
 	}
-	inner := raw[1 : len(raw)-1]
-	for _, c := range inner {
-		if c == '\\' || c < 0x20 {
-			s, ok := jsonString(raw)
-			return append(dst, s...), ok
-		}
-	}
-	return append(dst, inner...), true
+	return jsonscan.AppendUnescaped(dst, c), true
 }
 
-// jsonInt decodes a raw JSON integer.
+// jsonInt decodes a raw JSON integer (one that fits an int64 exactly).
 func jsonInt(raw []byte) (int64, bool) {
-	if len(raw) == 0 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	return n, err == nil
+	n, ok, huge := jsonscan.Int(raw)
+	return n, ok && !huge
 }
