@@ -315,12 +315,23 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 // unreachable…): the response is stored as failed so its record is terminal, and the error goes
 // to the client as an envelope.
 func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) error {
+	// The stored error is the one the client gets (code and message), e.g. rate_limit_exceeded
+	// or upstream_timeout, never a vaguer one.
+	obj := &accumulator.ErrorObject{Code: "server_error", Message: "The upstream model server failed."}
 	var ue *upstream.Error
-	msg := "The upstream model server failed."
-	if errors.As(cause, &ue) {
-		msg = ue.APIError().Message
+	var ae *wire.APIError
+	switch {
+	case errors.As(cause, &ue):
+		ae = ue.APIError()
+	case errors.As(cause, &ae):
 	}
-	_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusFailed, Error: &accumulator.ErrorObject{Code: "server_error", Message: msg}})
+	if ae != nil {
+		obj.Message = ae.Message
+		if ae.Code != "" {
+			obj.Code = ae.Code
+		}
+	}
+	_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusFailed, Error: obj})
 	return cause
 }
 
