@@ -3,6 +3,7 @@ module github.com/respgate/respgate
 go 1.26.0
 
 require (
+	github.com/go-json-experiment/json v1.27.2
 	github.com/golang-migrate/migrate/v4 v4.20.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/labstack/echo/v4 v4.16.5

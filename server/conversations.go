@@ -22,14 +22,14 @@ const maxConversationItems = 20
 func renderConversation(cv *store.Conversation) []byte {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"id":`...)
-	b = strconv.AppendQuote(b, cv.ID)
+	b = wire.AppendString(b, cv.ID)
 	b = append(b, `,"object":"conversation","created_at":`...)
 	b = strconv.AppendInt(b, cv.CreatedAt.Unix(), 10)
 	b = append(b, `,"metadata":`...)
 	if len(cv.Metadata) == 0 {
 		b = append(b, "{}"...)
 	} else {
-		b = append(b, cv.Metadata...)
+		b = wire.AppendRaw(b, cv.Metadata)
 	}
 	return append(b, '}')
 }
@@ -223,7 +223,7 @@ func (s *Server) getConversationItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, it.JSON)
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(it.JSON))
 }
 
 func (s *Server) deleteConversationItem(c echo.Context) error {

@@ -12,6 +12,7 @@ import (
 // terminal event with the full output. Events with sequence_number <= after are left out, so
 // starting_after resumes a stream. Not a hot path: it favours plainness over allocations.
 func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int) []byte {
+	output = validItems(output) // stored JSON may hold invalid UTF-8 (render.go)
 	seq := 0
 	emit := func(typ string, fields map[string]any) {
 		if seq > after {

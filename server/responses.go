@@ -154,13 +154,13 @@ func renderList(page *store.ItemPage) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, it.JSON...)
+		b = wire.AppendRaw(b, it.JSON)
 	}
 	b = append(b, `],"first_id":`...)
 	if n := len(page.Items); n > 0 {
-		b = strconv.AppendQuote(b, page.Items[0].ID)
+		b = wire.AppendString(b, page.Items[0].ID)
 		b = append(b, `,"last_id":`...)
-		b = strconv.AppendQuote(b, page.Items[n-1].ID)
+		b = wire.AppendString(b, page.Items[n-1].ID)
 	} else {
 		b = append(b, `null,"last_id":null`...)
 	}
