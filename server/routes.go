@@ -6,9 +6,11 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -163,6 +165,9 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// recoverMiddleware turns a handler's panic into the 500 envelope and logs the panic value and
+// the goroutine's stack, which are what make the bug fixable. It never logs the request body.
+// http.ErrAbortHandler is net/http's way to abort a response on purpose and is re-panicked.
 func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
@@ -170,7 +175,8 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 				if r == http.ErrAbortHandler {
 					panic(r)
 				}
-				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path())
+				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path(),
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				err = &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
 			}
 		}()
