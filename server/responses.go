@@ -129,6 +129,9 @@ type pageQuery struct {
 
 func pageParams(c echo.Context) (pageQuery, error) {
 	p := pageQuery{after: c.QueryParam("after"), limit: 20, order: store.OrderDesc}
+	if !validID(p.after) {
+		return p, invalidID("after")
+	}
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {

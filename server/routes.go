@@ -34,7 +34,7 @@ func (s *Server) routes() *echo.Echo {
 	// /metrics holds no tenant data but still needs a key when an allowlist is configured.
 	e.GET("/metrics", echo.WrapHandler(s.tel.handler), s.authMiddleware)
 
-	v1 := e.Group("/v1", s.authMiddleware)
+	v1 := e.Group("/v1", s.authMiddleware, s.pathIDMiddleware)
 	v1.POST("/responses", s.createResponse)
 	v1.GET("/responses/:id", s.getResponse)
 	v1.DELETE("/responses/:id", s.deleteResponse)
