@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -22,35 +21,29 @@ const maxConversationItems = 20
 func renderConversation(cv *store.Conversation) []byte {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"id":`...)
-	b = strconv.AppendQuote(b, cv.ID)
+	b = wire.AppendString(b, cv.ID)
 	b = append(b, `,"object":"conversation","created_at":`...)
 	b = strconv.AppendInt(b, cv.CreatedAt.Unix(), 10)
 	b = append(b, `,"metadata":`...)
 	if len(cv.Metadata) == 0 {
 		b = append(b, "{}"...)
 	} else {
-		b = append(b, cv.Metadata...)
+		b = wire.AppendRaw(b, cv.Metadata)
 	}
 	return append(b, '}')
 }
 
-func readJSONBody(c echo.Context) (map[string]json.RawMessage, error) {
-	body, err := io.ReadAll(c.Request().Body)
+// readJSONBody reads a conversations body (an empty one is an empty object) and checks it with
+// scanObject; the members alias the body.
+func (s *Server) readJSONBody(c echo.Context) (map[string]json.RawMessage, error) {
+	body, err := readBody(c)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, echo.NewHTTPError(http.StatusRequestEntityTooLarge)
-		}
 		return nil, err
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return map[string]json.RawMessage{}, nil
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil || m == nil {
-		return nil, wire.Invalid("", "invalid_json", "The request body must be a JSON object.")
-	}
-	return m, nil
+	return scanObject(body, s.cfg.MaxJSONDepth)
 }
 
 // conversationItems validates and normalises the "items" member: an array of at most 20 items,
@@ -96,7 +89,7 @@ func conversationItems(raw json.RawMessage) ([]wire.Item, error) {
 }
 
 func (s *Server) createConversation(c echo.Context) error {
-	body, err := readJSONBody(c)
+	body, err := s.readJSONBody(c)
 	if err != nil {
 		return err
 	}
@@ -133,7 +126,7 @@ func (s *Server) getConversation(c echo.Context) error {
 }
 
 func (s *Server) updateConversation(c echo.Context) error {
-	body, err := readJSONBody(c)
+	body, err := s.readJSONBody(c)
 	if err != nil {
 		return err
 	}
@@ -193,7 +186,7 @@ func (s *Server) listConversationItems(c echo.Context) error {
 }
 
 func (s *Server) addConversationItems(c echo.Context) error {
-	body, err := readJSONBody(c)
+	body, err := s.readJSONBody(c)
 	if err != nil {
 		return err
 	}
@@ -228,7 +221,7 @@ func (s *Server) getConversationItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, it.JSON)
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(it.JSON))
 }
 
 func (s *Server) deleteConversationItem(c echo.Context) error {

@@ -20,6 +20,7 @@ import (
 // favours plainness over allocations. An item it cannot read is an error, never a gap in
 // output_index.
 func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int64) ([]byte, error) {
+	output = validItems(output) // stored JSON may hold invalid UTF-8 (render.go)
 	rp := &replayer{dst: dst, after: after}
 	start := *r
 	start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = store.StatusInProgress, nil, nil, nil, nil

@@ -65,17 +65,17 @@ var (
 
 func isNull(r json.RawMessage) bool { return len(r) == 0 || bytes.Equal(r, jsonNull) }
 
-// decodeCreate decodes and validates a create body. Every fault is a 400 with param, before any
+// decodeCreate decodes and validates a create body (scanObject first, so every string is valid
+// UTF-8 without NUL and nesting is at most maxDepth). Every fault is a 400 with param, before any
 // upstream call or write (DESIGN §1 invariant 7). Unknown top-level members are ignored, as
-// OpenAI and vLLM do (Codex sends client_metadata).
-func decodeCreate(body []byte) (*createRequest, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return nil, wire.Invalid("", "invalid_json", "The request body must be a JSON object.")
+// OpenAI and vLLM do (Codex sends client_metadata). The request's members alias body.
+func decodeCreate(body []byte, maxDepth int) (*createRequest, error) {
+	raw, err := scanObject(body, maxDepth)
+	if err != nil {
+		return nil, err
 	}
 	r := &createRequest{raw: raw}
 	e := &r.echo
-	var err error
 
 	if r.Model, err = reqString(raw, "model", true); err != nil {
 		return nil, err

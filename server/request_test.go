@@ -35,7 +35,7 @@ func TestDecodeCreateRejectsBadFieldsWithTheirParam(t *testing.T) {
 		{`{"model":"m","input":"x","tool_choice":"sometimes"}`, "tool_choice", "invalid_value"},
 		{`{"model":"m","input":"x","include":["everything"]}`, "include", "invalid_value"},
 	} {
-		_, err := decodeCreate([]byte(tc.body))
+		_, err := decodeCreate([]byte(tc.body), 64)
 		var ae *wire.APIError
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != tc.param || ae.Code != tc.code {
 			t.Errorf("%s: got %v, want 400 param %q code %q", tc.body, err, tc.param, tc.code)
@@ -44,7 +44,7 @@ func TestDecodeCreateRejectsBadFieldsWithTheirParam(t *testing.T) {
 }
 
 func TestDecodeCreateFillsTheEchoWithOpenAIDefaults(t *testing.T) {
-	r, err := decodeCreate([]byte(`{"model":"m","input":"x","client_metadata":{"ignored":true},"conversation":{"id":"conv_1"}}`))
+	r, err := decodeCreate([]byte(`{"model":"m","input":"x","client_metadata":{"ignored":true},"conversation":{"id":"conv_1"}}`), 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,6 +155,9 @@ type pageQuery struct {
 
 func pageParams(c echo.Context) (pageQuery, error) {
 	p := pageQuery{after: c.QueryParam("after"), limit: 20, order: store.OrderDesc}
+	if !validID(p.after) {
+		return p, invalidID("after")
+	}
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
@@ -180,13 +183,13 @@ func renderList(page *store.ItemPage) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, it.JSON...)
+		b = wire.AppendRaw(b, it.JSON)
 	}
 	b = append(b, `],"first_id":`...)
 	if n := len(page.Items); n > 0 {
-		b = strconv.AppendQuote(b, page.Items[0].ID)
+		b = wire.AppendString(b, page.Items[0].ID)
 		b = append(b, `,"last_id":`...)
-		b = strconv.AppendQuote(b, page.Items[n-1].ID)
+		b = wire.AppendString(b, page.Items[n-1].ID)
 	} else {
 		b = append(b, `null,"last_id":null`...)
 	}

@@ -6,15 +6,18 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/respgate/respgate/wire"
 )
@@ -25,14 +28,16 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.headerLimitMiddleware, s.bodyLimitMiddleware)
+	// The budget of request bytes in flight, shared by every request of this server.
+	budget := semaphore.NewWeighted(s.cfg.MaxBodyBytesInFlight)
+	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.headerLimitMiddleware, s.bodyLimitMiddleware(budget))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
 	// /metrics holds no tenant data but still needs a key when an allowlist is configured.
 	e.GET("/metrics", echo.WrapHandler(s.tel.handler), s.authMiddleware)
 
-	v1 := e.Group("/v1", s.authMiddleware)
+	v1 := e.Group("/v1", s.authMiddleware, s.pathIDMiddleware)
 	v1.POST("/responses", s.createResponse)
 	v1.GET("/responses/:id", s.getResponse)
 	v1.DELETE("/responses/:id", s.deleteResponse)
@@ -163,6 +168,9 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// recoverMiddleware turns a handler's panic into the 500 envelope and logs the panic value and
+// the goroutine's stack, which are what make the bug fixable. It never logs the request body.
+// http.ErrAbortHandler is net/http's way to abort a response on purpose and is re-panicked.
 func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
@@ -170,7 +178,8 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 				if r == http.ErrAbortHandler {
 					panic(r)
 				}
-				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path())
+				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path(),
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				err = &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
 			}
 		}()
@@ -198,16 +207,32 @@ func (s *Server) headerLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 // bodyLimitMiddleware rejects bodies over MaxBodyBytes with 413, by Content-Length when known and
 // while reading otherwise, and bounds the time to read a body (a 1-byte-per-second client gets
-// 408 instead of holding a handler).
-func (s *Server) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
-		if r.ContentLength > s.cfg.MaxBodyBytes {
-			return echo.NewHTTPError(http.StatusRequestEntityTooLarge)
+// 408 instead of holding a handler). It also charges the body to budget (MaxBodyBytesInFlight)
+// until the handler returns: by Content-Length up front, or as a chunked body is read. Past the
+// budget the request gets 503 server_overloaded with Retry-After, so many large bodies at once
+// cannot take the process's memory without bound.
+func (s *Server) bodyLimitMiddleware(budget *semaphore.Weighted) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.ContentLength > s.cfg.MaxBodyBytes {
+				return echo.NewHTTPError(http.StatusRequestEntityTooLarge)
+			}
+			var body io.ReadCloser = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+			switch {
+			case r.ContentLength > 0:
+				if !budget.TryAcquire(r.ContentLength) {
+					return errOverloaded
+				}
+				defer budget.Release(r.ContentLength)
+			case r.ContentLength < 0: // length unknown (chunked)
+				cb := &chargedBody{ReadCloser: body, budget: budget}
+				defer func() { budget.Release(cb.charged) }()
+				body = cb
+			}
+			r.Body = &deadlineBody{ReadCloser: body, rc: http.NewResponseController(c.Response()), timeout: s.cfg.BodyReadTimeout}
+			return next(c)
 		}
-		r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes),
-			rc: http.NewResponseController(c.Response()), timeout: s.cfg.BodyReadTimeout}
-		return next(c)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -50,15 +49,7 @@ func (s *Server) createResponse(c echo.Context) error {
 	}
 	defer s.inflight.Done()
 
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return echo.NewHTTPError(http.StatusRequestEntityTooLarge)
-		}
-		return err
-	}
-	req, err := decodeCreate(body)
+	req, err := s.readCreate(c)
 	if err != nil {
 		return err
 	}
