@@ -24,14 +24,6 @@ const (
 	DefaultMaxItemBytes = 16 << 20
 )
 
-// Response and item statuses.
-const (
-	StatusInProgress = "in_progress"
-	StatusCompleted  = "completed"
-	StatusIncomplete = "incomplete"
-	StatusFailed     = "failed"
-)
-
 // Errors Feed wraps (test with errors.Is). Their text never contains upstream content.
 var (
 	// ErrMalformed: an event respgate needs is not valid JSON or a field has the wrong type.
@@ -78,17 +70,11 @@ type Options struct {
 	// ("<namespace>__<name>", see rehydrate.Result.ToolNames) back to what the client declared. A
 	// function call of such a tool reaches the client as {"name": Name, "namespace": Namespace},
 	// as OpenAI and vLLM itself answer it; other names pass unchanged. Nil: no mapping.
-	ToolNames map[string]ToolName
+	ToolNames map[string]wire.ToolName
 	// Observe, when set, sees every client event as it is built: its sequence_number, type and
 	// JSON data (only valid during the call; copy it to keep it). The server logs events with it
 	// so a stream can be replayed exactly.
-	Observe func(seq int64, typ string, data []byte)
-}
-
-// ToolName is the client-facing identity of a function tool declared inside a namespace tool.
-type ToolName struct {
-	Namespace string
-	Name      string
+	Observe func(seq int64, typ wire.EventType, data []byte)
 }
 
 // Snapshot is the state a Render function renders into a response object.
@@ -96,30 +82,24 @@ type Snapshot struct {
 	ResponseID string
 	Model      string
 	CreatedAt  int64
-	Status     string
+	Status     wire.Status
 	Output     []wire.Item // never nil
 	// Usage is the OpenAI-shaped usage object, nil for null.
 	Usage json.RawMessage
 	// Error is set only when Status is "failed".
-	Error *ErrorObject
+	Error *wire.ErrorObject
 	// IncompleteDetails is {"reason":…} when Status is "incomplete", else nil for null.
 	IncompleteDetails json.RawMessage
 }
 
-// ErrorObject is a failed response's error member. Message is safe to show a client.
-type ErrorObject struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // Result is what a stream (or a non-streamed response) amounts to: what the server stores.
 type Result struct {
-	Status string      `json:"status"`
+	Status wire.Status `json:"status"`
 	Output []wire.Item `json:"output"`
 	// Usage is OpenAI-shaped, nil if upstream sent none.
-	Usage             json.RawMessage `json:"usage"`
-	Error             *ErrorObject    `json:"error"`
-	IncompleteDetails json.RawMessage `json:"incomplete_details"`
+	Usage             json.RawMessage   `json:"usage"`
+	Error             *wire.ErrorObject `json:"error"`
+	IncompleteDetails json.RawMessage   `json:"incomplete_details"`
 	// Dropped counts upstream events dropped: unknown and vendor events, duplicates, and events
 	// for items or parts that were already closed.
 	Dropped int `json:"dropped"`
@@ -148,9 +128,9 @@ type Accumulator struct {
 	parts   int // content and summary parts, all items
 	total   int // bytes held, all items (Options.MaxTotalBytes)
 
-	err     error        // sticky: the first Feed error
-	failure *ErrorObject // the upstream's own error (error event)
-	term    *terminal    // the upstream terminal event
+	err     error             // sticky: the first Feed error
+	failure *wire.ErrorObject // the upstream's own error (error event)
+	term    *terminal         // the upstream terminal event
 	res     *Result
 
 	env env
@@ -204,12 +184,12 @@ func (a *Accumulator) Start(dst []byte) []byte {
 		return dst
 	}
 	a.started = true
-	s := a.snapshot(StatusInProgress, []wire.Item{})
-	dst = a.emitResponse(dst, evCreated, &s)
-	return a.emitResponse(dst, evInProgress, &s)
+	s := a.snapshot(wire.StatusInProgress, []wire.Item{})
+	dst = a.emitResponse(dst, wire.EventCreated, &s)
+	return a.emitResponse(dst, wire.EventInProgress, &s)
 }
 
-func (a *Accumulator) snapshot(status string, out []wire.Item) Snapshot {
+func (a *Accumulator) snapshot(status wire.Status, out []wire.Item) Snapshot {
 	if out == nil {
 		out = []wire.Item{}
 	}
@@ -259,57 +239,58 @@ func (a *Accumulator) setErr(err error) error {
 	return err
 }
 
-func jsonType(d []byte) (string, bool) {
+func jsonType(d []byte) (wire.EventType, bool) {
 	o := newObjIter(d, 0)
 	for k, v, more := o.next(); more; k, v, more = o.next() {
 		if string(k) == "type" {
-			return strValue(v)
+			s, ok := strValue(v)
+			return wire.EventType(s), ok
 		}
 	}
 	return "", false
 }
 
-func (a *Accumulator) feed(dst []byte, typ string, d []byte) ([]byte, error) {
+func (a *Accumulator) feed(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	switch typ {
-	case evTextDelta:
+	case wire.EventTextDelta:
 		return a.onDelta(dst, typ, d, pOutputText)
-	case evReasonDelta:
+	case wire.EventReasoningDelta:
 		return a.onDelta(dst, typ, d, pReasoningText)
-	case evSumDelta:
+	case wire.EventSummaryDelta:
 		return a.onDelta(dst, typ, d, pSummaryText)
-	case evRefusalDelta:
+	case wire.EventRefusalDelta:
 		return a.onDelta(dst, typ, d, pRefusal)
-	case evArgsDelta:
+	case wire.EventArgsDelta:
 		return a.onArgs(dst, typ, d, false)
-	case evArgsDone:
+	case wire.EventArgsDone:
 		return a.onArgs(dst, typ, d, true)
-	case evTextDone:
+	case wire.EventTextDone:
 		return a.onTextDone(dst, typ, d, pOutputText)
-	case evReasonDone:
+	case wire.EventReasoningDone:
 		return a.onTextDone(dst, typ, d, pReasoningText)
-	case evSumDone:
+	case wire.EventSummaryTextDone:
 		return a.onTextDone(dst, typ, d, pSummaryText)
-	case evRefusalDone:
+	case wire.EventRefusalDone:
 		return a.onTextDone(dst, typ, d, pRefusal)
-	case evPartAdded, evVLLMPartAdded:
+	case wire.EventPartAdded, wire.EventVLLMReasoningPartAdded:
 		return a.onPart(dst, typ, d, false, false)
-	case evPartDone, evVLLMPartDone:
+	case wire.EventPartDone, wire.EventVLLMReasoningPartDone:
 		return a.onPart(dst, typ, d, false, true)
-	case evSumPartAdded:
+	case wire.EventSummaryAdded:
 		return a.onPart(dst, typ, d, true, false)
-	case evSumPartDone:
+	case wire.EventSummaryDone:
 		return a.onPart(dst, typ, d, true, true)
-	case evItemAdded:
+	case wire.EventItemAdded:
 		return a.onItemAdded(dst, typ, d)
-	case evItemDone:
+	case wire.EventItemDone:
 		return a.onItemDone(dst, typ, d)
-	case evAnnotation:
+	case wire.EventAnnotation:
 		return a.onAnnotation(dst, typ, d)
-	case evCompleted, evIncomplete, evFailed:
+	case wire.EventCompleted, wire.EventIncomplete, wire.EventFailed:
 		return a.onTerminal(dst, typ, d)
-	case evError:
+	case wire.EventError:
 		return a.onError(dst, typ, d)
-	case evCreated, evInProgress, evQueued:
+	case wire.EventCreated, wire.EventInProgress, wire.EventQueued:
 		// Ours went out in Start; vLLM's response object is never forwarded (CONTRACT §6.2).
 		return dst, nil
 	}
@@ -330,14 +311,14 @@ const (
 	msgFailed        = "The upstream model server failed the response."
 )
 
-func (a *Accumulator) failureFor(err error) *ErrorObject {
+func (a *Accumulator) failureFor(err error) *wire.ErrorObject {
 	switch {
 	case errors.Is(err, ErrUpstream) && a.failure != nil:
 		return a.failure
 	case errors.Is(err, ErrLimit):
-		return &ErrorObject{Code: wire.ErrServer, Message: msgLimit}
+		return &wire.ErrorObject{Code: wire.ErrServer, Message: msgLimit}
 	}
-	return &ErrorObject{Code: wire.ErrServer, Message: msgInvalid}
+	return &wire.ErrorObject{Code: wire.ErrServer, Message: msgInvalid}
 }
 
 // Close ends the stream: it appends the synthesised done events for every open part and item and
@@ -356,21 +337,21 @@ func (a *Accumulator) Close(dst []byte, cause error) ([]byte, *Result) {
 	t := a.term
 	switch {
 	case a.err != nil:
-		r.Status, r.Error = StatusFailed, a.failureFor(a.err)
+		r.Status, r.Error = wire.StatusFailed, a.failureFor(a.err)
 	case cause != nil:
-		r.Status, r.Error = StatusFailed, &ErrorObject{Code: wire.ErrServer, Message: msgBroken}
+		r.Status, r.Error = wire.StatusFailed, &wire.ErrorObject{Code: wire.ErrServer, Message: msgBroken}
 	case !a.done || t == nil:
-		r.Status, r.Error = StatusFailed, &ErrorObject{Code: wire.ErrServer, Message: msgEnded}
+		r.Status, r.Error = wire.StatusFailed, &wire.ErrorObject{Code: wire.ErrServer, Message: msgEnded}
 	default:
 		r.Status, r.Error, r.IncompleteDetails = t.status, t.err, t.incomplete
 	}
 	if t != nil {
 		r.Usage = t.usage
 	}
-	adopt := t != nil && r.Status != StatusFailed
-	openStatus := StatusIncomplete // an item cut short
-	if r.Status == StatusCompleted {
-		openStatus = StatusCompleted // upstream declared it complete
+	adopt := t != nil && r.Status != wire.StatusFailed
+	openStatus := wire.StatusIncomplete // an item cut short
+	if r.Status == wire.StatusCompleted {
+		openStatus = wire.StatusCompleted // upstream declared it complete
 	}
 	for i, it := range a.items {
 		var ti *parsedItem
@@ -398,7 +379,7 @@ func (a *Accumulator) Close(dst []byte, cause error) ([]byte, *Result) {
 			if ti == nil {
 				continue
 			}
-			it, err := a.create(evCompleted, ti.kind, ti.typ, 0, false, nil)
+			it, err := a.create(wire.EventCompleted, ti.kind, ti.typ, 0, false, nil)
 			if err != nil {
 				break
 			}
@@ -446,11 +427,11 @@ func consistent(it *item, ti *parsedItem) bool {
 // itemStatus is the status of an item known only from a whole response (terminal extras and
 // FromResponse): completed, except that the last item of an incomplete response is the one that
 // was cut (vLLM marks every item completed, CONTRACT §6.2).
-func itemStatus(ti *parsedItem, last bool, respStatus string) string {
-	if ti.status == StatusIncomplete || last && respStatus == StatusIncomplete {
-		return StatusIncomplete
+func itemStatus(ti *parsedItem, last bool, respStatus wire.Status) wire.Status {
+	if ti.status == wire.StatusIncomplete || last && respStatus == wire.StatusIncomplete {
+		return wire.StatusIncomplete
 	}
-	return StatusCompleted
+	return wire.StatusCompleted
 }
 
 // Terminal appends the one terminal event for r: response.completed, response.incomplete or
@@ -476,20 +457,20 @@ func (a *Accumulator) Terminal(dst []byte, r *Result) []byte {
 	a.terminated = true
 	s := a.snapshot(r.Status, r.Output)
 	s.Usage = r.Usage
-	typ := evCompleted
+	typ := wire.EventCompleted
 	switch r.Status {
-	case StatusCompleted:
-	case StatusIncomplete:
-		typ = evIncomplete
+	case wire.StatusCompleted:
+	case wire.StatusIncomplete:
+		typ = wire.EventIncomplete
 		s.IncompleteDetails = r.IncompleteDetails
 		if s.IncompleteDetails == nil {
 			s.IncompleteDetails = defaultIncomplete
 		}
 	default:
-		typ, s.Status = evFailed, StatusFailed
+		typ, s.Status = wire.EventFailed, wire.StatusFailed
 		s.Error = r.Error
 		if s.Error == nil {
-			s.Error = &ErrorObject{Code: wire.ErrServer, Message: msgFailed}
+			s.Error = &wire.ErrorObject{Code: wire.ErrServer, Message: msgFailed}
 		}
 	}
 	return a.emitResponse(dst, typ, &s)

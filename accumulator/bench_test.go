@@ -16,30 +16,30 @@ func benchTrace(kind string) []wire.Event {
 	var evs []wire.Event
 	seq := 0
 	add := func(typ, body string) {
-		evs = append(evs, wire.Event{Type: typ, Data: []byte(fmt.Sprintf(`{%s,"type":%q,"sequence_number":%d}`, body, typ, seq))})
+		evs = append(evs, wire.Event{Type: wire.EventType(typ), Data: []byte(fmt.Sprintf(`{%s,"type":%q,"sequence_number":%d}`, body, typ, seq))})
 		seq++
 	}
-	add(evCreated, `"response":{"id":"resp_b","status":"in_progress","output":[]}`)
+	add(string(wire.EventCreated), `"response":{"id":"resp_b","status":"in_progress","output":[]}`)
 	switch kind {
 	case "text":
-		add(evItemAdded, `"item":{"id":"msg_b","content":[],"role":"assistant","status":"in_progress","type":"message"},"output_index":0`)
-		add(evPartAdded, `"content_index":0,"item_id":"msg_b","output_index":0,"part":{"annotations":[],"text":"","type":"output_text","logprobs":[]}`)
+		add(string(wire.EventItemAdded), `"item":{"id":"msg_b","content":[],"role":"assistant","status":"in_progress","type":"message"},"output_index":0`)
+		add(string(wire.EventPartAdded), `"content_index":0,"item_id":"msg_b","output_index":0,"part":{"annotations":[],"text":"","type":"output_text","logprobs":[]}`)
 		for i := 0; i < benchDeltas; i++ {
-			add(evTextDelta, `"content_index":0,"delta":"word ","item_id":"msg_b","output_index":0,"logprobs":[]`)
+			add(string(wire.EventTextDelta), `"content_index":0,"delta":"word ","item_id":"msg_b","output_index":0,"logprobs":[]`)
 		}
 	case "reasoning":
-		add(evItemAdded, `"item":{"id":"msg_r","summary":[],"type":"reasoning","content":null,"encrypted_content":null,"status":"in_progress"},"output_index":0`)
-		add(evVLLMPartAdded, `"content_index":0,"item_id":"msg_r","output_index":0,"part":{"text":"","type":"reasoning_text"}`)
+		add(string(wire.EventItemAdded), `"item":{"id":"msg_r","summary":[],"type":"reasoning","content":null,"encrypted_content":null,"status":"in_progress"},"output_index":0`)
+		add(string(wire.EventVLLMReasoningPartAdded), `"content_index":0,"item_id":"msg_r","output_index":0,"part":{"text":"","type":"reasoning_text"}`)
 		for i := 0; i < benchDeltas; i++ {
-			add(evReasonDelta, `"content_index":0,"delta":"think\n","item_id":"msg_r","output_index":0`)
+			add(string(wire.EventReasoningDelta), `"content_index":0,"delta":"think\n","item_id":"msg_r","output_index":0`)
 		}
 	case "tool":
-		add(evItemAdded, `"item":{"arguments":"","call_id":"call_s","name":"get_weather","type":"function_call","id":"fc_s","status":"in_progress"},"output_index":0`)
+		add(string(wire.EventItemAdded), `"item":{"arguments":"","call_id":"call_s","name":"get_weather","type":"function_call","id":"fc_s","status":"in_progress"},"output_index":0`)
 		for i := 0; i < benchDeltas; i++ {
-			add(evArgsDelta, `"item_id":"fc_s","delta":"{\"k\":1}","output_index":0`)
+			add(string(wire.EventArgsDelta), `"item_id":"fc_s","delta":"{\"k\":1}","output_index":0`)
 		}
 	}
-	add(evCompleted, `"response":{"id":"resp_b","status":"completed","output":[],"usage":{"input_tokens":1,"output_tokens":1000,"total_tokens":1001}}`)
+	add(string(wire.EventCompleted), `"response":{"id":"resp_b","status":"completed","output":[],"usage":{"input_tokens":1,"output_tokens":1000,"total_tokens":1001}}`)
 	return evs
 }
 
@@ -93,7 +93,7 @@ func BenchmarkFeedDelta(b *testing.B) {
 			a := New(Options{ResponseID: "resp_b", MaxItemBytes: 1 << 62})
 			var dst []byte
 			i := 0
-			for ; !deltaTypes[evs[i].Type]; i++ {
+			for ; !deltaTypes[string(evs[i].Type)]; i++ {
 				dst, _ = a.Feed(dst, evs[i])
 			}
 			delta := evs[i]

@@ -10,36 +10,7 @@ import (
 // wire.Event.AppendSSE. Every event carries the next sequence_number, so the numbers are dense
 // across Start, Feed, Close and Terminal (CONTRACT §5.1).
 
-const (
-	evCreated       = "response.created"
-	evInProgress    = "response.in_progress"
-	evCompleted     = "response.completed"
-	evIncomplete    = "response.incomplete"
-	evFailed        = "response.failed"
-	evItemAdded     = "response.output_item.added"
-	evItemDone      = "response.output_item.done"
-	evPartAdded     = "response.content_part.added"
-	evPartDone      = "response.content_part.done"
-	evSumPartAdded  = "response.reasoning_summary_part.added"
-	evSumPartDone   = "response.reasoning_summary_part.done"
-	evTextDelta     = "response.output_text.delta"
-	evTextDone      = "response.output_text.done"
-	evRefusalDelta  = "response.refusal.delta"
-	evRefusalDone   = "response.refusal.done"
-	evReasonDelta   = "response.reasoning_text.delta"
-	evReasonDone    = "response.reasoning_text.done"
-	evSumDelta      = "response.reasoning_summary_text.delta"
-	evSumDone       = "response.reasoning_summary_text.done"
-	evArgsDelta     = "response.function_call_arguments.delta"
-	evArgsDone      = "response.function_call_arguments.done"
-	evAnnotation    = "response.output_text.annotation.added"
-	evVLLMPartAdded = "response.reasoning_part.added" // vLLM-only (CONTRACT §6.5 quirk 1)
-	evVLLMPartDone  = "response.reasoning_part.done"
-	evQueued        = "response.queued"
-	evError         = "error"
-)
-
-func (a *Accumulator) head(typ string) []byte {
+func (a *Accumulator) head(typ wire.EventType) []byte {
 	b := append(a.buf[:0], `{"type":"`...)
 	b = append(b, typ...)
 	b = append(b, `","sequence_number":`...)
@@ -48,7 +19,7 @@ func (a *Accumulator) head(typ string) []byte {
 	return b
 }
 
-func (a *Accumulator) emit(dst []byte, typ string, b []byte) []byte {
+func (a *Accumulator) emit(dst []byte, typ wire.EventType, b []byte) []byte {
 	b = append(b, '}')
 	a.buf = b
 	if a.opts.Observe != nil {
@@ -74,34 +45,34 @@ func appendPartIndex(b []byte, sum bool, i int) []byte {
 }
 
 func (a *Accumulator) emitItemAdded(dst []byte, it *item) []byte {
-	b := a.head(evItemAdded)
+	b := a.head(wire.EventItemAdded)
 	b = append(b, `,"output_index":`...)
 	b = itoa(b, it.index)
 	b = append(b, `,"item":`...)
 	b = appendItem(b, it, false)
-	return a.emit(dst, evItemAdded, b)
+	return a.emit(dst, wire.EventItemAdded, b)
 }
 
 func (a *Accumulator) emitItemDone(dst []byte, it *item) []byte {
-	b := a.head(evItemDone)
+	b := a.head(wire.EventItemDone)
 	b = append(b, `,"output_index":`...)
 	b = itoa(b, it.index)
 	b = append(b, `,"item":`...)
 	b = append(b, it.final...)
-	return a.emit(dst, evItemDone, b)
+	return a.emit(dst, wire.EventItemDone, b)
 }
 
 // emitPart emits content_part.added/.done (reasoning_text parts included: vLLM's
 // reasoning_part.* become content_part.*, CONTRACT §6.5 quirk 1) or reasoning_summary_part.*.
 func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum, done bool) []byte {
-	typ := evPartAdded
+	typ := wire.EventPartAdded
 	switch {
 	case sum && done:
-		typ = evSumPartDone
+		typ = wire.EventSummaryDone
 	case sum:
-		typ = evSumPartAdded
+		typ = wire.EventSummaryAdded
 	case done:
-		typ = evPartDone
+		typ = wire.EventPartDone
 	}
 	b := a.head(typ)
 	b = appendLoc(b, it)
@@ -111,16 +82,16 @@ func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum, done b
 	return a.emit(dst, typ, b)
 }
 
-func deltaType(pk pkind) string {
+func deltaType(pk pkind) wire.EventType {
 	switch pk {
 	case pRefusal:
-		return evRefusalDelta
+		return wire.EventRefusalDelta
 	case pReasoningText:
-		return evReasonDelta
+		return wire.EventReasoningDelta
 	case pSummaryText:
-		return evSumDelta
+		return wire.EventSummaryDelta
 	}
-	return evTextDelta
+	return wire.EventTextDelta
 }
 
 // emitDelta emits a text delta; tok is the delta as a JSON string token.
@@ -138,14 +109,14 @@ func (a *Accumulator) emitDelta(dst []byte, it *item, pk pkind, i int, tok []byt
 }
 
 func (a *Accumulator) emitTextDone(dst []byte, it *item, pk pkind, i int, text []byte) []byte {
-	typ, field := evTextDone, `,"text":`
+	typ, field := wire.EventTextDone, `,"text":`
 	switch pk {
 	case pRefusal:
-		typ, field = evRefusalDone, `,"refusal":`
+		typ, field = wire.EventRefusalDone, `,"refusal":`
 	case pReasoningText:
-		typ = evReasonDone
+		typ = wire.EventReasoningDone
 	case pSummaryText:
-		typ = evSumDone
+		typ = wire.EventSummaryTextDone
 	}
 	b := a.head(typ)
 	b = appendLoc(b, it)
@@ -159,38 +130,38 @@ func (a *Accumulator) emitTextDone(dst []byte, it *item, pk pkind, i int, text [
 }
 
 func (a *Accumulator) emitArgsDelta(dst []byte, it *item, tok []byte) []byte {
-	b := a.head(evArgsDelta)
+	b := a.head(wire.EventArgsDelta)
 	b = appendLoc(b, it)
 	b = append(b, `,"delta":`...)
 	b = append(b, tok...)
-	return a.emit(dst, evArgsDelta, b)
+	return a.emit(dst, wire.EventArgsDelta, b)
 }
 
 func (a *Accumulator) emitArgsDone(dst []byte, it *item) []byte {
-	b := a.head(evArgsDone)
+	b := a.head(wire.EventArgsDone)
 	b = appendLoc(b, it)
 	b = append(b, `,"arguments":`...)
 	b = appendBytesString(b, it.args)
 	name, _ := it.clientName()
 	b = append(b, `,"name":`...)
 	b = appendString(b, name)
-	return a.emit(dst, evArgsDone, b)
+	return a.emit(dst, wire.EventArgsDone, b)
 }
 
 func (a *Accumulator) emitAnnotation(dst []byte, it *item, ci, ai int, ann []byte) []byte {
-	b := a.head(evAnnotation)
+	b := a.head(wire.EventAnnotation)
 	b = appendLoc(b, it)
 	b = appendPartIndex(b, false, ci)
 	b = append(b, `,"annotation_index":`...)
 	b = itoa(b, ai)
 	b = append(b, `,"annotation":`...)
 	b = appendCompact(b, ann)
-	return a.emit(dst, evAnnotation, b)
+	return a.emit(dst, wire.EventAnnotation, b)
 }
 
 // emitResponse emits response.created/in_progress or a terminal event carrying the rendered
 // response object.
-func (a *Accumulator) emitResponse(dst []byte, typ string, s *Snapshot) []byte {
+func (a *Accumulator) emitResponse(dst []byte, typ wire.EventType, s *Snapshot) []byte {
 	obj := a.opts.Render(s)
 	if !validJSON(obj) {
 		obj = renderDefault(s) // a broken renderer must not break the stream

@@ -11,7 +11,7 @@ import (
 // indices and limits before it changes anything, then synthesises whatever upstream skipped and
 // emits the normalised events.
 
-func fail(typ string, sentinel error, format string, args ...any) error {
+func fail[T ~string](typ T, sentinel error, format string, args ...any) error {
 	return fmt.Errorf("accumulator: %s: %s: %w", typ, fmt.Sprintf(format, args...), sentinel)
 }
 
@@ -27,7 +27,7 @@ type env struct {
 	errObj, code, msg   []byte
 }
 
-func (a *Accumulator) parseEnv(typ string, d []byte) error {
+func (a *Accumulator) parseEnv(typ wire.EventType, d []byte) error {
 	e := &a.env
 	*e = env{}
 	o := newObjIter(d, 0)
@@ -77,7 +77,7 @@ func (a *Accumulator) parseEnv(typ string, d []byte) error {
 	return nil
 }
 
-func index(typ, field string, v []byte) (int64, bool, error) {
+func index(typ wire.EventType, field string, v []byte) (int64, bool, error) {
 	if isNull(v) {
 		return 0, false, nil
 	}
@@ -96,7 +96,7 @@ func index(typ, field string, v []byte) (int64, bool, error) {
 // locate finds the item an event addresses by upstream output_index (vLLM's ids are not stable:
 // harmony reuses a stale id for a done-only item, CONTRACT §6.5 quirks 3 and 8), falling back to
 // the upstream id when the event has no index. nil, nil means a new item.
-func (a *Accumulator) locate(typ string, up int64, hasUp bool, upID []byte) (*item, error) {
+func (a *Accumulator) locate(typ wire.EventType, up int64, hasUp bool, upID []byte) (*item, error) {
 	if hasUp {
 		if it := a.last; it != nil && it.up == up {
 			return it, nil
@@ -117,7 +117,7 @@ func (a *Accumulator) locate(typ string, up int64, hasUp bool, upID []byte) (*it
 }
 
 // create mints ids for a new item (at its first sight, CONTRACT §8.1) and appends it.
-func (a *Accumulator) create(typ string, k kind, itemType string, up int64, hasUp bool, upID []byte) (*item, error) {
+func (a *Accumulator) create(typ wire.EventType, k kind, itemType string, up int64, hasUp bool, upID []byte) (*item, error) {
 	if len(a.items) >= a.opts.MaxItems {
 		return nil, fail(typ, ErrLimit, "more than %d output items", a.opts.MaxItems)
 	}
@@ -159,7 +159,7 @@ func typeName(k kind) string {
 
 // locatePart finds a part by upstream index within an item, mapping indices by first-seen order
 // (harmony never resets content_index between items, CONTRACT §6.5 quirk 2). nil means new.
-func (a *Accumulator) locatePart(typ string, it *item, sum bool, idx int64, has bool) (*part, int, error) {
+func (a *Accumulator) locatePart(typ wire.EventType, it *item, sum bool, idx int64, has bool) (*part, int, error) {
 	ps := *it.list(sum)
 	if !has {
 		if len(ps) > 0 {
@@ -201,7 +201,7 @@ func (a *Accumulator) addPart(it *item, sum bool, pk pkind, idx int64, has bool)
 	return p, len(*l) - 1
 }
 
-func (a *Accumulator) checkSize(typ string, it *item, n int) error {
+func (a *Accumulator) checkSize(typ wire.EventType, it *item, n int) error {
 	cur := 0
 	if it != nil {
 		cur = it.size
@@ -223,7 +223,7 @@ func (a *Accumulator) grow(it *item, n int) {
 
 // ensure creates (and announces) the item and part an event addresses when upstream skipped their
 // added events (CONTRACT §6.5 quirk 8).
-func (a *Accumulator) ensure(dst []byte, typ string, it *item, p *part, pos int, k kind, sum bool, pk pkind) ([]byte, *item, *part, int, error) {
+func (a *Accumulator) ensure(dst []byte, typ wire.EventType, it *item, p *part, pos int, k kind, sum bool, pk pkind) ([]byte, *item, *part, int, error) {
 	e := &a.env
 	if it == nil {
 		var err error
@@ -245,7 +245,7 @@ func (a *Accumulator) ensure(dst []byte, typ string, it *item, p *part, pos int,
 
 // find resolves the item and part of a part-level event and checks that they fit pk.
 // skip means the event is late (its item or part is already closed) and is dropped.
-func (a *Accumulator) find(typ string, pk pkind, sum bool) (it *item, p *part, pos int, skip bool, err error) {
+func (a *Accumulator) find(typ wire.EventType, pk pkind, sum bool) (it *item, p *part, pos int, skip bool, err error) {
 	e := &a.env
 	if it, err = a.locate(typ, e.oi, e.hasOI, e.itemID); err != nil || it == nil {
 		return it, nil, 0, false, err
@@ -280,7 +280,7 @@ func (a *Accumulator) unescaped(c []byte) []byte {
 
 // onDelta handles output_text/refusal/reasoning_text/reasoning_summary_text deltas: the hot path.
 // Reasoning text goes to the item's content parts, summary text to its summary parts, never mixed.
-func (a *Accumulator) onDelta(dst []byte, typ string, d []byte, pk pkind) ([]byte, error) {
+func (a *Accumulator) onDelta(dst []byte, typ wire.EventType, d []byte, pk pkind) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -313,7 +313,7 @@ func (a *Accumulator) onDelta(dst []byte, typ string, d []byte, pk pkind) ([]byt
 
 // onTextDone handles output_text/refusal/reasoning_text/reasoning_summary_text done events: their
 // text replaces the part's accumulated deltas.
-func (a *Accumulator) onTextDone(dst []byte, typ string, d []byte, pk pkind) ([]byte, error) {
+func (a *Accumulator) onTextDone(dst []byte, typ wire.EventType, d []byte, pk pkind) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -359,7 +359,7 @@ func (a *Accumulator) onTextDone(dst []byte, typ string, d []byte, pk pkind) ([]
 // onPart handles content_part.* (and vLLM's reasoning_part.*, rewritten to content_part.*) and
 // reasoning_summary_part.*. Only part types the SDK unions know reach the client: a part event
 // without a valid part of such a type is dropped (a done one still closes the part it names).
-func (a *Accumulator) onPart(dst []byte, typ string, d []byte, sum, done bool) ([]byte, error) {
+func (a *Accumulator) onPart(dst []byte, typ wire.EventType, d []byte, sum, done bool) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -391,7 +391,7 @@ func (a *Accumulator) onPart(dst []byte, typ string, d []byte, sum, done bool) (
 		}
 	}
 	k := itemKindFor(pk)
-	if sum || typ == evVLLMPartAdded || typ == evVLLMPartDone {
+	if sum || typ == wire.EventVLLMReasoningPartAdded || typ == wire.EventVLLMReasoningPartDone {
 		k = kReasoning
 	}
 	if dst, it, p, pos, err = a.ensure(dst, typ, it, p, pos, k, sum, pk); err != nil {
@@ -417,11 +417,11 @@ func (a *Accumulator) onPart(dst []byte, typ string, d []byte, sum, done bool) (
 
 // partAllowed is the part-type filter for a part event: the kinds it may carry are rebuilt,
 // anything else is kept as raw JSON.
-func partAllowed(sum bool, typ string) func(pkind) bool {
+func partAllowed(sum bool, typ wire.EventType) func(pkind) bool {
 	switch {
 	case sum:
 		return summaryPart
-	case typ == evVLLMPartAdded || typ == evVLLMPartDone:
+	case typ == wire.EventVLLMReasoningPartAdded || typ == wire.EventVLLMReasoningPartDone:
 		return reasoningPart
 	}
 	return notSummaryPart
@@ -430,7 +430,7 @@ func partAllowed(sum bool, typ string) func(pkind) bool {
 func notSummaryPart(k pkind) bool { return k != pSummaryText }
 
 // onArgs handles function_call_arguments.delta and .done.
-func (a *Accumulator) onArgs(dst []byte, typ string, d []byte, done bool) ([]byte, error) {
+func (a *Accumulator) onArgs(dst []byte, typ wire.EventType, d []byte, done bool) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -490,7 +490,7 @@ func (a *Accumulator) onArgs(dst []byte, typ string, d []byte, done bool) ([]byt
 }
 
 // onAnnotation handles output_text.annotation.added, renumbering its indices.
-func (a *Accumulator) onAnnotation(dst []byte, typ string, d []byte) ([]byte, error) {
+func (a *Accumulator) onAnnotation(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -524,7 +524,7 @@ func (a *Accumulator) onAnnotation(dst []byte, typ string, d []byte) ([]byte, er
 
 // onItemAdded announces an item. An added for an item already known (created by an earlier
 // delta) is a duplicate and dropped.
-func (a *Accumulator) onItemAdded(dst []byte, typ string, d []byte) ([]byte, error) {
+func (a *Accumulator) onItemAdded(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -573,7 +573,7 @@ func (a *Accumulator) adopt(it *item, pi *parsedItem) {
 
 // onItemDone closes an item. A successfully parsed done item is authoritative for the fields it
 // states; a malformed one keeps the delta-derived state (DESIGN §4).
-func (a *Accumulator) onItemDone(dst []byte, typ string, d []byte) ([]byte, error) {
+func (a *Accumulator) onItemDone(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -612,11 +612,11 @@ func (a *Accumulator) onItemDone(dst []byte, typ string, d []byte) ([]byte, erro
 		dst = a.emitItemAdded(dst, it)
 	}
 	var src *parsedItem
-	status := StatusCompleted // normalises vLLM's status:null (CONTRACT §6.2)
+	status := wire.StatusCompleted // normalises vLLM's status:null (CONTRACT §6.2)
 	if ok {
 		src = &pi
-		if pi.status == StatusIncomplete {
-			status = StatusIncomplete
+		if pi.status == wire.StatusIncomplete {
+			status = wire.StatusIncomplete
 		}
 	}
 	return a.closeItem(dst, it, src, status), nil
@@ -671,7 +671,7 @@ func (a *Accumulator) merge(it *item, src *parsedItem) (parts, sums []*part, ove
 
 // closeItem merges src (nil: keep the accumulated state), closes every open part with the
 // synthesised done events upstream skipped, and emits output_item.done.
-func (a *Accumulator) closeItem(dst []byte, it *item, src *parsedItem, status string) []byte {
+func (a *Accumulator) closeItem(dst []byte, it *item, src *parsedItem, status wire.Status) []byte {
 	streamedArgs := len(it.args) > 0
 	parts, sums, overP, overS := a.merge(it, src)
 	dst = a.closeParts(dst, it, false, parts, overP)
@@ -687,7 +687,7 @@ func (a *Accumulator) closeItem(dst []byte, it *item, src *parsedItem, status st
 	it.parts, it.sums = parts, sums
 	it.status = status
 	if it.kind == kOther && src == nil {
-		it.rawStatus = status // a type we pass through, cut short: its own status would say in_progress
+		it.rawStatus = string(status) // a type we pass through, cut short: its own status would say in_progress
 	}
 	it.closed = true
 	it.final = appendItem(nil, it, true)
@@ -738,7 +738,7 @@ func (a *Accumulator) closeParts(dst []byte, it *item, sum bool, final []*part, 
 
 // onTerminal records the upstream terminal event. vLLM always sends response.completed, even for
 // status incomplete (CONTRACT §6.5 quirk 4); the status inside decides.
-func (a *Accumulator) onTerminal(dst []byte, typ string, d []byte) ([]byte, error) {
+func (a *Accumulator) onTerminal(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -752,7 +752,7 @@ func (a *Accumulator) onTerminal(dst []byte, typ string, d []byte) ([]byte, erro
 }
 
 // onError records an upstream error event: the stream has failed (CONTRACT §6.5 quirk 5).
-func (a *Accumulator) onError(dst []byte, typ string, d []byte) ([]byte, error) {
+func (a *Accumulator) onError(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}

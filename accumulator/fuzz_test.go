@@ -3,6 +3,8 @@ package accumulator
 import (
 	"os"
 	"testing"
+
+	"github.com/respgate/respgate/wire"
 )
 
 const (
@@ -38,14 +40,14 @@ func FuzzAccumulate(f *testing.F) {
 		if err := checkResult(info, res); err != nil {
 			t.Fatal(err)
 		}
-		if res.Status == StatusCompleted {
+		if res.Status == wire.StatusCompleted {
 			sawCompleted := false
 			for _, e := range evs {
 				typ := e.Type
 				if typ == "" || typ == "message" {
 					typ, _ = jsonType(e.Data)
 				}
-				sawCompleted = sawCompleted || typ == evCompleted
+				sawCompleted = sawCompleted || typ == wire.EventCompleted
 			}
 			if !sawCompleted {
 				t.Fatal("completed without an upstream response.completed")

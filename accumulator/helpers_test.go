@@ -51,7 +51,7 @@ func parseSSE(b []byte) []wire.Event {
 		}
 		if len(line) == 0 {
 			if hasData && string(data) != "[DONE]" {
-				evs = append(evs, wire.Event{Type: typ, Data: data})
+				evs = append(evs, wire.Event{Type: wire.EventType(typ), Data: data})
 			}
 			typ, data, hasData = "", nil, false
 			continue
@@ -262,15 +262,15 @@ func validateStream(stream []byte) (*streamInfo, error) {
 			return nil, errf("event after the terminal event")
 		}
 		switch {
-		case i == 0 && ev.Type != evCreated:
+		case i == 0 && ev.Type != string(wire.EventCreated):
 			return nil, errf("first event is not response.created")
-		case i == 1 && ev.Type != evInProgress:
+		case i == 1 && ev.Type != string(wire.EventInProgress):
 			return nil, errf("second event is not response.in_progress")
 		}
 		var it *vItem
 		if _, has := o["output_index"]; has {
 			oi := num(o["output_index"])
-			if ev.Type == evItemAdded {
+			if ev.Type == string(wire.EventItemAdded) {
 				if oi != len(info.items) {
 					return nil, errf("output_index %d, want %d (dense)", oi, len(info.items))
 				}
@@ -305,31 +305,31 @@ func validateStream(stream []byte) (*streamInfo, error) {
 			return ps[ci], nil
 		}
 		switch ev.Type {
-		case evCreated, evInProgress:
+		case string(wire.EventCreated), string(wire.EventInProgress):
 			r := fields(o["response"])
-			if str(r["status"]) != StatusInProgress || string(r["output"]) != "[]" {
+			if str(r["status"]) != string(wire.StatusInProgress) || string(r["output"]) != "[]" {
 				return nil, errf("response %s", o["response"])
 			}
-		case evItemAdded:
+		case string(wire.EventItemAdded):
 			item := fields(o["item"])
 			nit := &vItem{id: str(item["id"]), typ: str(item["type"])}
 			if nit.id == "" || ids[nit.id] {
 				return nil, errf("item id %q empty or reused", nit.id)
 			}
 			ids[nit.id] = true
-			if str(item["status"]) != StatusInProgress {
+			if str(item["status"]) != string(wire.StatusInProgress) {
 				return nil, errf("added item status %s", item["status"])
 			}
 			if err := checkItem(nit.typ, item, true); err != nil {
 				return nil, errf("%v", err)
 			}
 			info.items = append(info.items, nit)
-		case evItemDone:
+		case string(wire.EventItemDone):
 			item := fields(o["item"])
 			if str(item["id"]) != it.id || str(item["type"]) != it.typ {
 				return nil, errf("done item %s/%s, want %s/%s", item["id"], item["type"], it.id, it.typ)
 			}
-			if st := str(item["status"]); st != StatusCompleted && st != StatusIncomplete && known(it.typ) {
+			if st := str(item["status"]); st != string(wire.StatusCompleted) && st != string(wire.StatusIncomplete) && known(it.typ) {
 				return nil, errf("done item status %s", item["status"])
 			}
 			for _, p := range append(append([]*vPart{}, it.parts...), it.sums...) {
@@ -344,8 +344,8 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				return nil, errf("%v", err)
 			}
 			it.closed, it.final = true, o["item"]
-		case evPartAdded, evSumPartAdded:
-			sum := ev.Type == evSumPartAdded
+		case string(wire.EventPartAdded), string(wire.EventSummaryAdded):
+			sum := ev.Type == string(wire.EventSummaryAdded)
 			key := "content_index"
 			if sum {
 				key = "summary_index"
@@ -373,8 +373,8 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				return nil, errf("output_text part without logprobs:[]")
 			}
 			*ps = append(*ps, &vPart{typ: pt})
-		case evPartDone, evSumPartDone:
-			sum := ev.Type == evSumPartDone
+		case string(wire.EventPartDone), string(wire.EventSummaryDone):
+			sum := ev.Type == string(wire.EventSummaryDone)
 			key := "content_index"
 			if sum {
 				key = "summary_index"
@@ -391,8 +391,8 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				return nil, errf("output_text part without logprobs:[]")
 			}
 			p.closed = true
-		case evTextDelta, evRefusalDelta, evReasonDelta, evSumDelta, evTextDone, evRefusalDone, evReasonDone, evSumDone:
-			sum := ev.Type == evSumDelta || ev.Type == evSumDone
+		case string(wire.EventTextDelta), string(wire.EventRefusalDelta), string(wire.EventReasoningDelta), string(wire.EventSummaryDelta), string(wire.EventTextDone), string(wire.EventRefusalDone), string(wire.EventReasoningDone), string(wire.EventSummaryTextDone):
+			sum := ev.Type == string(wire.EventSummaryDelta) || ev.Type == string(wire.EventSummaryTextDone)
 			key := "content_index"
 			if sum {
 				key = "summary_index"
@@ -401,9 +401,9 @@ func validateStream(stream []byte) (*streamInfo, error) {
 			if err != nil {
 				return nil, err
 			}
-			want := map[string]string{evTextDelta: "output_text", evTextDone: "output_text", evRefusalDelta: "refusal",
-				evRefusalDone: "refusal", evReasonDelta: "reasoning_text", evReasonDone: "reasoning_text",
-				evSumDelta: "summary_text", evSumDone: "summary_text"}[ev.Type]
+			want := map[string]string{string(wire.EventTextDelta): "output_text", string(wire.EventTextDone): "output_text", string(wire.EventRefusalDelta): "refusal",
+				string(wire.EventRefusalDone): "refusal", string(wire.EventReasoningDelta): "reasoning_text", string(wire.EventReasoningDone): "reasoning_text",
+				string(wire.EventSummaryDelta): "summary_text", string(wire.EventSummaryTextDone): "summary_text"}[ev.Type]
 			if p.typ != want || p.textDone {
 				return nil, errf("for a %s part (text done %v)", p.typ, p.textDone)
 			}
@@ -424,11 +424,11 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				}
 				p.done = []byte(str(o[key]))
 			}
-		case evArgsDelta, evArgsDone:
+		case string(wire.EventArgsDelta), string(wire.EventArgsDone):
 			if it == nil || it.typ != wire.TypeFunctionCall || it.argsDone {
 				return nil, errf("arguments event for a non-function-call or finished item")
 			}
-			if ev.Type == evArgsDone {
+			if ev.Type == string(wire.EventArgsDone) {
 				it.argsDone = true
 				it.argsFinal = []byte(str(o["arguments"]))
 			} else {
@@ -438,7 +438,7 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				}
 				it.args = appendUnescaped(it.args, d[1:len(d)-1])
 			}
-		case evAnnotation:
+		case string(wire.EventAnnotation):
 			p, err := partList(false, "content_index")
 			if err != nil {
 				return nil, err
@@ -446,18 +446,18 @@ func validateStream(stream []byte) (*streamInfo, error) {
 			if p.typ != "output_text" {
 				return nil, errf("annotation for a %s part", p.typ)
 			}
-		case evCompleted, evIncomplete, evFailed:
+		case string(wire.EventCompleted), string(wire.EventIncomplete), string(wire.EventFailed):
 			info.terminal = ev.Type
 			r := fields(o["response"])
 			info.status = str(r["status"])
-			want := map[string]string{evCompleted: StatusCompleted, evIncomplete: StatusIncomplete, evFailed: StatusFailed}[ev.Type]
+			want := map[string]string{string(wire.EventCompleted): string(wire.StatusCompleted), string(wire.EventIncomplete): string(wire.StatusIncomplete), string(wire.EventFailed): string(wire.StatusFailed)}[ev.Type]
 			if info.status != want {
 				return nil, errf("response status %s", info.status)
 			}
-			if (ev.Type == evFailed) != (string(r["error"]) != "null" && len(r["error"]) > 0) {
+			if (ev.Type == string(wire.EventFailed)) != (string(r["error"]) != "null" && len(r["error"]) > 0) {
 				return nil, errf("response error %s", r["error"])
 			}
-			if ev.Type == evIncomplete && (len(r["incomplete_details"]) == 0 || string(r["incomplete_details"]) == "null") {
+			if ev.Type == string(wire.EventIncomplete) && (len(r["incomplete_details"]) == 0 || string(r["incomplete_details"]) == "null") {
 				return nil, errf("no incomplete_details")
 			}
 			info.output = r["output"]
@@ -475,7 +475,7 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				if !sameItem(out[j], x.final) {
 					return nil, errf("output[%d] = %s, output_item.done said %s", j, out[j], x.final)
 				}
-				if str(fields(out[j])["status"]) == StatusIncomplete && info.status == StatusCompleted {
+				if str(fields(out[j])["status"]) == string(wire.StatusIncomplete) && info.status == string(wire.StatusCompleted) {
 					return nil, errf("an incomplete item in a completed response")
 				}
 			}
@@ -558,10 +558,10 @@ func sameItem(a, b json.RawMessage) bool {
 // checkResult checks that the Result is what the stream said: the terminal status and output.
 func checkResult(info *streamInfo, res *Result) error {
 	wantStatus := res.Status
-	if wantStatus != StatusCompleted && wantStatus != StatusIncomplete {
-		wantStatus = StatusFailed
+	if wantStatus != wire.StatusCompleted && wantStatus != wire.StatusIncomplete {
+		wantStatus = wire.StatusFailed
 	}
-	if info.status != wantStatus {
+	if info.status != string(wantStatus) {
 		return fmt.Errorf("stream status %s, result %s", info.status, res.Status)
 	}
 	if out := AppendOutput(nil, res.Output); !bytes.Equal(out, info.output) {

@@ -18,7 +18,7 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-var deltaTypes = map[string]bool{evTextDelta: true, evRefusalDelta: true, evReasonDelta: true, evSumDelta: true, evArgsDelta: true}
+var deltaTypes = map[string]bool{string(wire.EventTextDelta): true, string(wire.EventRefusalDelta): true, string(wire.EventReasoningDelta): true, string(wire.EventSummaryDelta): true, string(wire.EventArgsDelta): true}
 
 const hexDigits = "0123456789abcdef"
 
@@ -45,7 +45,7 @@ func resplit(evs []wire.Event, split func([]byte) [][]byte) []wire.Event {
 	for _, e := range evs {
 		var m map[string]json.RawMessage
 		d, ok := []byte(nil), false
-		if deltaTypes[e.Type] && json.Unmarshal(e.Data, &m) == nil {
+		if deltaTypes[string(e.Type)] && json.Unmarshal(e.Data, &m) == nil {
 			if raw := m["delta"]; len(raw) >= 2 && raw[0] == '"' {
 				d, ok = appendUnescaped(nil, raw[1:len(raw)-1]), true
 			}
@@ -133,7 +133,7 @@ func TestMidRuneSplitJoinsBytes(t *testing.T) {
 	text := []byte("né 🙂 ☕")
 	var evs []wire.Event
 	for _, b := range text {
-		evs = append(evs, rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":`+string(rawJSONString([]byte{b}))+`}`))
+		evs = append(evs, rawEv(string(wire.EventTextDelta), `{"output_index":0,"content_index":0,"delta":`+string(rawJSONString([]byte{b}))+`}`))
 	}
 	evs = append(evs, completed("completed"))
 	_, res, info := runChecked(t, evs, testOptions())
@@ -182,7 +182,7 @@ func TestOpenAIGoDecodesTheStream(t *testing.T) {
 			if final == nil {
 				t.Fatal("no terminal event")
 			}
-			if string(final.Status) != res.Status && !(res.Status != StatusCompleted && res.Status != StatusIncomplete) {
+			if string(final.Status) != string(res.Status) && !(res.Status != wire.StatusCompleted && res.Status != wire.StatusIncomplete) {
 				t.Errorf("status %s, result %s", final.Status, res.Status)
 			}
 			if len(final.Output) != len(res.Output) {
@@ -214,7 +214,7 @@ func withoutIDs(t *testing.T, raw []byte) map[string]any {
 // terminalResponse returns the response object of a trace's terminal event, if it has one.
 func terminalResponse(evs []wire.Event) []byte {
 	for _, e := range evs {
-		if e.Type == evCompleted || e.Type == evIncomplete || e.Type == evFailed {
+		if e.Type == wire.EventCompleted || e.Type == wire.EventIncomplete || e.Type == wire.EventFailed {
 			var m map[string]json.RawMessage
 			if json.Unmarshal(e.Data, &m) == nil {
 				return m["response"]
@@ -274,7 +274,7 @@ func TestFromResponseEqualsStreamed(t *testing.T) {
 			}
 			for i := range got.Output {
 				g, s := withoutIDs(t, got.Output[i].JSON), withoutIDs(t, streamed.Output[i].JSON)
-				if got.Status == StatusIncomplete && i == len(got.Output)-1 {
+				if got.Status == wire.StatusIncomplete && i == len(got.Output)-1 {
 					delete(g, "status")
 					delete(s, "status")
 				}
@@ -310,7 +310,7 @@ func TestFromResponseNormalises(t *testing.T) {
 			t.Errorf("item %d\ngot  %s\nwant %s", i, got, w)
 		}
 	}
-	if res.Status != StatusIncomplete || string(res.IncompleteDetails) != `{"reason":"max_output_tokens"}` ||
+	if res.Status != wire.StatusIncomplete || string(res.IncompleteDetails) != `{"reason":"max_output_tokens"}` ||
 		string(res.Usage) != `{"input_tokens":1,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":2,"output_tokens_details":{"reasoning_tokens":1},"total_tokens":3}` {
 		t.Errorf("result %s", mustJSON(res))
 	}

@@ -94,9 +94,9 @@ type item struct {
 	maxSum   int64   // highest upstream summary_index seen
 	args     []byte  // function_call
 	argsDone bool
-	name     string              // function_call, as upstream named it
-	names    map[string]ToolName // Options.ToolNames (function_call)
-	enc      string              // reasoning encrypted_content ("" = omitted)
+	name     string                   // function_call, as upstream named it
+	names    map[string]wire.ToolName // Options.ToolNames (function_call)
+	enc      string                   // reasoning encrypted_content ("" = omitted)
 	// reasoning content presentation: omitted when stated null, [] when stated as an empty array.
 	contentNull, contentSet bool
 	raw                     []byte // kOther: the latest item JSON, compacted
@@ -104,7 +104,7 @@ type item struct {
 
 	size   int
 	closed bool
-	status string
+	status wire.Status
 	final  []byte // the item JSON the client saw in output_item.done
 }
 
@@ -130,7 +130,7 @@ type parsedItem struct {
 	typ    string
 	kind   kind
 	id     string
-	status string
+	status wire.Status
 
 	hasRole, hasContent, contentNull, hasSummary, hasEnc, hasArgs, hasName bool
 
@@ -154,8 +154,9 @@ func parseItem(raw []byte) (p parsedItem, ok bool) {
 			p.id, good = strValue(v)
 			good = good || isNull(v)
 		case "status":
-			p.status, good = strValue(v)
-			good = good || isNull(v)
+			var st string
+			st, good = strValue(v)
+			p.status, good = wire.Status(st), good || isNull(v)
 		case "role":
 			p.hasRole = true
 			p.role, good = strValue(v)
@@ -360,7 +361,7 @@ func appendParts(b []byte, ps []*part) []byte {
 // fields never survive, CONTRACT §6.5 quirk 7). !final renders the output_item.added form:
 // status in_progress and zero values (Open Responses: all non-nullable fields filled).
 func appendItem(b []byte, it *item, final bool) []byte {
-	status := "in_progress"
+	status := wire.StatusInProgress
 	if final {
 		status = it.status
 	}
@@ -448,7 +449,7 @@ func rewriteOther(b, raw, qid []byte, status string) []byte {
 		b = appendString(b, bstr(k))
 		b = append(b, ':')
 		if string(k) == "status" && status != "" {
-			b = appendString(b, status)
+			b = appendString(b, string(status))
 			seen = true
 			continue
 		}
@@ -456,7 +457,7 @@ func rewriteOther(b, raw, qid []byte, status string) []byte {
 	}
 	if status != "" && !seen {
 		b = append(b, `,"status":`...)
-		b = appendString(b, status)
+		b = appendString(b, string(status))
 	}
 	return append(b, '}')
 }

@@ -12,8 +12,8 @@ import (
 // terminal is what respgate keeps of an upstream response object (terminal event or non-streamed
 // body). vLLM's own response object is never forwarded (CONTRACT §6.2).
 type terminal struct {
-	status     string
-	err        *ErrorObject
+	status     wire.Status
+	err        *wire.ErrorObject
 	incomplete json.RawMessage
 	usage      json.RawMessage
 	output     []*parsedItem // nil where an element was malformed
@@ -23,20 +23,21 @@ var defaultIncomplete = json.RawMessage(`{"reason":"max_output_tokens"}`)
 
 // parseResponse decodes an upstream response object. evType is the terminal event's type, or ""
 // for a non-streamed body.
-func parseResponse(evType string, raw []byte, opts *Options) (*terminal, error) {
-	where := evType
+func parseResponse(evType wire.EventType, raw []byte, opts *Options) (*terminal, error) {
+	where := string(evType)
 	if where == "" {
 		where = "response"
 	}
 	t := &terminal{}
-	var status string
+	var status wire.Status
 	var errRaw, reason []byte
 	if raw != nil && raw[0] == '{' {
 		o := newObjIter(raw, 0)
 		for k, v, more := o.next(); more; k, v, more = o.next() {
 			switch string(k) {
 			case "status":
-				status, _ = strValue(v)
+				st, _ := strValue(v)
+				status = wire.Status(st)
 			case "output":
 				if v[0] != '[' {
 					if isNull(v) {
@@ -77,8 +78,8 @@ func parseResponse(evType string, raw []byte, opts *Options) (*terminal, error) 
 		return nil, fail(where, ErrMalformed, "response is not an object")
 	}
 	t.status, t.err = normStatus(evType, status)
-	if t.status == StatusFailed && t.err == nil {
-		t.err = &ErrorObject{Code: wire.ErrServer, Message: msgFailed}
+	if t.status == wire.StatusFailed && t.err == nil {
+		t.err = &wire.ErrorObject{Code: wire.ErrServer, Message: msgFailed}
 		if errRaw != nil {
 			var code, msg []byte
 			o := newObjIter(errRaw, 1)
@@ -93,7 +94,7 @@ func parseResponse(evType string, raw []byte, opts *Options) (*terminal, error) 
 			t.err = upstreamError(code, msg, msgFailed)
 		}
 	}
-	if t.status == StatusIncomplete {
+	if t.status == wire.StatusIncomplete {
 		t.incomplete = incompleteDetails(reason)
 	}
 	return t, nil
@@ -102,26 +103,26 @@ func parseResponse(evType string, raw []byte, opts *Options) (*terminal, error) 
 // normStatus maps an upstream terminal to one of completed, incomplete, failed. vLLM sends
 // response.completed whatever the status (CONTRACT §6.5 quirk 4) and may say "cancelled"
 // (harmony abort, §6.2).
-func normStatus(evType, status string) (string, *ErrorObject) {
+func normStatus(evType wire.EventType, status wire.Status) (wire.Status, *wire.ErrorObject) {
 	switch evType {
-	case evFailed:
-		return StatusFailed, nil
-	case evIncomplete:
-		if status != StatusFailed {
-			return StatusIncomplete, nil
+	case wire.EventFailed:
+		return wire.StatusFailed, nil
+	case wire.EventIncomplete:
+		if status != wire.StatusFailed {
+			return wire.StatusIncomplete, nil
 		}
 	}
 	switch status {
-	case StatusCompleted, StatusIncomplete, StatusFailed:
+	case wire.StatusCompleted, wire.StatusIncomplete, wire.StatusFailed:
 		return status, nil
 	case "":
-		if evType == evCompleted {
-			return StatusCompleted, nil
+		if evType == wire.EventCompleted {
+			return wire.StatusCompleted, nil
 		}
 	case "cancelled":
-		return StatusFailed, &ErrorObject{Code: wire.ErrServer, Message: msgCancelled}
+		return wire.StatusFailed, &wire.ErrorObject{Code: wire.ErrServer, Message: msgCancelled}
 	}
-	return StatusFailed, &ErrorObject{Code: wire.ErrServer, Message: msgUnfinished}
+	return wire.StatusFailed, &wire.ErrorObject{Code: wire.ErrServer, Message: msgUnfinished}
 }
 
 // incompleteDetails keeps only a sane reason (vLLM only ever says max_output_tokens, §6.2).
@@ -156,8 +157,8 @@ func isCode(s string) bool {
 
 // upstreamError builds a client-safe error from an upstream code (string, or vLLM's integer HTTP
 // status, CONTRACT §6.1) and message (control characters removed, length bounded).
-func upstreamError(code, msg []byte, fallback string) *ErrorObject {
-	e := &ErrorObject{Code: wire.ErrServer, Message: fallback}
+func upstreamError(code, msg []byte, fallback string) *wire.ErrorObject {
+	e := &wire.ErrorObject{Code: wire.ErrServer, Message: fallback}
 	if s, ok := strValue(code); ok && isCode(s) {
 		e.Code = s
 	} else if n, ok, _ := intValue(code); ok && n == 429 {
@@ -262,7 +263,7 @@ func renderDefault(s *Snapshot) []byte {
 	b = append(b, `,"object":"response","created_at":`...)
 	b = strconv.AppendInt(b, s.CreatedAt, 10)
 	b = append(b, `,"status":`...)
-	b = appendString(b, s.Status)
+	b = appendString(b, string(s.Status))
 	b = append(b, `,"model":`...)
 	b = appendString(b, s.Model)
 	b = append(b, `,"output":`...)

@@ -22,36 +22,40 @@ func ev(typ string, kv ...any) wire.Event {
 	if err != nil {
 		panic(err)
 	}
-	return wire.Event{Type: typ, Data: b}
+	return wire.Event{Type: wire.EventType(typ), Data: b}
 }
 
-func rawEv(typ, data string) wire.Event { return wire.Event{Type: typ, Data: []byte(data)} }
+func rawEv(typ, data string) wire.Event {
+	return wire.Event{Type: wire.EventType(typ), Data: []byte(data)}
+}
 
 type obj = map[string]any
 
 func msgAdded(oi int, id string) wire.Event {
-	return ev(evItemAdded, "output_index", oi, "item", obj{"id": id, "type": "message", "role": "assistant", "content": []any{}, "status": "in_progress"})
+	return ev(string(wire.EventItemAdded), "output_index", oi, "item", obj{"id": id, "type": "message", "role": "assistant", "content": []any{}, "status": "in_progress"})
 }
 
 func textPart(oi, ci int, id string) wire.Event {
-	return ev(evPartAdded, "output_index", oi, "content_index", ci, "item_id", id, "part", obj{"type": "output_text", "text": "", "annotations": []any{}})
+	return ev(string(wire.EventPartAdded), "output_index", oi, "content_index", ci, "item_id", id, "part", obj{"type": "output_text", "text": "", "annotations": []any{}})
 }
 
 func textDelta(oi, ci int, d string) wire.Event {
-	return ev(evTextDelta, "output_index", oi, "content_index", ci, "item_id", "up", "delta", d, "logprobs", []any{})
+	return ev(string(wire.EventTextDelta), "output_index", oi, "content_index", ci, "item_id", "up", "delta", d, "logprobs", []any{})
 }
 
 func reasonDelta(oi, ci int, d string) wire.Event {
-	return ev(evReasonDelta, "output_index", oi, "content_index", ci, "item_id", "up", "delta", d)
+	return ev(string(wire.EventReasoningDelta), "output_index", oi, "content_index", ci, "item_id", "up", "delta", d)
 }
 
-func itemDone(oi int, item obj) wire.Event { return ev(evItemDone, "output_index", oi, "item", item) }
+func itemDone(oi int, item obj) wire.Event {
+	return ev(string(wire.EventItemDone), "output_index", oi, "item", item)
+}
 
 func completed(status string, output ...obj) wire.Event {
 	if output == nil {
 		output = []obj{}
 	}
-	return ev(evCompleted, "response", obj{"id": "resp_up", "status": status, "output": output,
+	return ev(string(wire.EventCompleted), "response", obj{"id": "resp_up", "status": status, "output": output,
 		"usage": obj{"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}})
 }
 
@@ -75,10 +79,10 @@ func mustJSON(v any) string {
 
 func TestReasoningTextAndSummaryKeepSeparateBuffers(t *testing.T) {
 	evs := []wire.Event{
-		ev(evItemAdded, "output_index", 0, "item", obj{"id": "r", "type": "reasoning", "summary": []any{}}),
-		ev(evSumDelta, "output_index", 0, "summary_index", 0, "item_id", "r", "delta", "sum-a "),
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "r", "type": "reasoning", "summary": []any{}}),
+		ev(string(wire.EventSummaryDelta), "output_index", 0, "summary_index", 0, "item_id", "r", "delta", "sum-a "),
 		reasonDelta(0, 0, "raw-a "),
-		ev(evSumDelta, "output_index", 0, "summary_index", 0, "item_id", "r", "delta", "sum-b"),
+		ev(string(wire.EventSummaryDelta), "output_index", 0, "summary_index", 0, "item_id", "r", "delta", "sum-b"),
 		reasonDelta(0, 0, "raw-b"),
 		itemDone(0, obj{"id": "r", "type": "reasoning"}),
 		completed("completed"),
@@ -122,7 +126,7 @@ func TestDoneItemIsAuthoritativeByKeyPresence(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			evs := []wire.Event{
-				ev(evItemAdded, "output_index", 0, "item", obj{"id": "x", "type": "reasoning", "summary": []any{}, "content": nil, "encrypted_content": nil}),
+				ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "x", "type": "reasoning", "summary": []any{}, "content": nil, "encrypted_content": nil}),
 				reasonDelta(0, 0, "stream"), reasonDelta(0, 0, "ed"),
 				itemDone(0, c.done),
 				completed("completed"),
@@ -137,8 +141,8 @@ func TestDoneItemIsAuthoritativeByKeyPresence(t *testing.T) {
 
 func TestDoneItemFunctionCallAndMessageFields(t *testing.T) {
 	evs := []wire.Event{
-		ev(evItemAdded, "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "a", "arguments": "", "call_id": "c0"}),
-		ev(evArgsDelta, "output_index", 0, "item_id", "f", "delta", `{"x":`),
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "a", "arguments": "", "call_id": "c0"}),
+		ev(string(wire.EventArgsDelta), "output_index", 0, "item_id", "f", "delta", `{"x":`),
 		itemDone(0, obj{"type": "function_call", "name": "b", "call_id": "c1", "id": nil, "item_id": "f", "output_index": 0, "sequence_number": -1}),
 		msgAdded(1, "m"), textPart(1, 0, "m"), textDelta(1, 0, "hi"),
 		itemDone(1, obj{"id": "m", "type": "message", "role": "assistant", "summary": []any{}}),
@@ -212,7 +216,7 @@ func TestCompletedItemWithoutAddedIsKept(t *testing.T) {
 	for _, e := range info.events {
 		types = append(types, e.Type)
 	}
-	want := []string{evCreated, evInProgress, evItemAdded, evPartAdded, evTextDelta, evTextDone, evPartDone, evItemDone, evCompleted}
+	want := []string{string(wire.EventCreated), string(wire.EventInProgress), string(wire.EventItemAdded), string(wire.EventPartAdded), string(wire.EventTextDelta), string(wire.EventTextDone), string(wire.EventPartDone), string(wire.EventItemDone), string(wire.EventCompleted)}
 	if strings.Join(types, " ") != strings.Join(want, " ") {
 		t.Errorf("events %v\nwant   %v", types, want)
 	}
@@ -274,7 +278,7 @@ func TestTerminalCompletesOpenItemsAndAddsMissingOnes(t *testing.T) {
 			obj{"id": "fc_f", "type": "function_call", "name": "f", "arguments": "{}", "call_id": "call_f", "status": nil}),
 	}
 	_, res, _ := runChecked(t, evs, testOptions())
-	if res.Status != StatusCompleted || len(res.Output) != 2 {
+	if res.Status != wire.StatusCompleted || len(res.Output) != 2 {
 		t.Fatalf("status %s, output %s", res.Status, mustJSON(res.Output))
 	}
 	if got := string(res.Output[0].JSON); !strings.Contains(got, `"text":"Hello"`) || !strings.Contains(got, `"status":"completed"`) {
@@ -329,8 +333,8 @@ func TestUpstreamIDsNeverReachTheClient(t *testing.T) {
 
 func TestCallIDIsMintedOnceForStreamedDoneAndFinal(t *testing.T) {
 	evs := []wire.Event{
-		ev(evItemAdded, "output_index", 0, "item", obj{"id": "fc_s", "type": "function_call", "name": "f", "arguments": "", "call_id": "call_streamed"}),
-		ev(evArgsDelta, "output_index", 0, "item_id", "fc_s", "delta", "{}"),
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "fc_s", "type": "function_call", "name": "f", "arguments": "", "call_id": "call_streamed"}),
+		ev(string(wire.EventArgsDelta), "output_index", 0, "item_id", "fc_s", "delta", "{}"),
 		itemDone(0, obj{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "fc_done", "item_id": "fc_s"}),
 		completed("completed", obj{"id": "fc_final", "type": "function_call", "name": "f", "arguments": "{}", "call_id": "call_final"}),
 	}
@@ -345,9 +349,9 @@ func TestCallIDIsMintedOnceForStreamedDoneAndFinal(t *testing.T) {
 
 func TestVLLMReasoningPartEventsBecomeContentPartEvents(t *testing.T) {
 	evs := []wire.Event{
-		ev(evVLLMPartAdded, "output_index", 0, "content_index", 4, "item_id", "msg_r", "part", obj{"type": "reasoning_text", "text": ""}),
+		ev(string(wire.EventVLLMReasoningPartAdded), "output_index", 0, "content_index", 4, "item_id", "msg_r", "part", obj{"type": "reasoning_text", "text": ""}),
 		reasonDelta(0, 4, "x"),
-		ev(evVLLMPartDone, "output_index", 0, "content_index", 4, "item_id", "msg_r", "part", obj{"type": "reasoning_text", "text": "x"}),
+		ev(string(wire.EventVLLMReasoningPartDone), "output_index", 0, "content_index", 4, "item_id", "msg_r", "part", obj{"type": "reasoning_text", "text": "x"}),
 		completed("completed"),
 	}
 	stream, _, _ := runChecked(t, evs, testOptions())
@@ -367,28 +371,28 @@ func TestStatusesAndTerminalEvent(t *testing.T) {
 		wantStatus string
 		wantItem   string // status of the open item
 	}{
-		{"completed", completed("completed"), evCompleted, StatusCompleted, StatusCompleted},
-		{"vLLM's completed with status incomplete", ev(evCompleted, "response", obj{"status": "incomplete", "incomplete_details": obj{"reason": "max_output_tokens"}}), evIncomplete, StatusIncomplete, StatusIncomplete},
-		{"response.incomplete", ev(evIncomplete, "response", obj{"status": "incomplete"}), evIncomplete, StatusIncomplete, StatusIncomplete},
-		{"response.failed", ev(evFailed, "response", obj{"status": "failed", "error": obj{"code": "server_error", "message": "boom"}}), evFailed, StatusFailed, StatusIncomplete},
-		{"cancelled", ev(evCompleted, "response", obj{"status": "cancelled"}), evFailed, StatusFailed, StatusIncomplete},
-		{"a terminal without a status", rawEv(evCompleted, `{"type":"response.completed"}`), evCompleted, StatusCompleted, StatusCompleted},
-		{"an unfinished status", ev(evCompleted, "response", obj{"status": "in_progress"}), evFailed, StatusFailed, StatusIncomplete},
+		{"completed", completed("completed"), string(wire.EventCompleted), string(wire.StatusCompleted), string(wire.StatusCompleted)},
+		{"vLLM's completed with status incomplete", ev(string(wire.EventCompleted), "response", obj{"status": "incomplete", "incomplete_details": obj{"reason": "max_output_tokens"}}), string(wire.EventIncomplete), string(wire.StatusIncomplete), string(wire.StatusIncomplete)},
+		{"response.incomplete", ev(string(wire.EventIncomplete), "response", obj{"status": "incomplete"}), string(wire.EventIncomplete), string(wire.StatusIncomplete), string(wire.StatusIncomplete)},
+		{"response.failed", ev(string(wire.EventFailed), "response", obj{"status": "failed", "error": obj{"code": "server_error", "message": "boom"}}), string(wire.EventFailed), string(wire.StatusFailed), string(wire.StatusIncomplete)},
+		{"cancelled", ev(string(wire.EventCompleted), "response", obj{"status": "cancelled"}), string(wire.EventFailed), string(wire.StatusFailed), string(wire.StatusIncomplete)},
+		{"a terminal without a status", rawEv(string(wire.EventCompleted), `{"type":"response.completed"}`), string(wire.EventCompleted), string(wire.StatusCompleted), string(wire.StatusCompleted)},
+		{"an unfinished status", ev(string(wire.EventCompleted), "response", obj{"status": "in_progress"}), string(wire.EventFailed), string(wire.StatusFailed), string(wire.StatusIncomplete)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			evs := []wire.Event{msgAdded(0, "m"), textDelta(0, 0, "x"), c.terminal}
 			_, res, info := runChecked(t, evs, testOptions())
-			if info.terminal != c.wantEvent || res.Status != c.wantStatus {
+			if info.terminal != c.wantEvent || string(res.Status) != c.wantStatus {
 				t.Errorf("terminal %s status %s, want %s %s", info.terminal, res.Status, c.wantEvent, c.wantStatus)
 			}
 			if got := itemJSON(t, res, 0)["status"]; got != c.wantItem {
 				t.Errorf("open item status %v, want %s", got, c.wantItem)
 			}
-			if c.wantStatus == StatusIncomplete && string(res.IncompleteDetails) != `{"reason":"max_output_tokens"}` {
+			if c.wantStatus == string(wire.StatusIncomplete) && string(res.IncompleteDetails) != `{"reason":"max_output_tokens"}` {
 				t.Errorf("incomplete_details %s", res.IncompleteDetails)
 			}
-			if (c.wantStatus == StatusFailed) != (res.Error != nil) {
+			if (c.wantStatus == string(wire.StatusFailed)) != (res.Error != nil) {
 				t.Errorf("error %+v for status %s", res.Error, res.Status)
 			}
 		})
@@ -409,13 +413,13 @@ func TestStreamWithoutTerminalFails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Status != StatusFailed || res.Error == nil || res.Error.Code != "server_error" || info.terminal != evFailed {
+		if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code != "server_error" || info.terminal != string(wire.EventFailed) {
 			t.Fatalf("cause %v: result %+v, terminal %s", cause, res, info.terminal)
 		}
 		if strings.Contains(res.Error.Message, "reset") {
 			t.Errorf("cause text leaked into the message: %q", res.Error.Message)
 		}
-		if got := itemJSON(t, res, 0); got["status"] != StatusIncomplete || !strings.Contains(mustJSON(got), `"text":"part"`) {
+		if got := itemJSON(t, res, 0); got["status"] != string(wire.StatusIncomplete) || !strings.Contains(mustJSON(got), `"text":"part"`) {
 			t.Errorf("partial item %v", got)
 		}
 	}
@@ -425,7 +429,7 @@ func TestCloseAfterTerminalWithCauseFails(t *testing.T) {
 	a := New(testOptions())
 	out, _ := a.Feed(nil, completed("completed"))
 	out, res := a.Close(out, errors.New("client went away"))
-	if res.Status != StatusFailed {
+	if res.Status != wire.StatusFailed {
 		t.Errorf("status %s", res.Status)
 	}
 	_ = out
@@ -433,9 +437,9 @@ func TestCloseAfterTerminalWithCauseFails(t *testing.T) {
 
 func TestErrorEventFailsTheStream(t *testing.T) {
 	for _, e := range []wire.Event{
-		rawEv(evError, `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`),
-		rawEv(evError, `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`),
-		rawEv(evError, `{"type":"error","code":429,"message":"slow down"}`),
+		rawEv(string(wire.EventError), `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`),
+		rawEv(string(wire.EventError), `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`),
+		rawEv(string(wire.EventError), `{"type":"error","code":429,"message":"slow down"}`),
 	} {
 		evs := []wire.Event{msgAdded(0, "m"), e, textDelta(0, 0, "after")}
 		stream, res, _, ferr := replay(evs, testOptions())
@@ -445,7 +449,7 @@ func TestErrorEventFailsTheStream(t *testing.T) {
 		if _, err := validateStream(stream); err != nil {
 			t.Fatal(err)
 		}
-		if res.Status != StatusFailed || res.Error == nil || res.Error.Code == "" || strings.ContainsRune(res.Error.Message, 0) {
+		if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code == "" || strings.ContainsRune(res.Error.Message, 0) {
 			t.Errorf("result %+v", res.Error)
 		}
 		if bytes.Contains(stream, []byte(`"text":"after"`)) {
@@ -486,7 +490,7 @@ func TestNoTopLevelErrorKeyAndLogprobs(t *testing.T) {
 			if _, has := e.obj["error"]; has {
 				t.Errorf("%s: top-level error key in %s", tf.name, e.Type)
 			}
-			if (e.Type == evTextDelta || e.Type == evTextDone) && string(e.obj["logprobs"]) != "[]" {
+			if (e.Type == string(wire.EventTextDelta) || e.Type == string(wire.EventTextDone)) && string(e.obj["logprobs"]) != "[]" {
 				t.Errorf("%s: %s without logprobs", tf.name, e.Type)
 			}
 			if bytes.Contains(e.Data, []byte(`"encrypted_content":null`)) || bytes.Contains(e.Data, []byte(`"content":null`)) {
@@ -507,14 +511,14 @@ func TestUsageMapping(t *testing.T) {
 		{`null`, ``},
 	}
 	for _, c := range cases {
-		e := rawEv(evCompleted, `{"type":"response.completed","response":{"status":"completed","usage":`+c.in+`}}`)
+		e := rawEv(string(wire.EventCompleted), `{"type":"response.completed","response":{"status":"completed","usage":`+c.in+`}}`)
 		_, res, _ := runChecked(t, []wire.Event{e}, testOptions())
 		if string(res.Usage) != c.want {
 			t.Errorf("usage %s\n got %s\nwant %s", c.in, res.Usage, c.want)
 		}
 	}
 	// No usage member at all: nil.
-	_, res, _ := runChecked(t, []wire.Event{rawEv(evCompleted, `{"type":"response.completed","response":{"status":"completed"}}`)}, testOptions())
+	_, res, _ := runChecked(t, []wire.Event{rawEv(string(wire.EventCompleted), `{"type":"response.completed","response":{"status":"completed"}}`)}, testOptions())
 	if res.Usage != nil {
 		t.Errorf("usage %s, want nil", res.Usage)
 	}
@@ -528,26 +532,26 @@ func TestUntrustedIndices(t *testing.T) {
 	}{
 		{"negative output_index", []wire.Event{textDelta(-1, 0, "x")}, ErrIndex},
 		{"negative content_index", []wire.Event{textDelta(0, -3, "x")}, ErrIndex},
-		{"huge output_index", []wire.Event{rawEv(evTextDelta, `{"output_index":99999999999999999999999,"content_index":0,"delta":"x"}`)}, ErrIndex},
+		{"huge output_index", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":99999999999999999999999,"content_index":0,"delta":"x"}`)}, ErrIndex},
 		{"output_index past int32", []wire.Event{textDelta(1<<40, 0, "x")}, ErrIndex},
-		{"fractional index", []wire.Event{rawEv(evTextDelta, `{"output_index":1.5,"content_index":0,"delta":"x"}`)}, ErrMalformed},
-		{"string index", []wire.Event{rawEv(evTextDelta, `{"output_index":"0","content_index":0,"delta":"x"}`)}, ErrMalformed},
+		{"fractional index", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":1.5,"content_index":0,"delta":"x"}`)}, ErrMalformed},
+		{"string index", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":"0","content_index":0,"delta":"x"}`)}, ErrMalformed},
 		{"new item out of order", []wire.Event{textDelta(5, 0, "x"), textDelta(2, 0, "y")}, ErrIndex},
 		{"new part out of order", []wire.Event{textDelta(0, 5, "x"), textDelta(0, 2, "y")}, ErrIndex},
 		{"sparse indices are fine", []wire.Event{textDelta(0, 0, "x"), textDelta(1000, 1000, "y"), textDelta(maxIndex, 0, "z")}, nil},
-		{"no index and an unknown id", []wire.Event{rawEv(evTextDelta, `{"delta":"x"}`)}, ErrMalformed},
-		{"delta is not a string", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":5}`)}, ErrMalformed},
-		{"invalid JSON", []wire.Event{rawEv(evTextDelta, `{"output_index":0,`)}, ErrMalformed},
-		{"trailing garbage", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"delta":"x"} x`)}, ErrMalformed},
-		{"raw newline in a string", []wire.Event{rawEv(evTextDelta, "{\"output_index\":0,\"delta\":\"a\nb\"}")}, ErrMalformed},
-		{"deep nesting", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"delta":"x","junk":`+strings.Repeat("[", 100000)+strings.Repeat("]", 100000)+`}`)}, ErrMalformed},
+		{"no index and an unknown id", []wire.Event{rawEv(string(wire.EventTextDelta), `{"delta":"x"}`)}, ErrMalformed},
+		{"delta is not a string", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"content_index":0,"delta":5}`)}, ErrMalformed},
+		{"invalid JSON", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,`)}, ErrMalformed},
+		{"trailing garbage", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"delta":"x"} x`)}, ErrMalformed},
+		{"raw newline in a string", []wire.Event{rawEv(string(wire.EventTextDelta), "{\"output_index\":0,\"delta\":\"a\nb\"}")}, ErrMalformed},
+		{"deep nesting", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"delta":"x","junk":`+strings.Repeat("[", 100000)+strings.Repeat("]", 100000)+`}`)}, ErrMalformed},
 		// jsonscan.MaxDepth counts the event object itself: 199 arrays inside it are the limit.
-		{"nesting at the limit", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":"x","junk":`+nested(jsonscan.MaxDepth-1)+`}`)}, nil},
-		{"nesting one past the limit", []wire.Event{rawEv(evTextDelta, `{"output_index":0,"content_index":0,"delta":"x","junk":`+nested(jsonscan.MaxDepth)+`}`)}, ErrMalformed},
-		{"invalid UTF-8 in a delta is kept", []wire.Event{rawEv(evTextDelta, "{\"output_index\":0,\"content_index\":0,\"delta\":\"a\xffb\"}")}, nil},
-		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(evRefusalDelta, "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
-		{"a text delta for a function call", []wire.Event{ev(evArgsDelta, "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
-		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(evArgsDelta, "output_index", 0, "delta", "{")}, ErrMalformed},
+		{"nesting at the limit", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"content_index":0,"delta":"x","junk":`+nested(jsonscan.MaxDepth-1)+`}`)}, nil},
+		{"nesting one past the limit", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"content_index":0,"delta":"x","junk":`+nested(jsonscan.MaxDepth)+`}`)}, ErrMalformed},
+		{"invalid UTF-8 in a delta is kept", []wire.Event{rawEv(string(wire.EventTextDelta), "{\"output_index\":0,\"content_index\":0,\"delta\":\"a\xffb\"}")}, nil},
+		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(string(wire.EventRefusalDelta), "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
+		{"a text delta for a function call", []wire.Event{ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
+		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{")}, ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -557,7 +561,7 @@ func TestUntrustedIndices(t *testing.T) {
 				t.Fatalf("invalid client stream: %v\n%s", err, stream)
 			}
 			if c.want == nil {
-				if ferr != nil || res.Status != StatusCompleted {
+				if ferr != nil || res.Status != wire.StatusCompleted {
 					t.Fatalf("error %v status %s", ferr, res.Status)
 				}
 				return
@@ -565,7 +569,7 @@ func TestUntrustedIndices(t *testing.T) {
 			if !errors.Is(ferr, c.want) {
 				t.Fatalf("error %v, want %v", ferr, c.want)
 			}
-			if res.Status != StatusFailed || res.Error == nil || res.Error.Code != "server_error" {
+			if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code != "server_error" {
 				t.Errorf("result %+v", res)
 			}
 			if !strings.HasPrefix(ferr.Error(), "accumulator: ") {
@@ -610,12 +614,12 @@ func TestLimits(t *testing.T) {
 			itemDone(1, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big}}}),
 			itemDone(2, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big}}})}},
 		{"text split across parts", []wire.Event{textDelta(0, 0, big), textDelta(0, 1, big)}},
-		{"arguments over the limit", []wire.Event{ev(evArgsDelta, "output_index", 0, "delta", big), ev(evArgsDelta, "output_index", 0, "delta", big)}},
-		{"a text done over the limit", []wire.Event{textDelta(0, 0, "a"), ev(evTextDone, "output_index", 0, "content_index", 0, "text", big+big)}},
+		{"arguments over the limit", []wire.Event{ev(string(wire.EventArgsDelta), "output_index", 0, "delta", big), ev(string(wire.EventArgsDelta), "output_index", 0, "delta", big)}},
+		{"a text done over the limit", []wire.Event{textDelta(0, 0, "a"), ev(string(wire.EventTextDone), "output_index", 0, "content_index", 0, "text", big+big)}},
 		{"a done item over the limit", []wire.Event{itemDone(0, obj{"type": "message", "content": []obj{{"type": "output_text", "text": big + big}}})}},
 		{"a terminal with too many items", []wire.Event{completed("completed", obj{"type": "message"}, obj{"type": "message"}, obj{"type": "message"}, obj{"type": "message"})}},
 		{"a terminal item over the limit", []wire.Event{completed("completed", obj{"type": "message", "content": []obj{{"type": "output_text", "text": big + big}}})}},
-		{"annotations over the limit", []wire.Event{textDelta(0, 0, "a"), ev(evAnnotation, "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": big}), ev(evAnnotation, "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": big})}},
+		{"annotations over the limit", []wire.Event{textDelta(0, 0, "a"), ev(string(wire.EventAnnotation), "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": big}), ev(string(wire.EventAnnotation), "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": big})}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -627,7 +631,7 @@ func TestLimits(t *testing.T) {
 			if _, err := validateStream(stream); err != nil {
 				t.Fatalf("invalid client stream: %v\n%s", err, stream)
 			}
-			if res.Status != StatusFailed || res.Error.Message != msgLimit {
+			if res.Status != wire.StatusFailed || res.Error.Message != msgLimit {
 				t.Errorf("result %+v", res.Error)
 			}
 			for _, it := range a.items {
@@ -644,11 +648,11 @@ func TestLimits(t *testing.T) {
 
 func TestUnknownItemTypePassesThroughWithItsIDReplaced(t *testing.T) {
 	evs := []wire.Event{
-		ev(evItemAdded, "output_index", 0, "item", obj{"type": "mcp_call", "id": "mcp_1", "name": "t", "arguments": "", "server_label": "s", "status": "in_progress"}),
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"type": "mcp_call", "id": "mcp_1", "name": "t", "arguments": "", "server_label": "s", "status": "in_progress"}),
 		ev("response.mcp_call_arguments.delta", "output_index", 0, "item_id", "mcp_1", "delta", "{}"),
-		rawEv(evItemDone, `{"type":"response.output_item.done","output_index":0,"item":{"type":"mcp_call","id":"mcp_1","name":"t",
+		rawEv(string(wire.EventItemDone), `{"type":"response.output_item.done","output_index":0,"item":{"type":"mcp_call","id":"mcp_1","name":"t",
 			"arguments":"{}","server_label":"s","status":"completed","output":null}}`),
-		ev(evItemAdded, "output_index", 1, "item", obj{"type": "code_interpreter_call", "id": "ci_1", "status": "in_progress", "code": ""}),
+		ev(string(wire.EventItemAdded), "output_index", 1, "item", obj{"type": "code_interpreter_call", "id": "ci_1", "status": "in_progress", "code": ""}),
 		completed("completed"),
 	}
 	_, res, _ := runChecked(t, evs, testOptions())
@@ -699,13 +703,13 @@ func TestTerminalFollowsTheCallersStatus(t *testing.T) {
 	out, _ := a.Feed(nil, textDelta(0, 0, "x"))
 	out, _ = a.Feed(out, completed("completed"))
 	out, res := a.Close(out, nil)
-	res.Status, res.Error = StatusFailed, &ErrorObject{Code: "server_error", Message: "Storing the response failed."}
+	res.Status, res.Error = wire.StatusFailed, &wire.ErrorObject{Code: "server_error", Message: "Storing the response failed."}
 	out = a.Terminal(out, res)
 	info, err := validateStream(append(out, wire.DoneFrame...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.terminal != evFailed || !bytes.Contains(out, []byte("Storing the response failed.")) {
+	if info.terminal != string(wire.EventFailed) || !bytes.Contains(out, []byte("Storing the response failed.")) {
 		t.Errorf("terminal %s", info.terminal)
 	}
 }
@@ -721,7 +725,7 @@ func TestZeroValueAndTerminalWithoutClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.terminal != evFailed {
+	if info.terminal != string(wire.EventFailed) {
 		t.Errorf("terminal %s", info.terminal)
 	}
 	if !strings.HasPrefix(str(fields(info.events[0].obj["response"])["id"]), "resp_") {
@@ -733,8 +737,8 @@ func TestCustomRender(t *testing.T) {
 	o := testOptions()
 	var statuses []string
 	o.Render = func(s *Snapshot) []byte {
-		statuses = append(statuses, s.Status)
-		return []byte("{\n  \"id\": \"" + s.ResponseID + "\",\n  \"status\": \"" + s.Status + "\",\n  \"output\": " + string(AppendOutput(nil, s.Output)) + ",\n  \"echo\": true}")
+		statuses = append(statuses, string(s.Status))
+		return []byte("{\n  \"id\": \"" + s.ResponseID + "\",\n  \"status\": \"" + string(s.Status) + "\",\n  \"output\": " + string(AppendOutput(nil, s.Output)) + ",\n  \"echo\": true}")
 	}
 	stream, _, _ := runChecked(t, []wire.Event{textDelta(0, 0, "x"), completed("completed")}, o)
 	if strings.Join(statuses, ",") != "in_progress,in_progress,completed" || !bytes.Contains(stream, []byte(`"echo":true`)) {
@@ -747,8 +751,8 @@ func TestCustomRender(t *testing.T) {
 func TestAnnotationsAreRenumbered(t *testing.T) {
 	evs := []wire.Event{
 		msgAdded(0, "m"), textPart(0, 3, "m"), textDelta(0, 3, "see"),
-		ev(evAnnotation, "output_index", 0, "content_index", 3, "annotation_index", 9, "annotation", obj{"type": "url_citation", "url": "u", "title": "t", "start_index": 0, "end_index": 3}),
-		ev(evAnnotation, "output_index", 0, "content_index", 3, "annotation_index", 12, "annotation", obj{"type": "file_path", "file_id": "f", "index": 1}),
+		ev(string(wire.EventAnnotation), "output_index", 0, "content_index", 3, "annotation_index", 9, "annotation", obj{"type": "url_citation", "url": "u", "title": "t", "start_index": 0, "end_index": 3}),
+		ev(string(wire.EventAnnotation), "output_index", 0, "content_index", 3, "annotation_index", 12, "annotation", obj{"type": "file_path", "file_id": "f", "index": 1}),
 		itemDone(0, obj{"type": "message", "id": "m"}),
 		completed("completed"),
 	}
@@ -765,8 +769,8 @@ func TestAnnotationsAreRenumbered(t *testing.T) {
 
 func TestMultilineUpstreamJSONStaysOnOneLine(t *testing.T) {
 	evs := []wire.Event{
-		rawEv(evItemAdded, "{\"type\":\"response.output_item.added\",\n\"output_index\":0,\"item\":{\"type\":\"web_search_call\",\n \"id\":\"w\", \"action\":{\n\"q\": \"a b\"}}}"),
-		rawEv(evItemDone, "{\"output_index\":0,\"item\":{\"type\":\"web_search_call\",\r\n \"id\":\"w\",\"status\":\"completed\"}}"),
+		rawEv(string(wire.EventItemAdded), "{\"type\":\"response.output_item.added\",\n\"output_index\":0,\"item\":{\"type\":\"web_search_call\",\n \"id\":\"w\", \"action\":{\n\"q\": \"a b\"}}}"),
+		rawEv(string(wire.EventItemDone), "{\"output_index\":0,\"item\":{\"type\":\"web_search_call\",\r\n \"id\":\"w\",\"status\":\"completed\"}}"),
 		completed("completed"),
 	}
 	_, res, _ := runChecked(t, evs, testOptions())
@@ -789,13 +793,13 @@ func TestHugeLimitsDoNotOverflow(t *testing.T) {
 // {"name","namespace"}, in every event and in the Result, streamed or not (Options.ToolNames).
 func TestNamespacedCallsAreNamedAsTheClientDeclaredThem(t *testing.T) {
 	opts := testOptions()
-	opts.ToolNames = map[string]ToolName{"agents__spawn": {Namespace: "agents", Name: "spawn"}}
+	opts.ToolNames = map[string]wire.ToolName{"agents__spawn": {Namespace: "agents", Name: "spawn"}}
 	evs := []wire.Event{
-		ev(evItemAdded, "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "agents__spawn", "arguments": "", "call_id": "c0"}),
-		ev(evArgsDelta, "output_index", 0, "item_id", "f", "delta", `{}`),
-		ev(evArgsDone, "output_index", 0, "item_id", "f", "arguments", `{}`, "name", "agents__spawn"),
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "agents__spawn", "arguments": "", "call_id": "c0"}),
+		ev(string(wire.EventArgsDelta), "output_index", 0, "item_id", "f", "delta", `{}`),
+		ev(string(wire.EventArgsDone), "output_index", 0, "item_id", "f", "arguments", `{}`, "name", "agents__spawn"),
 		itemDone(0, obj{"id": "f", "type": "function_call", "name": "agents__spawn", "call_id": "c0", "arguments": "{}"}),
-		ev(evItemAdded, "output_index", 1, "item", obj{"id": "g", "type": "function_call", "name": "plain", "arguments": "", "call_id": "c1"}),
+		ev(string(wire.EventItemAdded), "output_index", 1, "item", obj{"id": "g", "type": "function_call", "name": "plain", "arguments": "", "call_id": "c1"}),
 		itemDone(1, obj{"id": "g", "type": "function_call", "name": "plain", "call_id": "c1", "arguments": "{}"}),
 		completed("completed"),
 	}
@@ -812,7 +816,7 @@ func TestNamespacedCallsAreNamedAsTheClientDeclaredThem(t *testing.T) {
 
 	raw := `{"id":"r","status":"completed","output":[{"id":"f","type":"function_call","name":"agents__spawn","call_id":"c","arguments":"{}","status":"completed"}]}`
 	opts = testOptions()
-	opts.ToolNames = map[string]ToolName{"agents__spawn": {Namespace: "agents", Name: "spawn"}}
+	opts.ToolNames = map[string]wire.ToolName{"agents__spawn": {Namespace: "agents", Name: "spawn"}}
 	r, err := FromResponse(opts, []byte(raw))
 	if err != nil || !strings.Contains(string(r.Output[0].JSON), `"name":"spawn","namespace":"agents"}`) {
 		t.Fatalf("FromResponse: %v %s", err, r.Output[0].JSON)

@@ -17,8 +17,8 @@ func TestNothingSecretIsPrinted(t *testing.T) {
 	evs := []wire.Event{
 		textDelta(0, 0, "the "+secret),
 		reasonDelta(1, 0, secret),
-		ev(evArgsDelta, "output_index", 2, "delta", `{"k":"`+secret+`"}`),
-		rawEv(evTextDelta, `{"output_index":3,"delta":"`+secret+`","content_index":-1}`), // an error
+		ev(string(wire.EventArgsDelta), "output_index", 2, "delta", `{"k":"`+secret+`"}`),
+		rawEv(string(wire.EventTextDelta), `{"output_index":3,"delta":"`+secret+`","content_index":-1}`), // an error
 	}
 	a := New(testOptions())
 	var out []byte

@@ -56,7 +56,7 @@ type Result struct {
 	// ToolNames maps the flat name of every function tool declared inside a namespace tool, as it
 	// was sent to vLLM ("<namespace>__<name>", NamespaceSeparator), to the client's namespace and
 	// name, so function calls can be answered in the client's terms. Nil without namespace tools.
-	ToolNames map[string]ToolName
+	ToolNames map[string]wire.ToolName
 	Stats     Stats
 }
 

@@ -577,7 +577,7 @@ func TestRequestMembersAreFiltered(t *testing.T) {
 	if !slices.Equal(res.DroppedTools, []string{"web_search", "custom"}) {
 		t.Errorf("DroppedTools = %v", res.DroppedTools)
 	}
-	if want := map[string]ToolName{"ns__b": {Namespace: "ns", Name: "b"}}; !maps.Equal(res.ToolNames, want) {
+	if want := map[string]wire.ToolName{"ns__b": {Namespace: "ns", Name: "b"}}; !maps.Equal(res.ToolNames, want) {
 		t.Errorf("ToolNames = %v, want %v", res.ToolNames, want)
 	}
 

@@ -61,7 +61,7 @@ func TestRealClientCaptures(t *testing.T) {
 				t.Errorf("ToolNames[%s] = %+v", tl.Name, tn)
 			}
 		}
-		if len(res.ToolNames) != 5 || res.ToolNames["multi_agent_v1__close_agent"] != (ToolName{Namespace: "multi_agent_v1", Name: "close_agent"}) {
+		if len(res.ToolNames) != 5 || res.ToolNames["multi_agent_v1__close_agent"] != (wire.ToolName{Namespace: "multi_agent_v1", Name: "close_agent"}) {
 			t.Errorf("ToolNames = %v", res.ToolNames)
 		}
 		got := upstreamInput(t, res.Body)

@@ -15,12 +15,6 @@ const NamespaceSeparator = "__"
 // CodeToolNameConflict: two tools would reach vLLM under one function name.
 const CodeToolNameConflict = "tool_name_conflict"
 
-// ToolName is the client's identity of a function tool declared inside a namespace tool.
-type ToolName struct {
-	Namespace string
-	Name      string
-}
-
 // tools writes the vLLM-bound "tools" member (when any tool is kept). The tool policy:
 //
 //   - function tools pass verbatim;
@@ -106,9 +100,9 @@ func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) err
 				}
 				bd.buf = appendFlatFunction(bd.buf, raw, fs, flat)
 				if res.ToolNames == nil {
-					res.ToolNames = map[string]ToolName{}
+					res.ToolNames = map[string]wire.ToolName{}
 				}
-				res.ToolNames[flat] = ToolName{Namespace: ns, Name: name}
+				res.ToolNames[flat] = wire.ToolName{Namespace: ns, Name: name}
 			}
 		default:
 			res.dropTool(typ)

@@ -39,7 +39,7 @@ func TestNamespaceToolsAreFlattened(t *testing.T) {
 	if !slices.Equal(res.DroppedTools, []string{"custom"}) {
 		t.Errorf("DroppedTools = %v", res.DroppedTools)
 	}
-	if len(res.ToolNames) != 2 || res.ToolNames["agents__close"] != (ToolName{Namespace: "agents", Name: "close"}) {
+	if len(res.ToolNames) != 2 || res.ToolNames["agents__close"] != (wire.ToolName{Namespace: "agents", Name: "close"}) {
 		t.Errorf("ToolNames = %v", res.ToolNames)
 	}
 	// The stored input keeps the client's form: namespace and name as sent.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
 )
 
 // Stored failure reasons: each says what happened, so a record never blames a restart that did
@@ -28,7 +29,7 @@ const (
 // 2), a failed record is stored as soon as the store takes it, and the error is returned.
 func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) error {
 	t.keeper.Stop()
-	if r.Status == store.StatusCompleted {
+	if r.Status == wire.StatusCompleted {
 		t.rec.CompletedAt = unixPtr(time.Now())
 	}
 	s.applyResult(t, r)
@@ -39,7 +40,7 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 	if t.events != nil {
 		p.Events = t.events.take()
 	}
-	if t.convTurn.Load() && (r.Status == store.StatusCompleted || r.Status == store.StatusIncomplete) {
+	if t.convTurn.Load() && (r.Status == wire.StatusCompleted || r.Status == wire.StatusIncomplete) {
 		p.ConversationID = t.req.ConversationID
 	}
 	err := s.commit(ctx, p)
@@ -53,15 +54,15 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 		return nil
 	}
 	s.log.Error("commit response", "response_id", t.rec.ID, "error", err)
-	r.Status = store.StatusFailed
+	r.Status = wire.StatusFailed
 	switch {
 	case errors.Is(err, store.ErrNotFound) && p.Begun:
-		r.Error = &accumulator.ErrorObject{Code: codeDeleted, Message: msgDeleted}
+		r.Error = &wire.ErrorObject{Code: codeDeleted, Message: msgDeleted}
 	case errors.Is(err, store.ErrConflict):
 		// The sweeper failed it after its lease expired (the contract of ResponseCommit).
-		r.Error = &accumulator.ErrorObject{Code: "server_error", Message: msgLeaseLost}
+		r.Error = &wire.ErrorObject{Code: "server_error", Message: msgLeaseLost}
 	default:
-		r.Error = &accumulator.ErrorObject{Code: "server_error", Message: errNotStored}
+		r.Error = &wire.ErrorObject{Code: "server_error", Message: errNotStored}
 	}
 	t.rec.CompletedAt = nil
 	s.applyResult(t, r)

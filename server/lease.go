@@ -26,7 +26,7 @@ type eventLog struct {
 	pending bool
 }
 
-func (l *eventLog) observe(seq int64, typ string, data []byte) {
+func (l *eventLog) observe(seq int64, typ wire.EventType, data []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.pending {

@@ -79,7 +79,7 @@ func TestNewRefusesALeaseNoLongerThanTheWriteTimeout(t *testing.T) {
 func beginTurn(t *testing.T, s *Server, leaseTTL time.Duration) *turn {
 	t.Helper()
 	tr := &turn{req: &createRequest{Store: true}, rec: store.Response{ID: wire.NewID(wire.PrefixResponse), Tenant: "t1",
-		Status: store.StatusInProgress, Model: "m", CreatedAt: time.Now(), Echo: []byte(`{}`)}}
+		Status: wire.StatusInProgress, Model: "m", CreatedAt: time.Now(), Echo: []byte(`{}`)}}
 	err := s.store.ResponseBegin(t.Context(), &store.ResponseBeginParams{Response: tr.rec, LeaseOwner: s.owner,
 		LeaseExpiresAt: time.Now().Add(leaseTTL)})
 	if err != nil {
@@ -194,11 +194,11 @@ func TestChainHistoryKeepsACutTurnsInputButOnlyItsFinishedItems(t *testing.T) {
 		return wire.Item{ID: id, Type: "message", JSON: []byte(`{"id":"` + id + `","type":"message","status":"` + status + `"}`)}
 	}
 	chain := &store.Chain{Turns: []store.ChainTurn{
-		{Response: store.Response{Status: store.StatusCompleted}, Input: []wire.Item{item("in1", "")}, Output: []wire.Item{item("out1", "completed")}},
-		{Response: store.Response{Status: store.StatusIncomplete}, Input: []wire.Item{item("in2", "")}, Output: []wire.Item{item("out2", "incomplete")}},
-		{Response: store.Response{Status: store.StatusFailed}, Input: []wire.Item{item("in3", "")},
+		{Response: store.Response{Status: wire.StatusCompleted}, Input: []wire.Item{item("in1", "")}, Output: []wire.Item{item("out1", "completed")}},
+		{Response: store.Response{Status: wire.StatusIncomplete}, Input: []wire.Item{item("in2", "")}, Output: []wire.Item{item("out2", "incomplete")}},
+		{Response: store.Response{Status: wire.StatusFailed}, Input: []wire.Item{item("in3", "")},
 			Output: []wire.Item{item("rs3", "completed"), item("out3", "incomplete")}},
-		{Response: store.Response{Status: store.StatusCancelled}, Input: []wire.Item{item("in4", "")}, Output: []wire.Item{item("out4", "in_progress")}},
+		{Response: store.Response{Status: wire.StatusCancelled}, Input: []wire.Item{item("in4", "")}, Output: []wire.Item{item("out4", "in_progress")}},
 	}}
 	var got []string
 	for _, it := range chainHistory(chain) {

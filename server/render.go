@@ -21,9 +21,9 @@ func renderResponse(dst []byte, r *store.Response, output []wire.Item) []byte {
 	dst = append(dst, `,"object":"response","created_at":`...)
 	dst = strconv.AppendInt(dst, r.CreatedAt.Unix(), 10)
 	dst = append(dst, `,"status":`...)
-	dst = wire.AppendString(dst, r.Status)
+	dst = wire.AppendString(dst, string(r.Status))
 	dst = append(dst, `,"completed_at":`...)
-	if r.CompletedAt != nil && r.Status == store.StatusCompleted {
+	if r.CompletedAt != nil && r.Status == wire.StatusCompleted {
 		dst = strconv.AppendInt(dst, r.CompletedAt.Unix(), 10)
 	} else {
 		dst = append(dst, "null"...)

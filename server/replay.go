@@ -23,16 +23,16 @@ func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int64
 	output = validItems(output) // stored JSON may hold invalid UTF-8 (render.go)
 	rp := &replayer{dst: dst, after: after}
 	start := *r
-	start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = store.StatusInProgress, nil, nil, nil, nil
+	start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = wire.StatusInProgress, nil, nil, nil, nil
 	startJSON := json.RawMessage(renderResponse(nil, &start, nil))
-	rp.emit("response.created", map[string]any{"response": startJSON})
-	rp.emit("response.in_progress", map[string]any{"response": startJSON})
+	rp.emit(wire.EventCreated, map[string]any{"response": startJSON})
+	rp.emit(wire.EventInProgress, map[string]any{"response": startJSON})
 	for i, it := range output {
 		if err := rp.item(i, it); err != nil {
 			return nil, fmt.Errorf("replay item %d of %s: %w", i, r.ID, err)
 		}
 	}
-	if store.Terminal(r.Status) && rp.seq > after {
+	if r.Status.Terminal() && rp.seq > after {
 		rp.dst = appendTerminalEvent(rp.dst, r, output, rp.seq)
 	}
 	return rp.dst, nil
@@ -44,7 +44,7 @@ type replayer struct {
 	seq, after int64
 }
 
-func (rp *replayer) emit(typ string, fields map[string]any) {
+func (rp *replayer) emit(typ wire.EventType, fields map[string]any) {
 	if rp.seq > rp.after {
 		fields["type"] = typ
 		fields["sequence_number"] = rp.seq
@@ -72,7 +72,7 @@ func (rp *replayer) item(i int, it wire.Item) error {
 	case wire.TypeFunctionCall:
 		added["arguments"] = json.RawMessage(`""`)
 	}
-	rp.emit("response.output_item.added", map[string]any{"output_index": i, "item": added})
+	rp.emit(wire.EventItemAdded, map[string]any{"output_index": i, "item": added})
 	switch it.Type {
 	case wire.TypeMessage:
 		err = rp.messageParts(i, it.ID, f["content"])
@@ -83,13 +83,13 @@ func (rp *replayer) item(i int, it wire.Item) error {
 		if err = unmarshalOpt(f["arguments"], &args); err == nil {
 			err = unmarshalOpt(f["name"], &name)
 		}
-		rp.emit("response.function_call_arguments.delta", map[string]any{"output_index": i, "item_id": it.ID, "delta": args})
-		rp.emit("response.function_call_arguments.done", map[string]any{"output_index": i, "item_id": it.ID, "arguments": args, "name": name})
+		rp.emit(wire.EventArgsDelta, map[string]any{"output_index": i, "item_id": it.ID, "delta": args})
+		rp.emit(wire.EventArgsDone, map[string]any{"output_index": i, "item_id": it.ID, "arguments": args, "name": name})
 	}
 	if err != nil {
 		return err
 	}
-	rp.emit("response.output_item.done", map[string]any{"output_index": i, "item": it.JSON})
+	rp.emit(wire.EventItemDone, map[string]any{"output_index": i, "item": it.JSON})
 	return nil
 }
 
@@ -107,14 +107,14 @@ func (rp *replayer) messageParts(i int, id string, content json.RawMessage) erro
 			return err
 		}
 		pe, key := outputTextPart, "text"
-		if typ == "refusal" {
+		if typ == wire.PartRefusal {
 			pe, key = refusalPart, "refusal"
 		}
 		if err := unmarshalOpt(p[key], &text); err != nil {
 			return err
 		}
 		empty := map[string]any{"type": typ, key: ""}
-		if typ == "output_text" {
+		if typ == wire.PartOutputText {
 			empty["annotations"], empty["logprobs"] = emptyArray, emptyArray
 		}
 		rp.part(pe, i, id, ci, empty, p, text)
@@ -126,7 +126,7 @@ func (rp *replayer) reasoningParts(i int, id string, f map[string]json.RawMessag
 	for _, kind := range []struct {
 		key, typ string
 		pe       partEvents
-	}{{"summary", "summary_text", summaryPart}, {"content", "reasoning_text", reasoningPart}} {
+	}{{"summary", wire.PartSummaryText, summaryPart}, {"content", wire.PartReasoningText, reasoningPart}} {
 		var parts []storedPart
 		if err := unmarshalOpt(f[kind.key], &parts); err != nil {
 			return err
@@ -146,8 +146,9 @@ func (rp *replayer) reasoningParts(i int, id string, f map[string]json.RawMessag
 // part closed.
 func (rp *replayer) part(pe partEvents, i int, id string, idx int, empty any, full storedPart, text string) {
 	for _, step := range []struct {
-		typ, key string
-		val      any
+		typ wire.EventType
+		key string
+		val any
 	}{{pe.added, "part", empty}, {pe.delta, "delta", text}, {pe.done, pe.doneKey, text}, {pe.partDone, "part", full}} {
 		ev := map[string]any{"output_index": i, "item_id": id, pe.indexKey: idx, step.key: step.val}
 		if pe.logprobs && (step.typ == pe.delta || step.typ == pe.done) {
@@ -169,16 +170,10 @@ func unmarshalOpt(raw json.RawMessage, v any) error {
 // number seq: response.completed, response.incomplete, or response.failed for any other status,
 // carrying the response as GET renders it.
 func appendTerminalEvent(dst []byte, r *store.Response, output []wire.Item, seq int64) []byte {
-	typ := "response.failed"
-	switch r.Status {
-	case store.StatusCompleted:
-		typ = "response.completed"
-	case store.StatusIncomplete:
-		typ = "response.incomplete"
-	}
+	typ := r.Status.TerminalEvent()
 	data := make([]byte, 0, 256)
 	data = append(data, `{"type":"`...)
-	data = append(data, typ...)
+	data = append(data, string(typ)...)
 	data = append(data, `","sequence_number":`...)
 	data = strconv.AppendInt(data, seq, 10)
 	data = append(data, `,"response":`...)
@@ -204,13 +199,13 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		return err
 	}
 	var buf []byte
-	if len(evs) == 0 && store.Terminal(r.Status) {
+	if len(evs) == 0 && r.Status.Terminal() {
 		if buf, err = replayEvents(nil, r, out, after); err != nil {
 			return err
 		}
 	}
 	w := s.openStream(c)
-	if len(evs) == 0 && store.Terminal(r.Status) {
+	if len(evs) == 0 && r.Status.Terminal() {
 		_ = w.write(append(buf, wire.DoneFrame...))
 		return nil
 	}
@@ -241,7 +236,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 	}
 	ticker := time.NewTicker(followPoll)
 	defer ticker.Stop()
-	for err = send(evs); err == nil && !store.Terminal(r.Status); err = send(evs) {
+	for err = send(evs); err == nil && !r.Status.Terminal(); err = send(evs) {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -272,17 +267,19 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 
 // partEvents names the events that stream one kind of part.
 type partEvents struct {
-	indexKey, added, delta, done, partDone, doneKey string
-	logprobs                                        bool // output_text deltas and done carry logprobs:[]
+	indexKey                     string
+	added, delta, done, partDone wire.EventType
+	doneKey                      string
+	logprobs                     bool // output_text deltas and done carry logprobs:[]
 }
 
 var (
-	outputTextPart = partEvents{"content_index", "response.content_part.added", "response.output_text.delta",
-		"response.output_text.done", "response.content_part.done", "text", true}
-	refusalPart = partEvents{"content_index", "response.content_part.added", "response.refusal.delta",
-		"response.refusal.done", "response.content_part.done", "refusal", false}
-	reasoningPart = partEvents{"content_index", "response.content_part.added", "response.reasoning_text.delta",
-		"response.reasoning_text.done", "response.content_part.done", "text", false}
-	summaryPart = partEvents{"summary_index", "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
-		"response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "text", false}
+	outputTextPart = partEvents{"content_index", wire.EventPartAdded, wire.EventTextDelta,
+		wire.EventTextDone, wire.EventPartDone, "text", true}
+	refusalPart = partEvents{"content_index", wire.EventPartAdded, wire.EventRefusalDelta,
+		wire.EventRefusalDone, wire.EventPartDone, "refusal", false}
+	reasoningPart = partEvents{"content_index", wire.EventPartAdded, wire.EventReasoningDelta,
+		wire.EventReasoningDone, wire.EventPartDone, "text", false}
+	summaryPart = partEvents{"summary_index", wire.EventSummaryAdded, wire.EventSummaryDelta,
+		wire.EventSummaryTextDone, wire.EventSummaryDone, "text", false}
 )

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/respgate/respgate/accumulator"
-	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 	"go.opentelemetry.io/otel/trace"
@@ -123,8 +121,8 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, 
 		return up, nil
 	}
 	if ctx.Err() != nil {
-		_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
-			Error: &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
+		_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
+			Error: &wire.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
 		return nil, ctx.Err()
 	}
 	return nil, s.failBeforeStream(ctx, t, upErr)
@@ -149,7 +147,7 @@ func (s *Server) relay(ctx context.Context, w *sseWriter, acc *accumulator.Accum
 			return err
 		}
 		events++
-		if !firstDelta && strings.HasSuffix(ev.Type, ".delta") {
+		if !firstDelta && ev.Type.IsDelta() {
 			firstDelta = true
 			s.tel.ttft.Record(ctx, time.Since(start).Seconds())
 			span.AddEvent("first_token")
@@ -183,8 +181,8 @@ func (s *Server) endStream(ctx context.Context, t *turn, w *sseWriter, acc *accu
 	if clientGone {
 		// The client left: keep what it received and record the response as cancelled (neither
 		// the model's incompleteness nor a gateway failure).
-		r.Status = store.StatusCancelled
-		r.Error = &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the stream."}
+		r.Status = wire.StatusCancelled
+		r.Error = &wire.ErrorObject{Code: "client_disconnected", Message: "The client closed the stream."}
 		_ = s.finish(ctx, t, r)
 		s.log.Info("client left mid-stream", "response_id", t.rec.ID)
 		return nil

@@ -36,7 +36,7 @@ type turn struct {
 	events *eventLog
 	// toolNames maps the flat names of namespaced function tools back to the client's
 	// (rehydrate.Result.ToolNames), for the accumulator.
-	toolNames map[string]accumulator.ToolName
+	toolNames map[string]wire.ToolName
 }
 
 // createResponse is the turn lifecycle of DESIGN §1: validate, load history in one round trip,
@@ -114,10 +114,10 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: clientToolNames(res.ToolNames), rec: store.Response{
+	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: res.ToolNames, rec: store.Response{
 		ID:                 wire.NewID(wire.PrefixResponse),
 		Tenant:             tn,
-		Status:             store.StatusInProgress,
+		Status:             wire.StatusInProgress,
 		Model:              req.Model,
 		PreviousResponseID: req.PreviousResponseID,
 		ConversationID:     req.ConversationID,
@@ -162,7 +162,7 @@ func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest)
 		return nil, wire.Invalid("previous_response_id", "previous_response_not_found",
 			"Previous response with id '%s' not found: it is an ancestor of '%s' and was deleted.", chain.Missing, req.PreviousResponseID)
 	}
-	if n := len(chain.Turns); n > 0 && !store.Terminal(chain.Turns[n-1].Response.Status) {
+	if n := len(chain.Turns); n > 0 && !chain.Turns[n-1].Response.Status.Terminal() {
 		return nil, wire.Invalid("previous_response_id", "previous_response_in_progress",
 			"Previous response with id '%s' is still in progress.", req.PreviousResponseID)
 	}
@@ -186,7 +186,7 @@ func chainHistory(chain *store.Chain) []wire.Item {
 	for _, ct := range chain.Turns {
 		history = append(history, ct.Input...)
 		switch ct.Response.Status {
-		case store.StatusFailed, store.StatusCancelled:
+		case wire.StatusFailed, wire.StatusCancelled:
 			for _, it := range ct.Output {
 				if itemFinished(it) {
 					history = append(history, it)
@@ -265,20 +265,8 @@ func (s *Server) begin(ctx context.Context, t *turn) <-chan error {
 	return ch
 }
 
-// clientToolNames converts rehydrate's reverse map of flattened namespace tools for the accumulator.
-func clientToolNames(m map[string]rehydrate.ToolName) map[string]accumulator.ToolName {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]accumulator.ToolName, len(m))
-	for flat, tn := range m {
-		out[flat] = accumulator.ToolName{Namespace: tn.Namespace, Name: tn.Name}
-	}
-	return out
-}
-
 func (s *Server) accOptions(t *turn) accumulator.Options {
-	var observe func(int64, string, []byte)
+	var observe func(int64, wire.EventType, []byte)
 	if t.events != nil {
 		observe = t.events.observe
 	}
@@ -308,7 +296,7 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) error {
 	// The stored error is the one the client gets (code and message), e.g. rate_limit_exceeded
 	// or upstream_timeout, never a vaguer one.
-	obj := &accumulator.ErrorObject{Code: "server_error", Message: "The upstream model server failed."}
+	obj := &wire.ErrorObject{Code: "server_error", Message: "The upstream model server failed."}
 	var ue *upstream.Error
 	var ae *wire.APIError
 	switch {
@@ -322,7 +310,7 @@ func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) err
 			obj.Code = ae.Code
 		}
 	}
-	_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusFailed, Error: obj})
+	_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusFailed, Error: obj})
 	return cause
 }
 
@@ -348,8 +336,8 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	span.End()
 	if upErr != nil {
 		if ctx.Err() != nil {
-			_ = s.finish(ctx, t, &accumulator.Result{Status: store.StatusCancelled,
-				Error: &accumulator.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
+			_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
+				Error: &wire.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
 			return ctx.Err()
 		}
 		return s.failBeforeStream(ctx, t, upErr)

@@ -95,7 +95,7 @@ func FuzzWritersEmitValidJSON(f *testing.F) {
 			{ID: id, Type: text, JSON: obj("type", text, "id", id, text, msg)},
 		}
 		meta := obj(text, msg, "k", id)
-		for _, st := range []string{status, store.StatusCompleted, store.StatusFailed, store.StatusIncomplete} {
+		for _, st := range []wire.Status{wire.Status(status), wire.StatusCompleted, wire.StatusFailed, wire.StatusIncomplete} {
 			r := &store.Response{ID: id, Status: st, Model: text, CreatedAt: time.Unix(1, 0), CompletedAt: unixPtr(time.Unix(2, 0)),
 				Echo:  obj("model", text, "metadata", meta, "instructions", msg, "previous_response_id", id),
 				Error: errorJSON(status, msg), IncompleteDetails: obj("reason", msg), Usage: obj("note", text)}

@@ -25,25 +25,6 @@ var (
 	ErrConflict = errors.New("store: conflict")
 )
 
-// Response statuses.
-const (
-	StatusQueued     = "queued"
-	StatusInProgress = "in_progress"
-	StatusCompleted  = "completed"
-	StatusIncomplete = "incomplete"
-	StatusFailed     = "failed"
-	StatusCancelled  = "cancelled"
-)
-
-// Terminal reports whether status is final (completed, incomplete, failed, cancelled).
-func Terminal(status string) bool {
-	switch status {
-	case StatusCompleted, StatusIncomplete, StatusFailed, StatusCancelled:
-		return true
-	}
-	return false
-}
-
 // Item roles within a response.
 const (
 	RoleInput  = "input"
@@ -54,7 +35,7 @@ const (
 type Response struct {
 	ID                 string
 	Tenant             string
-	Status             string
+	Status             wire.Status
 	Model              string
 	PreviousResponseID string // empty: none
 	ConversationID     string // empty: none
@@ -115,7 +96,7 @@ type ChainTurn struct {
 // The store keeps the three opaque and byte-exact.
 type Event struct {
 	Seq  int64
-	Type string
+	Type wire.EventType
 	Data []byte
 }
 

@@ -63,6 +63,6 @@ func decodeChecked(t *testing.T, s *Stream) outcome {
 		if len(ev.Data) == 0 || len(ev.Data) > fuzzMaxEvent || cap(s.buf) > 2*fuzzMaxEvent || ev.Type == "" {
 			t.Fatalf("event out of bounds: type %q, %d bytes, buffer %d", ev.Type, len(ev.Data), cap(s.buf))
 		}
-		o.Events = append(o.Events, event{Type: ev.Type, Data: string(ev.Data)})
+		o.Events = append(o.Events, event{Type: string(ev.Type), Data: string(ev.Data)})
 	}
 }

@@ -156,7 +156,7 @@ func drain(t testing.TB, s *Stream) outcome {
 			o.End = endName(err)
 			return o
 		}
-		o.Events = append(o.Events, event{Type: ev.Type, Data: string(ev.Data)})
+		o.Events = append(o.Events, event{Type: string(ev.Type), Data: string(ev.Data)})
 	}
 }
 

@@ -193,35 +193,19 @@ func typeOf(data []byte) string {
 	return head.Type
 }
 
-// knownTypes interns the event names of CONTRACT §5.2 and vLLM's extras (§6.5), so an Event's
-// Type never pins the decoder's per-event buffer.
-var knownTypes = func() map[string]string {
-	names := []string{
-		"response.created", "response.queued", "response.in_progress", "response.completed",
-		"response.failed", "response.incomplete",
-		"response.output_item.added", "response.output_item.done",
-		"response.content_part.added", "response.content_part.done",
-		"response.output_text.delta", "response.output_text.done", "response.output_text.annotation.added",
-		"response.refusal.delta", "response.refusal.done",
-		"response.function_call_arguments.delta", "response.function_call_arguments.done",
-		"response.reasoning_text.delta", "response.reasoning_text.done",
-		"response.reasoning_part.added", "response.reasoning_part.done",
-		"response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
-		"response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
-		"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
-		"response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
-		"error", "keepalive",
-	}
-	m := make(map[string]string, len(names))
-	for _, n := range names {
-		m[n] = n
+// knownTypes interns the event names respgate knows (wire.EventTypes), so an Event's Type never
+// pins the decoder's per-event buffer.
+var knownTypes = func() map[string]wire.EventType {
+	m := make(map[string]wire.EventType, len(wire.EventTypes))
+	for _, t := range wire.EventTypes {
+		m[string(t)] = t
 	}
 	return m
 }()
 
-func internType(s string) string {
+func internType(s string) wire.EventType {
 	if v, ok := knownTypes[s]; ok {
 		return v
 	}
-	return strings.Clone(s)
+	return wire.EventType(strings.Clone(s))
 }

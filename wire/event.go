@@ -9,7 +9,7 @@ import (
 // the JSON "type" member) and its JSON data. Upstream decoding produces Events; the accumulator
 // consumes them and produces the normalised client Events.
 type Event struct {
-	Type string
+	Type EventType
 	Data []byte
 }
 
@@ -26,7 +26,7 @@ func (e Event) LogValue() slog.Value { return slog.StringValue(e.String()) }
 // of JSON (encoding/json never emits raw newlines).
 func (e Event) AppendSSE(dst []byte) []byte {
 	dst = append(dst, "event: "...)
-	dst = append(dst, e.Type...)
+	dst = append(dst, string(e.Type)...)
 	dst = append(dst, "\ndata: "...)
 	dst = append(dst, e.Data...)
 	return append(dst, "\n\n"...)

@@ -238,7 +238,7 @@ func buildChain(ctx context.Context, st store.Store, tenant string, t *template,
 		}
 		now := time.Now().UTC()
 		r := t.resp
-		r.ID, r.Tenant, r.PreviousResponseID, r.Status, r.CreatedAt, r.CompletedAt = wire.NewID(wire.PrefixResponse), tenant, prev, store.StatusCompleted, now, &now
+		r.ID, r.Tenant, r.PreviousResponseID, r.Status, r.CreatedAt, r.CompletedAt = wire.NewID(wire.PrefixResponse), tenant, prev, wire.StatusCompleted, now, &now
 		if err := st.ResponseCommit(ctx, &store.ResponseCommitParams{Response: r, Input: []wire.Item{in}, Output: []wire.Item{out}}); err != nil {
 			return nil, fmt.Errorf("build chain: %w", err)
 		}

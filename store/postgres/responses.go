@@ -19,9 +19,9 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	r := &p.Response
 	status := r.Status
 	if status == "" {
-		status = store.StatusInProgress
+		status = wire.StatusInProgress
 	}
-	if status != store.StatusInProgress && status != store.StatusQueued {
+	if status != wire.StatusInProgress && status != wire.StatusQueued {
 		return fmt.Errorf("begin response: status %q is not in_progress or queued", status)
 	}
 	// One round trip, one implicit transaction (a batch ends with a single Sync), committed
@@ -127,7 +127,7 @@ func eventArrays(events []store.Event) (seqs []int64, types []string, data [][]b
 		if d == nil {
 			d = []byte{} // NOT NULL: an empty event is empty bytes
 		}
-		seqs, types, data = append(seqs, e.Seq), append(types, e.Type), append(data, d)
+		seqs, types, data = append(seqs, e.Seq), append(types, string(e.Type)), append(data, d)
 	}
 	return seqs, types, data
 }
@@ -138,7 +138,7 @@ func eventArrays(events []store.Event) (seqs []int64, types []string, data [][]b
 // the output and the conversation append, and log the events.
 func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
 	r := &p.Response
-	if !store.Terminal(r.Status) {
+	if !r.Status.Terminal() {
 		return fmt.Errorf("commit response: status %q is not terminal", r.Status)
 	}
 	var items itemArrays
@@ -212,7 +212,7 @@ func (s *Store) commitNoop(ctx context.Context, tx pgx.Tx, r *store.Response) er
 	if err := s.pool.QueryRow(ctx, `SELECT status FROM responses WHERE tenant = $1 AND id = $2`, r.Tenant, r.ID).Scan(&status); err != nil {
 		return fmt.Errorf("commit response: read status: %w", interpretError(err))
 	}
-	if status != r.Status {
+	if wire.Status(status) != r.Status {
 		return fmt.Errorf("commit response: stored as %s: %w", status, store.ErrConflict)
 	}
 	return nil
@@ -303,7 +303,7 @@ func (rr *recordRow) dest() []any {
 
 func (rr *recordRow) response() store.Response {
 	r := store.Response{
-		ID: deref(rr.id), Tenant: deref(rr.tenant), Status: deref(rr.status), Model: deref(rr.model),
+		ID: deref(rr.id), Tenant: deref(rr.tenant), Status: wire.Status(deref(rr.status)), Model: deref(rr.model),
 		PreviousResponseID: deref(rr.prev), ConversationID: deref(rr.conv),
 		Echo: rr.echo, Usage: rr.usage, Error: rr.errJSON, IncompleteDetails: rr.incomplete,
 	}

@@ -17,9 +17,9 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	r := &p.Response
 	status := r.Status
 	if status == "" {
-		status = store.StatusInProgress
+		status = wire.StatusInProgress
 	}
-	if status != store.StatusInProgress && status != store.StatusQueued {
+	if status != wire.StatusInProgress && status != wire.StatusQueued {
 		return fmt.Errorf("begin response: status %q is not in_progress or queued", status)
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -59,19 +59,19 @@ func (s *Store) ResponseLeaseExtend(ctx context.Context, p *store.ResponseLeaseE
 // ResponseCommit stores a finished turn in one transaction; see store.Store.
 func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
 	r := &p.Response
-	if !store.Terminal(r.Status) {
+	if !r.Status.Terminal() {
 		return fmt.Errorf("commit response: status %q is not terminal", r.Status)
 	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var status string
+		var status wire.Status
 		err := tx.QueryRowContext(ctx, `SELECT status FROM responses WHERE tenant = ?1 AND id = ?2`, r.Tenant, r.ID).Scan(&status)
 		switch {
 		case p.Begun && errors.Is(err, sql.ErrNoRows):
 			// Deleted since ResponseBegin: a commit never resurrects it.
 			return store.ErrNotFound
-		case err == nil && store.Terminal(status) && status != r.Status:
+		case err == nil && status.Terminal() && status != r.Status:
 			return fmt.Errorf("stored as %s: %w", status, store.ErrConflict)
-		case err == nil && store.Terminal(status):
+		case err == nil && status.Terminal():
 			return errNoop
 		case err == nil:
 			_, err = tx.ExecContext(ctx, `
@@ -266,7 +266,7 @@ func (rr *recordRow) dest() []any {
 
 func (rr *recordRow) response() store.Response {
 	r := store.Response{
-		ID: rr.id.String, Tenant: rr.tenant.String, Status: rr.status.String, Model: rr.model.String,
+		ID: rr.id.String, Tenant: rr.tenant.String, Status: wire.Status(rr.status.String), Model: rr.model.String,
 		PreviousResponseID: rr.prev.String, ConversationID: rr.conv.String,
 		CreatedAt: fromMicros(rr.created.Int64),
 		Echo:      json.RawMessage(rr.echo), Usage: json.RawMessage(rr.usage),

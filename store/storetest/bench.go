@@ -28,7 +28,7 @@ func BenchmarkCommit(b *testing.B, s store.Store) {
 	i := 0
 	for b.Loop() {
 		err := s.ResponseCommit(ctx, &store.ResponseCommitParams{
-			Response: newResponse(tenantA, fmt.Sprintf("resp_bench_%d", i), "", "", store.StatusCompleted),
+			Response: newResponse(tenantA, fmt.Sprintf("resp_bench_%d", i), "", "", wire.StatusCompleted),
 			Input:    in,
 			Output:   out,
 		})

@@ -62,7 +62,7 @@ func msgs(t testing.TB, prefix string, n int) []wire.Item {
 	return out
 }
 
-func newResponse(tenant, id, prev, conv string, status string) store.Response {
+func newResponse(tenant, id, prev, conv string, status wire.Status) store.Response {
 	created := now()
 	r := store.Response{
 		ID:                 id,
@@ -74,7 +74,7 @@ func newResponse(tenant, id, prev, conv string, status string) store.Response {
 		CreatedAt:          created,
 		Echo:               json.RawMessage(`{"model":"test-model","store":true,"metadata":{}}`),
 	}
-	if store.Terminal(status) {
+	if status.Terminal() {
 		done := created.Add(time.Second)
 		r.CompletedAt = &done
 		r.Usage = json.RawMessage(`{"input_tokens":3,"output_tokens":5,"total_tokens":8}`)
@@ -86,7 +86,7 @@ func newResponse(tenant, id, prev, conv string, status string) store.Response {
 func commitTurn(t testing.TB, s store.Store, tenant, id, prev, conv string, in, out []wire.Item) {
 	t.Helper()
 	err := s.ResponseCommit(context.Background(), &store.ResponseCommitParams{
-		Response:       newResponse(tenant, id, prev, conv, store.StatusCompleted),
+		Response:       newResponse(tenant, id, prev, conv, wire.StatusCompleted),
 		Input:          in,
 		Output:         out,
 		ConversationID: conv,

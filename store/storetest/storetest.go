@@ -176,7 +176,7 @@ func testLargeItem(t *testing.T, s store.Store) {
 
 func testResponseRecord(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	r := newResponse(tenantA, "resp_rec", "", "", store.StatusIncomplete)
+	r := newResponse(tenantA, "resp_rec", "", "", wire.StatusIncomplete)
 	r.Echo = json.RawMessage(`{"model":"test-model","instructions":"be \"brief\" 🎉","temperature":1.0,"tools":[],"metadata":{"k":"v"},"text":{"format":{"type":"text"}},"x_unknown":null}`)
 	r.IncompleteDetails = json.RawMessage(`{"reason":"max_output_tokens"}`)
 	r.Usage = json.RawMessage(`{"input_tokens":12345678901234567890,"output_tokens":0}`)
@@ -189,7 +189,7 @@ func testResponseRecord(t *testing.T, s store.Store) {
 	}
 
 	// A begun response reads back in progress, with no completion and no items.
-	b := newResponse(tenantA, "resp_begun", "resp_rec", "", store.StatusInProgress)
+	b := newResponse(tenantA, "resp_begun", "resp_rec", "", wire.StatusInProgress)
 	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: b, LeaseOwner: "w1", LeaseExpiresAt: now().Add(time.Hour)}))
 	got, out, err = s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_begun"})
 	noErr(t, "get begun", err)
@@ -204,7 +204,7 @@ func testCommitWithoutBegin(t *testing.T, s store.Store) {
 	commitTurn(t, s, tenantA, "resp_direct", "", "", in, out)
 	got, gotOut, err := s.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: tenantA, ID: "resp_direct"})
 	noErr(t, "get", err)
-	if got.Status != store.StatusCompleted {
+	if got.Status != wire.StatusCompleted {
 		t.Errorf("status %s, want completed", got.Status)
 	}
 	checkItems(t, "output", gotOut, out)
@@ -212,9 +212,9 @@ func testCommitWithoutBegin(t *testing.T, s store.Store) {
 
 func testCommitAfterBegin(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	begun := newResponse(tenantA, "resp_1", "", "", store.StatusInProgress)
+	begun := newResponse(tenantA, "resp_1", "", "", wire.StatusInProgress)
 	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: begun, LeaseOwner: "w1", LeaseExpiresAt: now().Add(time.Hour)}))
-	final := newResponse(tenantA, "resp_1", "", "", store.StatusCompleted)
+	final := newResponse(tenantA, "resp_1", "", "", wire.StatusCompleted)
 	final.CreatedAt = begun.CreatedAt
 	final.Echo = json.RawMessage(`{"model":"test-model","final":true}`)
 	in, out := msgs(t, "in", 2), msgs(t, "out", 2)
@@ -238,17 +238,17 @@ func testCommitIdempotent(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	createConversation(t, s, tenantA, "conv_1", nil)
 	in, out := msgs(t, "in", 2), msgs(t, "out", 2)
-	first := newResponse(tenantA, "resp_1", "", "conv_1", store.StatusCompleted)
+	first := newResponse(tenantA, "resp_1", "", "conv_1", wire.StatusCompleted)
 	p := &store.ResponseCommitParams{Response: first, Input: in, Output: out, ConversationID: "conv_1"}
 	noErr(t, "first commit", s.ResponseCommit(ctx, p))
 	noErr(t, "same commit again", s.ResponseCommit(ctx, p))
 	// A retry with the same status but other items changes nothing and succeeds.
-	same := newResponse(tenantA, "resp_1", "", "conv_1", store.StatusCompleted)
+	same := newResponse(tenantA, "resp_1", "", "conv_1", wire.StatusCompleted)
 	noErr(t, "same-status commit with other items", s.ResponseCommit(ctx, &store.ResponseCommitParams{
 		Response: same, Input: msgs(t, "in3", 1), Output: msgs(t, "out3", 2), ConversationID: "conv_1",
 	}))
 	// One with another status changes nothing and is a conflict.
-	other := newResponse(tenantA, "resp_1", "", "conv_1", store.StatusFailed)
+	other := newResponse(tenantA, "resp_1", "", "conv_1", wire.StatusFailed)
 	other.Error = json.RawMessage(`{"code":"server_error","message":"late"}`)
 	if err := s.ResponseCommit(ctx, &store.ResponseCommitParams{
 		Response: other, Input: msgs(t, "in2", 1), Output: msgs(t, "out2", 3), ConversationID: "conv_1",
@@ -270,7 +270,7 @@ func testCommitIdempotent(t *testing.T, s store.Store) {
 }
 
 func testCommitNeedsTerminal(t *testing.T, s store.Store) {
-	r := newResponse(tenantA, "resp_1", "", "", store.StatusInProgress)
+	r := newResponse(tenantA, "resp_1", "", "", wire.StatusInProgress)
 	err := s.ResponseCommit(t.Context(), &store.ResponseCommitParams{Response: r, Output: msgs(t, "out", 1)})
 	if err == nil {
 		t.Fatal("commit of an in_progress response succeeded, want an error")
@@ -282,7 +282,7 @@ func testCommitNeedsTerminal(t *testing.T, s store.Store) {
 func testCommitAtomic(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	err := s.ResponseCommit(ctx, &store.ResponseCommitParams{
-		Response:       newResponse(tenantA, "resp_1", "", "conv_none", store.StatusCompleted),
+		Response:       newResponse(tenantA, "resp_1", "", "conv_none", wire.StatusCompleted),
 		Input:          msgs(t, "in", 2),
 		Output:         msgs(t, "out", 1),
 		ConversationID: "conv_none",
@@ -295,15 +295,15 @@ func testCommitAtomic(t *testing.T, s store.Store) {
 	countItems(t, s, tenantA, 0)
 
 	// A begun response stays in progress when its commit fails.
-	b := newResponse(tenantA, "resp_2", "", "conv_none", store.StatusInProgress)
+	b := newResponse(tenantA, "resp_2", "", "conv_none", wire.StatusInProgress)
 	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: b, LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
 	err = s.ResponseCommit(ctx, &store.ResponseCommitParams{
-		Response: newResponse(tenantA, "resp_2", "", "conv_none", store.StatusCompleted), Output: msgs(t, "out", 1), ConversationID: "conv_none",
+		Response: newResponse(tenantA, "resp_2", "", "conv_none", wire.StatusCompleted), Output: msgs(t, "out", 1), ConversationID: "conv_none",
 	})
 	isNotFound(t, "commit of begun response into an unknown conversation", err)
 	got, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_2"})
 	noErr(t, "get", err)
-	if got.Status != store.StatusInProgress {
+	if got.Status != wire.StatusInProgress {
 		t.Errorf("status after failed commit %s, want in_progress", got.Status)
 	}
 	countItems(t, s, tenantA, 0)
@@ -311,7 +311,7 @@ func testCommitAtomic(t *testing.T, s store.Store) {
 
 func testBeginConflict(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	p := &store.ResponseBeginParams{Response: newResponse(tenantA, "resp_1", "", "", store.StatusInProgress), LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}
+	p := &store.ResponseBeginParams{Response: newResponse(tenantA, "resp_1", "", "", wire.StatusInProgress), LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}
 	noErr(t, "begin", s.ResponseBegin(ctx, p))
 	if err := s.ResponseBegin(ctx, p); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("second begin: %v, want ErrConflict", err)
@@ -322,7 +322,7 @@ func testBeginConflict(t *testing.T, s store.Store) {
 		t.Errorf("begin of a committed id: %v, want ErrConflict", err)
 	}
 	// queued is a valid starting status too.
-	q := newResponse(tenantA, "resp_3", "", "", store.StatusQueued)
+	q := newResponse(tenantA, "resp_3", "", "", wire.StatusQueued)
 	noErr(t, "begin queued", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: q, LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
 	got, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_3"})
 	noErr(t, "get queued", err)
@@ -331,7 +331,7 @@ func testBeginConflict(t *testing.T, s store.Store) {
 
 func testLeaseExtend(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	r := newResponse(tenantA, "resp_1", "", "", store.StatusInProgress)
+	r := newResponse(tenantA, "resp_1", "", "", wire.StatusInProgress)
 	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: r, LeaseOwner: "w1", LeaseExpiresAt: now().Add(time.Second)}))
 	noErr(t, "extend by owner", s.ResponseLeaseExtend(ctx, &store.ResponseLeaseExtendParams{Tenant: tenantA, ID: "resp_1", LeaseOwner: "w1", LeaseExpiresAt: now().Add(time.Hour)}))
 	isNotFound(t, "extend by another owner", s.ResponseLeaseExtend(ctx, &store.ResponseLeaseExtendParams{Tenant: tenantA, ID: "resp_1", LeaseOwner: "w2", LeaseExpiresAt: now().Add(time.Hour)}))
@@ -347,14 +347,14 @@ func testLeaseExtend(t *testing.T, s store.Store) {
 func testSweep(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	past, future := now().Add(-time.Second), now().Add(time.Hour)
-	begin := func(tenant, id, status string, exp time.Time) {
+	begin := func(tenant, id string, status wire.Status, exp time.Time) {
 		t.Helper()
 		noErr(t, "begin "+id, s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(tenant, id, "", "", status), LeaseOwner: "w1", LeaseExpiresAt: exp}))
 	}
-	begin(tenantA, "resp_expired", store.StatusInProgress, past)
-	begin(tenantB, "resp_expired_b", store.StatusInProgress, past)
-	begin(tenantA, "resp_queued_expired", store.StatusQueued, past)
-	begin(tenantA, "resp_live", store.StatusInProgress, future)
+	begin(tenantA, "resp_expired", wire.StatusInProgress, past)
+	begin(tenantB, "resp_expired_b", wire.StatusInProgress, past)
+	begin(tenantA, "resp_queued_expired", wire.StatusQueued, past)
+	begin(tenantA, "resp_live", wire.StatusInProgress, future)
 	commitTurn(t, s, tenantA, "resp_done", "", "", nil, msgs(t, "out", 1))
 
 	n, err := s.ResponseSweep(ctx, &store.ResponseSweepParams{Now: now(), Message: "lease expired"})
@@ -365,7 +365,7 @@ func testSweep(t *testing.T, s store.Store) {
 	for _, r := range []struct{ tenant, id string }{{tenantA, "resp_expired"}, {tenantB, "resp_expired_b"}, {tenantA, "resp_queued_expired"}} {
 		got, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.tenant, ID: r.id})
 		noErr(t, "get "+r.id, err)
-		if got.Status != store.StatusFailed || got.CompletedAt != nil {
+		if got.Status != wire.StatusFailed || got.CompletedAt != nil {
 			t.Errorf("%s: status %s completed_at %v, want failed and no completed_at", r.id, got.Status, got.CompletedAt)
 		}
 		want := map[string]any{"code": "server_error", "message": "lease expired"}
@@ -377,18 +377,18 @@ func testSweep(t *testing.T, s store.Store) {
 	for _, id := range []string{"resp_live", "resp_done"} {
 		got, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: id})
 		noErr(t, "get "+id, err)
-		if got.Status == store.StatusFailed || got.Error != nil {
+		if got.Status == wire.StatusFailed || got.Error != nil {
 			t.Errorf("%s: swept (status %s, error %s)", id, got.Status, got.Error)
 		}
 	}
 	isNotFound(t, "extend after sweep", s.ResponseLeaseExtend(ctx, &store.ResponseLeaseExtendParams{Tenant: tenantA, ID: "resp_expired", LeaseOwner: "w1", LeaseExpiresAt: future}))
 	// A late commit of a swept response is a conflict that changes nothing: it stays failed.
-	if err := s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_expired", "", "", store.StatusCompleted), Output: msgs(t, "out_late", 1)}); !errors.Is(err, store.ErrConflict) {
+	if err := s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_expired", "", "", wire.StatusCompleted), Output: msgs(t, "out_late", 1)}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("late commit of a swept response: %v, want ErrConflict", err)
 	}
 	got, out, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_expired"})
 	noErr(t, "get after late commit", err)
-	if got.Status != store.StatusFailed || len(out) != 0 {
+	if got.Status != wire.StatusFailed || len(out) != 0 {
 		t.Errorf("after late commit: status %s, output %v; want failed, none", got.Status, ids(out))
 	}
 	n, err = s.ResponseSweep(ctx, &store.ResponseSweepParams{Now: now(), Message: "lease expired"})
@@ -427,7 +427,7 @@ func testChainDeep(t *testing.T, s store.Store) {
 		t.Fatalf("%d responses, want %d", len(responsesOf(chain)), depth)
 	}
 	for i, r := range responsesOf(chain) {
-		if r.ID != fmt.Sprintf("resp_%d", i) || r.Tenant != tenantA || r.Status != store.StatusCompleted {
+		if r.ID != fmt.Sprintf("resp_%d", i) || r.Tenant != tenantA || r.Status != wire.StatusCompleted {
 			t.Fatalf("response %d is %s (%s), want resp_%d completed", i, r.ID, r.Status, i)
 		}
 	}
@@ -802,7 +802,7 @@ func testConcurrentConversation(t *testing.T, s store.Store) {
 				})
 			} else {
 				err = s.ResponseCommit(ctx, &store.ResponseCommitParams{
-					Response:       newResponse(tenantA, fmt.Sprintf("resp_%d", w), "", "conv_1", store.StatusCompleted),
+					Response:       newResponse(tenantA, fmt.Sprintf("resp_%d", w), "", "conv_1", wire.StatusCompleted),
 					Input:          msgs(t, fmt.Sprintf("w%d_in", w), 2),
 					Output:         msgs(t, fmt.Sprintf("w%d_out", w), 1),
 					ConversationID: "conv_1",
@@ -1007,7 +1007,7 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 	in, out := msgs(t, "in", 2), msgs(t, "out", 2)
 	commitTurn(t, s, tenantA, "resp_a1", "", "conv_a", in, out)
 	commitTurn(t, s, tenantA, "resp_a2", "resp_a1", "", msgs(t, "in2", 1), msgs(t, "out2", 1))
-	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(tenantA, "resp_a3", "", "", store.StatusInProgress), LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
+	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(tenantA, "resp_a3", "", "", wire.StatusInProgress), LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
 	later := now().Add(time.Hour)
 	noErr(t, "acquire", s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_a", ResponseID: "resp_a3", ExpiresAt: later}))
 
@@ -1039,7 +1039,7 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 	isNotFound(t, "ResponseDelete", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: b, ID: "resp_a1"}))
 	isNotFound(t, "ConversationDelete", s.ConversationDelete(ctx, &store.ConversationDeleteParams{Tenant: b, ID: "conv_a"}))
 	isNotFound(t, "ResponseCommit into A's conversation", s.ResponseCommit(ctx, &store.ResponseCommitParams{
-		Response: newResponse(b, "resp_b1", "", "conv_a", store.StatusCompleted), Output: msgs(t, "evil", 1), ConversationID: "conv_a",
+		Response: newResponse(b, "resp_b1", "", "conv_a", wire.StatusCompleted), Output: msgs(t, "evil", 1), ConversationID: "conv_a",
 	}))
 	// B's chain through A's response id stops at the tenant boundary, as at a deleted ancestor.
 	commitTurn(t, s, b, "resp_b2", "resp_a2", "", msgs(t, "bin", 1), msgs(t, "bout", 1))
@@ -1049,7 +1049,7 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 		t.Errorf("B's chain: missing %q, %d responses, %d items; want resp_a2, 1, 2", chain.Missing, len(responsesOf(chain)), len(chain.Items()))
 	}
 	// An id A uses is as free for B as an unknown one: B may create its own.
-	noErr(t, "B's begin of A's response id", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(b, "resp_a1", "", "", store.StatusInProgress), LeaseOwner: "wb", LeaseExpiresAt: later}))
+	noErr(t, "B's begin of A's response id", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(b, "resp_a1", "", "", wire.StatusInProgress), LeaseOwner: "wb", LeaseExpiresAt: later}))
 	noErr(t, "B's conversation with A's id", s.ConversationCreate(ctx, &store.ConversationCreateParams{Conversation: store.Conversation{ID: "conv_a", Tenant: b, CreatedAt: now()}}))
 	noErr(t, "B deletes its own", s.ConversationDelete(ctx, &store.ConversationDeleteParams{Tenant: b, ID: "conv_a"}))
 	noErr(t, "B deletes its own", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: b, ID: "resp_a1", Now: later.Add(time.Minute)}))
@@ -1057,7 +1057,7 @@ func testTenantIsolation(t *testing.T, s store.Store) {
 	// A's state is intact.
 	r, gotOut, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_a1"})
 	noErr(t, "A's response", err)
-	if r.Status != store.StatusCompleted {
+	if r.Status != wire.StatusCompleted {
 		t.Errorf("A's response status %s", r.Status)
 	}
 	checkItems(t, "A's output", gotOut, out)
@@ -1125,7 +1125,7 @@ func testPurge(t *testing.T, s store.Store) {
 	old := now().Add(-48 * time.Hour)
 	commitAt := func(tenant, id, conv string, created time.Time, out []wire.Item) {
 		t.Helper()
-		r := newResponse(tenant, id, "", conv, store.StatusCompleted)
+		r := newResponse(tenant, id, "", conv, wire.StatusCompleted)
 		r.CreatedAt = created
 		noErr(t, "commit "+id, s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: r, Output: out, ConversationID: conv}))
 	}
@@ -1134,7 +1134,7 @@ func testPurge(t *testing.T, s store.Store) {
 	commitAt(tenantB, "resp_old_b", "", old.Add(time.Minute), msgs(t, "ob", 1))
 	commitAt(tenantA, "resp_old_conv", "conv_keep", old.Add(2*time.Minute), msgs(t, "oc", 2))
 	commitAt(tenantA, "resp_new", "", now(), msgs(t, "nw", 1))
-	running := newResponse(tenantA, "resp_old_running", "", "", store.StatusInProgress)
+	running := newResponse(tenantA, "resp_old_running", "", "", wire.StatusInProgress)
 	running.CreatedAt = old
 	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: running, LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
 

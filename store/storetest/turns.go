@@ -41,7 +41,7 @@ var turnCases = []struct {
 // beginTurn begins an in-progress response with the given input, leased by w1 until leaseUntil.
 func beginTurn(t testing.TB, s store.Store, tenant, id, conv string, in []wire.Item, leaseUntil time.Time) store.Response {
 	t.Helper()
-	r := newResponse(tenant, id, "", conv, store.StatusInProgress)
+	r := newResponse(tenant, id, "", conv, wire.StatusInProgress)
 	noErr(t, "begin "+id, s.ResponseBegin(context.Background(), &store.ResponseBeginParams{
 		Response: r, Input: in, LeaseOwner: "w1", LeaseExpiresAt: leaseUntil,
 	}))
@@ -50,7 +50,7 @@ func beginTurn(t testing.TB, s store.Store, tenant, id, conv string, in []wire.I
 
 // finalOf is the completed record of a begun response.
 func finalOf(begun store.Response) store.Response {
-	f := newResponse(begun.Tenant, begun.ID, begun.PreviousResponseID, begun.ConversationID, store.StatusCompleted)
+	f := newResponse(begun.Tenant, begun.ID, begun.PreviousResponseID, begun.ConversationID, wire.StatusCompleted)
 	f.CreatedAt = begun.CreatedAt
 	return f
 }
@@ -129,7 +129,7 @@ func testChainTurns(t *testing.T, s store.Store) {
 	}
 	for i, w := range want {
 		ct := chain.Turns[i]
-		if ct.Response.ID != w.id || ct.Response.Status != store.StatusCompleted {
+		if ct.Response.ID != w.id || ct.Response.Status != wire.StatusCompleted {
 			t.Errorf("turn %d is %s (%s), want %s completed", i, ct.Response.ID, ct.Response.Status, w.id)
 		}
 		checkItems(t, fmt.Sprintf("turn %d input", i), ct.Input, w.in)
@@ -158,7 +158,7 @@ func testBeginStoresInput(t *testing.T, s store.Store) {
 	checkItems(t, "input after the sweeper failed it", inputOf(t, s, tenantA, "resp_1"), in)
 
 	// A begin that fails (the id exists) stores none of its input.
-	err = s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(tenantA, "resp_1", "", "", store.StatusInProgress),
+	err = s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: newResponse(tenantA, "resp_1", "", "", wire.StatusInProgress),
 		Input: msgs(t, "dup", 2), LeaseOwner: "w2", LeaseExpiresAt: now().Add(time.Hour)})
 	if !errors.Is(err, store.ErrConflict) {
 		t.Errorf("second begin: %v, want ErrConflict", err)
@@ -220,7 +220,7 @@ func testBegunCommitDeleted(t *testing.T, s store.Store) {
 		t.Errorf("conversation lists %v, want nothing", ids(all))
 	}
 	// A never begun id is not found either: Begun never inserts.
-	err = s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_never", "", "", store.StatusCompleted), Output: msgs(t, "o", 1), Begun: true})
+	err = s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_never", "", "", wire.StatusCompleted), Output: msgs(t, "o", 1), Begun: true})
 	isNotFound(t, "begun commit of a never begun response", err)
 	countItems(t, s, tenantA, 0)
 }
@@ -247,7 +247,7 @@ func testBegunCommitIdempotent(t *testing.T, s store.Store) {
 	}
 	got, gotOut, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_2"})
 	noErr(t, "get swept", err)
-	if got.Status != store.StatusFailed || len(gotOut) != 0 {
+	if got.Status != wire.StatusFailed || len(gotOut) != 0 {
 		t.Errorf("swept response after a late commit: %s with output %v, want failed without output", got.Status, ids(gotOut))
 	}
 	checkEvents(t, "events of the swept response", listEvents(t, s, tenantA, "resp_2", -1, 0), nil)
@@ -257,7 +257,7 @@ func testCommitLogsEvents(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	// Without begin: the whole log comes with the commit.
 	noErr(t, "commit", s.ResponseCommit(ctx, &store.ResponseCommitParams{
-		Response: newResponse(tenantA, "resp_1", "", "", store.StatusCompleted), Output: msgs(t, "o", 1), Events: events(0, 4),
+		Response: newResponse(tenantA, "resp_1", "", "", wire.StatusCompleted), Output: msgs(t, "o", 1), Events: events(0, 4),
 	}))
 	checkEvents(t, "log of a direct commit", listEvents(t, s, tenantA, "resp_1", -1, 0), events(0, 4))
 
@@ -270,7 +270,7 @@ func testCommitLogsEvents(t *testing.T, s store.Store) {
 
 	// A commit that fails logs nothing.
 	err := s.ResponseCommit(ctx, &store.ResponseCommitParams{
-		Response: newResponse(tenantA, "resp_3", "", "conv_none", store.StatusCompleted), ConversationID: "conv_none", Events: events(0, 2),
+		Response: newResponse(tenantA, "resp_3", "", "conv_none", wire.StatusCompleted), ConversationID: "conv_none", Events: events(0, 2),
 	})
 	isNotFound(t, "commit into an unknown conversation", err)
 	b3 := beginTurn(t, s, tenantA, "resp_4", "conv_none", nil, now().Add(time.Hour))
@@ -330,7 +330,7 @@ func testEventsDeletedWithResponse(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	commitLogged := func(id string, created time.Time) {
 		t.Helper()
-		r := newResponse(tenantA, id, "", "", store.StatusCompleted)
+		r := newResponse(tenantA, id, "", "", wire.StatusCompleted)
 		r.CreatedAt = created
 		noErr(t, "commit "+id, s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: r, Output: msgs(t, id, 1), Events: events(0, 3)}))
 	}
@@ -363,7 +363,7 @@ func testContextChain(t *testing.T, s store.Store) {
 
 	// A turn in progress: its ancestors and its begun input.
 	in := msgs(t, "in_4", 2)
-	r := newResponse(tenantA, "resp_4", "resp_3", "", store.StatusInProgress)
+	r := newResponse(tenantA, "resp_4", "resp_3", "", wire.StatusInProgress)
 	noErr(t, "begin", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: r, Input: in, LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}))
 	got, err = s.ResponseContextGet(ctx, &store.ResponseContextGetParams{Tenant: tenantA, ID: "resp_4"})
 	noErr(t, "context of resp_4", err)
@@ -465,13 +465,13 @@ func testResponseDeleteLiveLease(t *testing.T, s store.Store) {
 	}
 	got, _, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_1"})
 	noErr(t, "get after refused delete", err)
-	if got.Status != store.StatusInProgress {
+	if got.Status != wire.StatusInProgress {
 		t.Errorf("status %s, want in_progress", got.Status)
 	}
 	checkItems(t, "input after refused delete", inputOf(t, s, tenantA, "resp_1"), in)
 	checkEvents(t, "events after refused delete", listEvents(t, s, tenantA, "resp_1", -1, 0), events(0, 2))
 	// Queued counts as unfinished too.
-	q := newResponse(tenantA, "resp_q", "", "", store.StatusQueued)
+	q := newResponse(tenantA, "resp_q", "", "", wire.StatusQueued)
 	noErr(t, "begin queued", s.ResponseBegin(ctx, &store.ResponseBeginParams{Response: q, LeaseOwner: "w", LeaseExpiresAt: lease}))
 	if err := s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_q", Now: now()}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("delete of a queued response under a live lease: %v, want ErrConflict", err)
