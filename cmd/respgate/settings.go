@@ -176,7 +176,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Wr
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: respgate takes only flags", fs.Arg(0))
+		// Not echoed: it may be the rest of an unquoted secret.
+		return nil, fmt.Errorf("%d unexpected arguments after the flags: respgate takes only flags (quote a value that holds spaces)", fs.NArg())
 	}
 	c.flags = fs
 	if err := c.check(); err != nil {

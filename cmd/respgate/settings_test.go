@@ -331,3 +331,11 @@ func TestHelpListsEverySettingWithItsVariable(t *testing.T) {
 		t.Errorf("-h shows Markdown quotes:\n%s", out.String())
 	}
 }
+
+// An unquoted value with a space leaves the rest of it as an argument; it may be part of a secret.
+func TestStrayArgumentIsAStartupErrorThatDoesNotEchoIt(t *testing.T) {
+	_, err := parseConfig([]string{"--api-keys", "key-one", "SECRETRIGHT"}, env(nil), io.Discard)
+	if err == nil || leaks(err.Error()) || !strings.Contains(err.Error(), "only flags") {
+		t.Errorf("error %v", err)
+	}
+}
