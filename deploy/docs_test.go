@@ -24,7 +24,8 @@ import (
 // The docs (README.md and docs/*.md) are executable. Every fenced block is one of:
 //
 //   - sh/bash: commands, run in order in bash (set -euo pipefail) in a fresh copy of the checkout,
-//     against live servers; shell variables carry over from block to block within a file. An
+//     against live servers, exactly as written (only the ports below are remapped); exported shell
+//     variables (PATH included) carry over from block to block within a file, server blocks too. An
 //     HTML comment on the line before the fence says how:
 //     <!-- doctest: run expect="text" … -->    (the default) must exit 0; output must contain each expect
 //     <!-- doctest: server ready=URL -->        long-running (a trailing & is dropped): started in the
@@ -177,13 +178,7 @@ func checkDocs(t *testing.T, images map[string]*image) {
 			for _, p := range []string{"8080", "8081", "8082", "8000"} {
 				s.ports[p] = freePort(t)
 			}
-			bin := filepath.Join(s.dir, ".doctest-bin")
-			if err := os.MkdirAll(bin, 0o755); err != nil {
-				t.Fatal(err)
-			}
 			s.env = append(cleanEnv(),
-				"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-				"GOBIN="+bin,
 				"GOFLAGS=-trimpath", // shares the build cache across checkout copies; changes nothing else
 				"RESPGATE_LISTEN=127.0.0.1:"+strconv.Itoa(s.ports["8080"]),
 				"VLLM_SIM_LISTEN=127.0.0.1:"+strconv.Itoa(s.ports["8000"]))
@@ -304,13 +299,8 @@ func (s *docScenario) script(body string) string {
 		body + "\nset +a\nexport -p > " + strconv.Quote(s.state) + "\n"
 }
 
-// goInstallRE matches `go install` of respgate's commands from the module proxy. The docs runner
-// installs them from the checkout instead (same packages, same go install, GOBIN on PATH): the
-// module may not be published at the version under test.
-var goInstallRE = regexp.MustCompile(`github\.com/respgate/respgate/(cmd/[a-z-]+)@latest`)
-
 func (s *docScenario) run(b docBlock) {
-	text := goInstallRE.ReplaceAllString(s.subst(b.text), "./$1")
+	text := s.subst(b.text)
 	for _, check := range b.opts["check"] {
 		s.preCheck(b, check)
 	}
@@ -348,7 +338,9 @@ func (s *docScenario) server(b docBlock) {
 			s.fail(b, "stop %q: %v", stop, err)
 		}
 	}
-	p := startProcess(s.t, cmd, s.dir, s.env, []string{"bash", "-c", "exec env " + cmd})
+	// The file's exported variables so far (a PATH an earlier block extended, say), then the command.
+	script := "if [ -f " + strconv.Quote(s.state) + " ]; then . " + strconv.Quote(s.state) + "; fi\nexec env " + cmd
+	p := startProcess(s.t, cmd, s.dir, s.env, []string{"bash", "-c", script})
 	s.servers = append(s.servers, p)
 	waitUntil(s.t, 5*time.Minute, b.file+": "+cmd, func() error { return httpOK(s.subst(ready[0])) }, p)
 }
@@ -732,6 +724,23 @@ func apiCall(method, url, key, body string) (map[string]any, error) {
 		return nil, fmt.Errorf("decode %s: %v", b, err)
 	}
 	return out, nil
+}
+
+// moduleInstallRE matches installing respgate's commands through the module proxy, which cannot
+// work: the module is not published.
+var moduleInstallRE = regexp.MustCompile(`go (install|get) [^\n]*github\.com/respgate/respgate/[^\s]*@`)
+
+// TestDocsNeverInstallFromTheModuleProxy: every command and CI example in the docs builds respgate
+// from a checkout (the doc runner runs the commands as written, so one that cannot work fails
+// there too, but only after building the images).
+func TestDocsNeverInstallFromTheModuleProxy(t *testing.T) {
+	for _, name := range docFiles(t) {
+		for _, b := range parseDoc(t, name, readRepoFile(t, name)) {
+			if m := moduleInstallRE.FindString(b.text); m != "" {
+				t.Errorf("%s:%d: %q: the module is not published; build from a checkout (make build, bin/ on PATH)", b.file, b.line, m)
+			}
+		}
+	}
 }
 
 // checkConfigTable compares the flag table under "## <section>" with the binary's -h output: the

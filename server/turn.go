@@ -287,6 +287,9 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 			}
 			return renderResponse(nil, &r, snap.Output)
 		},
+		MaxItems:      s.cfg.MaxOutputItems,
+		MaxItemBytes:  s.cfg.MaxOutputItemBytes,
+		MaxTotalBytes: s.cfg.MaxOutputBytes,
 	}
 }
 

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/respgate/respgate/server"
+	"github.com/respgate/respgate/upstream"
+)
+
+// config is the parsed configuration: the command's own settings, and the server's and upstream
+// client's, filled in place through the settings table.
+type config struct {
+	listen, databaseURL, apiKeys, logLevel, toolPolicy string
+	dbMaxConns                                         int
+	shutdownTimeout                                    time.Duration
+	server                                             server.Config
+	upstream                                           upstream.Config
+	flags                                              *flag.FlagSet // the values as parsed, for the start-up log
+}
+
+// setting is one row of the configuration: a flag, its RESPGATE_* variable (envName), its line in
+// the start-up log (logKey) and its row in docs/configuration.md (TestConfigurationDocsMatchSettings)
+// all come from it, so a setting is written once.
+type setting struct {
+	flag string // flag name, without dashes
+	def  string // default, in the flag's own syntax ("" for an empty string)
+	help string // the meaning, in Markdown (backquotes are dropped for -h)
+	// secret values are never logged: the log says whether one is set, or what show returns.
+	secret bool
+	// zeroOK marks a number or duration whose 0 means something (help says what); otherwise 0 is
+	// rejected at start, like every negative number or duration.
+	zeroOK bool
+	// oneOf lists the accepted values of a string setting (nil: any).
+	oneOf []string
+	// bind points into the config: *string, *int, *int64 or *time.Duration.
+	bind func(c *config) any
+	// show is what the start-up log prints for the value (nil: the value itself, or for a secret
+	// whether it is set).
+	show func(v string) any
+}
+
+// settings is respgate's configuration, in the order of -h and docs/configuration.md.
+var settings = []setting{
+	{flag: "listen", def: ":8080", help: "address to listen on",
+		bind: func(c *config) any { return &c.listen }},
+	{flag: "upstream-url", def: "", help: "vLLM base URL including `/v1`; empty starts the built-in simulator (and logs a loud warning)",
+		bind: func(c *config) any { return &c.upstream.BaseURL }, show: func(v string) any { return redactURL(v) }},
+	{flag: "upstream-api-key", def: "", help: "bearer key sent to vLLM (never logged)", secret: true,
+		bind: func(c *config) any { return &c.upstream.APIKey }},
+	{flag: "database-url", def: "sqlite:./data/respgate.db",
+		help: "`postgres://…` (or `postgresql://…`), `sqlite:PATH` or `sqlite::memory:`; the SQLite folder is created 0700, the file 0600; a password with `@ / ? # % [` or a space must be percent-encoded (logged with the password redacted)",
+		bind: func(c *config) any { return &c.databaseURL }, show: func(v string) any { return redactURL(v) }},
+	{flag: "database-max-conns", def: "32", help: "Postgres connection pool size per process (each turn holds a connection only for its history load and its commits)",
+		bind: func(c *config) any { return &c.dbMaxConns }},
+	{flag: "api-keys", def: "", help: "comma-separated accepted client keys; empty accepts any key, each isolated as its own tenant (logged as a count)", secret: true,
+		bind: func(c *config) any { return &c.apiKeys }, show: func(v string) any { return len(splitKeys(v)) }},
+	{flag: "tool-policy", def: "drop", oneOf: []string{"drop", "reject"},
+		help: "tools vLLM cannot serve (hosted, custom): `drop` (named in `X-Respgate-Dropped-Tools`) or `reject` (400)",
+		bind: func(c *config) any { return &c.toolPolicy }},
+	{flag: "log-level", def: "info", oneOf: []string{"debug", "info", "warn", "error"},
+		help: "`debug`, `info`, `warn` or `error`; JSON logs on stderr; bodies, reasoning and keys are never logged at any level",
+		bind: func(c *config) any { return &c.logLevel }},
+	{flag: "shutdown-timeout", def: "30s", help: "on SIGTERM, in-flight requests may finish this long; remaining streams then end with `response.failed`",
+		bind: func(c *config) any { return &c.shutdownTimeout }},
+	{flag: "keepalive", def: "15s", help: "SSE comment keepalive interval during upstream silence",
+		bind: func(c *config) any { return &c.server.KeepAlive }},
+	{flag: "upstream-connect-timeout", def: "10s", help: "connect timeout toward vLLM, and for a streamed request the wait for its response headers",
+		bind: func(c *config) any { return &c.upstream.ConnectTimeout }},
+	{flag: "upstream-idle-timeout", def: "2m", help: "longest silence of a vLLM stream before the turn fails",
+		bind: func(c *config) any { return &c.upstream.IdleTimeout }},
+	{flag: "sync-timeout", def: "10m", help: "longest wait for vLLM's answer to a non-streamed request (vLLM sends it only once generation ends); beyond it 504",
+		bind: func(c *config) any { return &c.server.SyncTimeout }},
+	{flag: "commit-timeout", def: "15s", help: "longest time to store a finished turn; beyond it the response is `failed`",
+		bind: func(c *config) any { return &c.server.CommitTimeout }},
+	{flag: "write-timeout", def: "30s", help: "longest time one event may take to reach a client; a client that stops reading is dropped",
+		bind: func(c *config) any { return &c.server.WriteTimeout }},
+	{flag: "body-read-timeout", def: "30s", help: "longest time to read a request body (408 beyond)",
+		bind: func(c *config) any { return &c.server.BodyReadTimeout }},
+	{flag: "lease-ttl", def: "1m", help: "lease of an in-progress response, renewed while it streams; after a crash the sweeper marks it `failed` once expired; must be longer than `--write-timeout`",
+		bind: func(c *config) any { return &c.server.LeaseTTL }},
+	{flag: "sweep-interval", def: "30s", help: "how often expired leases are swept and retention applied (also once at start)",
+		bind: func(c *config) any { return &c.server.SweepInterval }},
+	{flag: "retention", def: "0", zeroOK: true, help: "delete finished responses older than this (e.g. `720h`), with their items except those a conversation lists; `0` keeps everything",
+		bind: func(c *config) any { return &c.server.Retention }},
+	{flag: "max-body-bytes", def: "33554432", help: "largest request body (413 beyond)",
+		bind: func(c *config) any { return &c.server.MaxBodyBytes }},
+	{flag: "max-body-bytes-in-flight", def: "0", zeroOK: true, help: "bytes of all request bodies being read or held at once; beyond it 503 with `Retry-After`; `0` is 4 × `--max-body-bytes`",
+		bind: func(c *config) any { return &c.server.MaxBodyBytesInFlight }},
+	{flag: "max-header-bytes", def: "65536", help: "largest request line and headers (431 beyond)",
+		bind: func(c *config) any { return &c.server.MaxHeaderBytes }},
+	{flag: "max-input-items", def: "10000", help: "most items in one request's `input` (400 beyond)",
+		bind: func(c *config) any { return &c.server.MaxInputItems }},
+	{flag: "max-json-depth", def: "64", help: "deepest nesting of a request body's JSON (400 beyond)",
+		bind: func(c *config) any { return &c.server.MaxJSONDepth }},
+	{flag: "upstream-max-event-bytes", def: "16777216", help: "largest SSE event from vLLM, and largest non-streamed answer; beyond it the turn fails",
+		bind: func(c *config) any { return &c.upstream.MaxEventBytes }},
+	{flag: "max-output-items", def: "4096", help: "most output items, content and summary parts of one response; beyond it the turn fails",
+		bind: func(c *config) any { return &c.server.MaxOutputItems }},
+	{flag: "max-output-item-bytes", def: "16777216", help: "most bytes of one output item (text, arguments, JSON); beyond it the turn fails",
+		bind: func(c *config) any { return &c.server.MaxOutputItemBytes }},
+	{flag: "max-output-bytes", def: "0", zeroOK: true, help: "most bytes of one response's output; beyond it the turn fails; `0` is 4 × `--max-output-item-bytes`",
+		bind: func(c *config) any { return &c.server.MaxOutputBytes }},
+	{flag: "max-streams", def: "0", zeroOK: true, help: "concurrent streams per process, `0` = unbounded; beyond it 503 with `Retry-After`",
+		bind: func(c *config) any { return &c.server.MaxConcurrentStreams }},
+}
+
+// envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case
+// with dashes as underscores (--upstream-url: RESPGATE_UPSTREAM_URL).
+func envName(flagName string) string {
+	return "RESPGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// logKey is a setting's attribute in the start-up log line.
+func logKey(flagName string) string { return strings.ReplaceAll(flagName, "-", "_") }
+
+// usage is the -h text of a setting. flag.PrintDefaults reads a backquoted word as the name of
+// the flag's argument, so the Markdown quotes go.
+func (s *setting) usage() string {
+	return strings.ReplaceAll(s.help, "`", "") + " (" + envName(s.flag) + ")"
+}
+
+// newFlagSet defines every setting as a flag writing into c, with its default.
+func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("respgate", flag.ContinueOnError)
+	fs.SetOutput(out)
+	for i := range settings {
+		s := &settings[i]
+		mustParse := func(v any, err error) any {
+			if err != nil {
+				panic(fmt.Sprintf("settings: --%s: default %q: %v", s.flag, s.def, err))
+			}
+			return v
+		}
+		switch p := s.bind(c).(type) {
+		case *string:
+			fs.StringVar(p, s.flag, s.def, s.usage())
+		case *int:
+			fs.IntVar(p, s.flag, mustParse(strconv.Atoi(s.def)).(int), s.usage())
+		case *int64:
+			fs.Int64Var(p, s.flag, mustParse(strconv.ParseInt(s.def, 10, 64)).(int64), s.usage())
+		case *time.Duration:
+			fs.DurationVar(p, s.flag, mustParse(time.ParseDuration(s.def)).(time.Duration), s.usage())
+		default:
+			panic(fmt.Sprintf("settings: --%s binds an unsupported %T", s.flag, p))
+		}
+	}
+	return fs
+}
+
+// parseConfig reads the settings from the environment (lookupEnv, normally os.LookupEnv) and then
+// the command line, which wins, and checks them. -h prints the usage to out and returns
+// flag.ErrHelp.
+func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (*config, error) {
+	c := &config{}
+	fs := newFlagSet(c, out)
+	// Environment first, through each flag's own parser, so a malformed value is an error as it
+	// is on the command line.
+	for _, s := range settings {
+		if v, ok := lookupEnv(envName(s.flag)); ok {
+			if err := fs.Set(s.flag, v); err != nil {
+				// The value is not echoed: it may be a secret.
+				return nil, fmt.Errorf("%s: %w", envName(s.flag), err)
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		// Not echoed: it may be the rest of an unquoted secret.
+		return nil, fmt.Errorf("%d unexpected arguments after the flags: respgate takes only flags (quote a value that holds spaces)", fs.NArg())
+	}
+	c.flags = fs
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	c.server.APIKeys = splitKeys(c.apiKeys)
+	c.server.ToolPolicy = server.ToolPolicy(c.toolPolicy)
+	return c, nil
+}
+
+// check rejects values the code would otherwise silently replace by a default: a negative (or,
+// where 0 means nothing, zero) number or duration, a value outside oneOf, and combinations that
+// cannot work.
+func (c *config) check() error {
+	var errs []error
+	for _, s := range settings {
+		name := "--" + s.flag + " (" + envName(s.flag) + ")"
+		var n int64
+		switch p := s.bind(c).(type) {
+		case *string:
+			if s.oneOf != nil && !slices.Contains(s.oneOf, *p) {
+				errs = append(errs, fmt.Errorf("%s must be one of %s, not %q", name, strings.Join(s.oneOf, ", "), *p))
+			}
+			continue
+		case *int:
+			n = int64(*p)
+		case *int64:
+			n = *p
+		case *time.Duration:
+			n = int64(*p)
+		}
+		v := c.flags.Lookup(s.flag).Value.String()
+		switch {
+		case n < 0:
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, v))
+		case n == 0 && !s.zeroOK:
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, v))
+		}
+	}
+	// A lease that can expire while its stream is blocked writing to a slow client lets the
+	// sweeper fail a response that is still running.
+	if c.server.LeaseTTL > 0 && c.server.LeaseTTL <= c.server.WriteTimeout {
+		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --write-timeout (%s): a lease must outlive a blocked client write",
+			c.server.LeaseTTL, c.server.WriteTimeout))
+	}
+	if isPostgresURL(c.databaseURL) && ambiguousURL(c.databaseURL) {
+		// No detail: url.Parse's error quotes the URL, password included.
+		errs = append(errs, errors.New("--database-url (RESPGATE_DATABASE_URL) is not a valid URL: percent-encode special characters in the password (@ / ? # % [ and space)"))
+	}
+	return errors.Join(errs...)
+}
+
+// logAttrs is the start-up log line's view of the configuration: every setting, secrets redacted.
+func (c *config) logAttrs() []any {
+	attrs := make([]any, 0, len(settings))
+	for _, s := range settings {
+		v := c.flags.Lookup(s.flag).Value.String()
+		switch {
+		case s.show != nil:
+			attrs = append(attrs, slog.Any(logKey(s.flag), s.show(v)))
+		case s.secret:
+			attrs = append(attrs, slog.Bool(logKey(s.flag)+"_set", v != ""))
+		default:
+			attrs = append(attrs, slog.String(logKey(s.flag), v))
+		}
+	}
+	return attrs
+}
+
+func splitKeys(s string) []string {
+	var keys []string
+	for _, k := range strings.Split(s, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// ambiguousURL reports whether parsers may split s differently, so that its password cannot be
+// found reliably: it does not parse, or an @ sits outside the user info or twice in the authority
+// (an unencoded @ / ? # % [ or space in a password does that; pgx, for one, then reads part of
+// the password as the host and prints it in its errors).
+func ambiguousURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return true
+	}
+	if u.User == nil {
+		return strings.Contains(s, "@")
+	}
+	_, rest, _ := strings.Cut(s, "//")
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return strings.Count(rest, "@") > 1
+}
+
+// redactURL is a URL as the log may show it: without a password (in the user info or a query
+// parameter such as password= or sslpassword=) and without a fragment. An ambiguous one is
+// replaced whole but for its scheme.
+func redactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || ambiguousURL(s) {
+		scheme := ""
+		if i := strings.Index(s, ":"); i > 0 && strings.IndexFunc(s[:i], func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')
+		}) < 0 {
+			scheme = s[:i] + ":"
+			if strings.HasPrefix(s[i:], "://") {
+				scheme += "//"
+			}
+		}
+		return scheme + "<unparseable, redacted>"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "pass") {
+				q[k] = []string{"REDACTED"}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
