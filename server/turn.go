@@ -287,9 +287,6 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 			}
 			return renderResponse(nil, &r, snap.Output)
 		},
-		MaxItems:      s.cfg.MaxOutputItems,
-		MaxItemBytes:  s.cfg.MaxOutputItemBytes,
-		MaxTotalBytes: s.cfg.MaxOutputBytes,
 	}
 }
 
