@@ -1,10 +1,10 @@
-// Package accumulator is respgate's streaming core (DESIGN §4). It consumes the events of one
+// Package accumulator is respgate's streaming core (docs/design.md §4). It consumes the events of one
 // upstream vLLM Responses stream and produces (a) the normalised client event stream, framed as
 // SSE, and (b) the final complete output items, usage and status that the server stores.
 //
 // It owns the reconciliation rules (done events and the terminal response override deltas; items
 // keyed by output_index; respgate's own ids everywhere) and the normalisation that makes vLLM's
-// dialect acceptable to strict SDK helpers (CONTRACT §5, §6.5). It is pure: no I/O, no goroutines,
+// dialect acceptable to strict SDK helpers (docs/wire.md §5, §6.5). It is pure: no I/O, no goroutines,
 // no clock, no knowledge of the store. Every index and size from upstream is untrusted input.
 package accumulator
 
@@ -291,10 +291,10 @@ func (a *Accumulator) feed(dst []byte, typ wire.EventType, d []byte) ([]byte, er
 	case wire.EventError:
 		return a.onError(dst, typ, d)
 	case wire.EventCreated, wire.EventInProgress, wire.EventQueued:
-		// Ours went out in Start; vLLM's response object is never forwarded (CONTRACT §6.2).
+		// Ours went out in Start; vLLM's response object is never forwarded (docs/wire.md §6.2).
 		return dst, nil
 	}
-	// Unknown and vendor events: the TS helper throws on them (CONTRACT §5.4), so drop them.
+	// Unknown and vendor events: the TS helper throws on them (docs/wire.md §5.4), so drop them.
 	a.dropped++
 	return dst, nil
 }
@@ -398,7 +398,7 @@ func (a *Accumulator) Close(dst []byte, cause error) ([]byte, *Result) {
 }
 
 // reconcileClosed applies the terminal response to an item already closed by its done event: the
-// terminal's encrypted_content wins when it is non-empty and everything else is equal (DESIGN §4).
+// terminal's encrypted_content wins when it is non-empty and everything else is equal (docs/design.md §4).
 func (a *Accumulator) reconcileClosed(it *item, ti *parsedItem) {
 	if it.kind != kReasoning || !ti.hasEnc || ti.enc == "" || ti.enc == it.enc {
 		return
@@ -426,7 +426,7 @@ func consistent(it *item, ti *parsedItem) bool {
 
 // itemStatus is the status of an item known only from a whole response (terminal extras and
 // FromResponse): completed, except that the last item of an incomplete response is the one that
-// was cut (vLLM marks every item completed, CONTRACT §6.2).
+// was cut (vLLM marks every item completed, docs/wire.md §6.2).
 func itemStatus(ti *parsedItem, last bool, respStatus wire.Status) wire.Status {
 	if ti.status == wire.StatusIncomplete || last && respStatus == wire.StatusIncomplete {
 		return wire.StatusIncomplete

@@ -8,7 +8,7 @@ import (
 
 // Client event builders. Each builds the event's JSON in a.buf (reused) and frames it with
 // wire.Event.AppendSSE. Every event carries the next sequence_number, so the numbers are dense
-// across Start, Feed, Close and Terminal (CONTRACT §5.1).
+// across Start, Feed, Close and Terminal (docs/wire.md §5.1).
 
 func (a *Accumulator) head(typ wire.EventType) []byte {
 	b := append(a.buf[:0], `{"type":"`...)
@@ -63,7 +63,7 @@ func (a *Accumulator) emitItemDone(dst []byte, it *item) []byte {
 }
 
 // emitPart emits content_part.added/.done (reasoning_text parts included: vLLM's
-// reasoning_part.* become content_part.*, CONTRACT §6.5 quirk 1) or reasoning_summary_part.*.
+// reasoning_part.* become content_part.*, docs/wire.md §6.5 quirk 1) or reasoning_summary_part.*.
 func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum, done bool) []byte {
 	typ := wire.EventPartAdded
 	switch {

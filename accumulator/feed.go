@@ -94,7 +94,7 @@ func index(typ wire.EventType, field string, v []byte) (int64, bool, error) {
 }
 
 // locate finds the item an event addresses by upstream output_index (vLLM's ids are not stable:
-// harmony reuses a stale id for a done-only item, CONTRACT §6.5 quirks 3 and 8), falling back to
+// harmony reuses a stale id for a done-only item, docs/wire.md §6.5 quirks 3 and 8), falling back to
 // the upstream id when the event has no index. nil, nil means a new item.
 func (a *Accumulator) locate(typ wire.EventType, up int64, hasUp bool, upID []byte) (*item, error) {
 	if hasUp {
@@ -116,7 +116,7 @@ func (a *Accumulator) locate(typ wire.EventType, up int64, hasUp bool, upID []by
 	return nil, fail(typ, ErrMalformed, "event names no output item")
 }
 
-// create mints ids for a new item (at its first sight, CONTRACT §8.1) and appends it.
+// create mints ids for a new item (at its first sight, docs/wire.md §8.1) and appends it.
 func (a *Accumulator) create(typ wire.EventType, k kind, itemType string, up int64, hasUp bool, upID []byte) (*item, error) {
 	if len(a.items) >= a.opts.MaxItems {
 		return nil, fail(typ, ErrLimit, "more than %d output items", a.opts.MaxItems)
@@ -125,7 +125,7 @@ func (a *Accumulator) create(typ wire.EventType, k kind, itemType string, up int
 	it.id = a.opts.NewID(wire.PrefixForType(itemType))
 	it.qid = quote(it.id)
 	if k == kFunctionCall {
-		// vLLM's streamed call_id differs from its final one (CONTRACT §6.5 quirk 3): the item owns
+		// vLLM's streamed call_id differs from its final one (docs/wire.md §6.5 quirk 3): the item owns
 		// one minted call_id, whatever upstream says.
 		it.call = a.opts.NewID(wire.PrefixCallID)
 		it.names = a.opts.ToolNames
@@ -158,7 +158,7 @@ func typeName(k kind) string {
 }
 
 // locatePart finds a part by upstream index within an item, mapping indices by first-seen order
-// (harmony never resets content_index between items, CONTRACT §6.5 quirk 2). nil means new.
+// (harmony never resets content_index between items, docs/wire.md §6.5 quirk 2). nil means new.
 func (a *Accumulator) locatePart(typ wire.EventType, it *item, sum bool, idx int64, has bool) (*part, int, error) {
 	ps := *it.list(sum)
 	if !has {
@@ -222,7 +222,7 @@ func (a *Accumulator) grow(it *item, n int) {
 }
 
 // ensure creates (and announces) the item and part an event addresses when upstream skipped their
-// added events (CONTRACT §6.5 quirk 8).
+// added events (docs/wire.md §6.5 quirk 8).
 func (a *Accumulator) ensure(dst []byte, typ wire.EventType, it *item, p *part, pos int, k kind, sum bool, pk pkind) ([]byte, *item, *part, int, error) {
 	e := &a.env
 	if it == nil {
@@ -572,7 +572,7 @@ func (a *Accumulator) adopt(it *item, pi *parsedItem) {
 }
 
 // onItemDone closes an item. A successfully parsed done item is authoritative for the fields it
-// states; a malformed one keeps the delta-derived state (DESIGN §4).
+// states; a malformed one keeps the delta-derived state (docs/design.md §4).
 func (a *Accumulator) onItemDone(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
@@ -612,7 +612,7 @@ func (a *Accumulator) onItemDone(dst []byte, typ wire.EventType, d []byte) ([]by
 		dst = a.emitItemAdded(dst, it)
 	}
 	var src *parsedItem
-	status := wire.StatusCompleted // normalises vLLM's status:null (CONTRACT §6.2)
+	status := wire.StatusCompleted // normalises vLLM's status:null (docs/wire.md §6.2)
 	if ok {
 		src = &pi
 		if pi.status == wire.StatusIncomplete {
@@ -737,7 +737,7 @@ func (a *Accumulator) closeParts(dst []byte, it *item, sum bool, final []*part, 
 }
 
 // onTerminal records the upstream terminal event. vLLM always sends response.completed, even for
-// status incomplete (CONTRACT §6.5 quirk 4); the status inside decides.
+// status incomplete (docs/wire.md §6.5 quirk 4); the status inside decides.
 func (a *Accumulator) onTerminal(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
@@ -751,7 +751,7 @@ func (a *Accumulator) onTerminal(dst []byte, typ wire.EventType, d []byte) ([]by
 	return dst, nil
 }
 
-// onError records an upstream error event: the stream has failed (CONTRACT §6.5 quirk 5).
+// onError records an upstream error event: the stream has failed (docs/wire.md §6.5 quirk 5).
 func (a *Accumulator) onError(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err

@@ -228,7 +228,7 @@ func fields(raw json.RawMessage) map[string]json.RawMessage {
 	return m
 }
 
-// validateStream is the strict checker of the client stream (CONTRACT §5, DESIGN §4): response.created
+// validateStream is the strict checker of the client stream (docs/wire.md §5, docs/design.md §4): response.created
 // first (seq 0) then in_progress; sequence_number dense; event == JSON type; no top-level "error"
 // key; dense 0-based output_index; every item announced before its events and closed after;
 // per-item dense content_index/summary_index; part events matching part types; logprobs on
@@ -492,7 +492,7 @@ func validateStream(stream []byte) (*streamInfo, error) {
 func known(typ string) bool { return kindOf(typ) != kOther }
 
 // checkItem checks an item's shape: status and the required fields of each type, and no null
-// content/encrypted_content (CONTRACT §7.1).
+// content/encrypted_content (docs/wire.md §7.1).
 func checkItem(typ string, item map[string]json.RawMessage, added bool) error {
 	for _, k := range []string{"content", "encrypted_content", "summary"} {
 		if v, has := item[k]; has && string(v) == "null" && known(typ) {
@@ -542,7 +542,7 @@ func checkItem(typ string, item map[string]json.RawMessage, added bool) error {
 }
 
 // sameItem compares two item JSONs semantically; a reasoning item's encrypted_content may differ
-// (the terminal response's wins after output_item.done went out, DESIGN §4).
+// (the terminal response's wins after output_item.done went out, docs/design.md §4).
 func sameItem(a, b json.RawMessage) bool {
 	var x, y map[string]any
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {

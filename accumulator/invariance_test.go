@@ -226,7 +226,7 @@ func terminalResponse(evs []wire.Event) []byte {
 
 // fromResponseCases pairs a stream with the non-streamed body of the same content: each trace
 // whose terminal response carries the full output (vLLM's final output is what its non-streamed
-// body has, CONTRACT §6.5), and the simulator's <name>.json next to <name>.sse.
+// body has, docs/wire.md §6.5), and the simulator's <name>.json next to <name>.sse.
 func fromResponseCases(t *testing.T) map[string][2][]byte {
 	cases := map[string][2][]byte{}
 	for _, tf := range traces(t) {

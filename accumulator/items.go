@@ -141,7 +141,7 @@ type parsedItem struct {
 }
 
 // parseItem decodes an item object. ok is false when it is not an object or a field respgate
-// rebuilds has the wrong JSON type; the caller then keeps what it had (DESIGN §4).
+// rebuilds has the wrong JSON type; the caller then keeps what it had (docs/design.md §4).
 func parseItem(raw []byte) (p parsedItem, ok bool) {
 	var content, summary []byte
 	o := newObjIter(raw, 0)
@@ -328,7 +328,7 @@ func appendPart(b []byte, p *part, empty bool) []byte {
 		if !empty {
 			b = append(b, p.ann...)
 		}
-		// Open Responses requires logprobs on output_text (CONTRACT §7.1).
+		// Open Responses requires logprobs on output_text (docs/wire.md §7.1).
 		return append(b, `],"logprobs":[]}`...)
 	case pRefusal:
 		b = append(b, `{"type":"refusal","refusal":`...)
@@ -358,7 +358,7 @@ func appendParts(b []byte, ps []*part) []byte {
 }
 
 // appendItem appends the item's JSON, rebuilt from state in a fixed field order (vLLM's stray
-// fields never survive, CONTRACT §6.5 quirk 7). !final renders the output_item.added form:
+// fields never survive, docs/wire.md §6.5 quirk 7). !final renders the output_item.added form:
 // status in_progress and zero values (Open Responses: all non-nullable fields filled).
 func appendItem(b []byte, it *item, final bool) []byte {
 	status := wire.StatusInProgress
@@ -394,7 +394,7 @@ func appendItem(b []byte, it *item, final bool) []byte {
 			return append(b, "[]}"...)
 		}
 		b = appendParts(b, it.sums)
-		// Reasoning content and encrypted_content are optional but not nullable (CONTRACT §7.1):
+		// Reasoning content and encrypted_content are optional but not nullable (docs/wire.md §7.1):
 		// omit rather than send null.
 		if !it.contentNull && (len(it.parts) > 0 || it.contentSet) {
 			b = append(b, `,"content":`...)
@@ -435,7 +435,7 @@ func appendItem(b []byte, it *item, final bool) []byte {
 
 // rewriteOther appends an item of a type respgate does not rebuild, member order kept, with its id
 // replaced by the minted one and, when status != "", its status set (added at the end if absent:
-// Open Responses requires a status on every item, CONTRACT §7.1).
+// Open Responses requires a status on every item, docs/wire.md §7.1).
 func rewriteOther(b, raw, qid []byte, status string) []byte {
 	b = append(b, `{"id":`...)
 	b = append(b, qid...)

@@ -10,7 +10,7 @@ import (
 )
 
 // terminal is what respgate keeps of an upstream response object (terminal event or non-streamed
-// body). vLLM's own response object is never forwarded (CONTRACT §6.2).
+// body). vLLM's own response object is never forwarded (docs/wire.md §6.2).
 type terminal struct {
 	status     wire.Status
 	err        *wire.ErrorObject
@@ -101,7 +101,7 @@ func parseResponse(evType wire.EventType, raw []byte, opts *Options) (*terminal,
 }
 
 // normStatus maps an upstream terminal to one of completed, incomplete, failed. vLLM sends
-// response.completed whatever the status (CONTRACT §6.5 quirk 4) and may say "cancelled"
+// response.completed whatever the status (docs/wire.md §6.5 quirk 4) and may say "cancelled"
 // (harmony abort, §6.2).
 func normStatus(evType wire.EventType, status wire.Status) (wire.Status, *wire.ErrorObject) {
 	switch evType {
@@ -156,7 +156,7 @@ func isCode(s string) bool {
 }
 
 // upstreamError builds a client-safe error from an upstream code (string, or vLLM's integer HTTP
-// status, CONTRACT §6.1) and message (control characters removed, length bounded).
+// status, docs/wire.md §6.1) and message (control characters removed, length bounded).
 func upstreamError(code, msg []byte, fallback string) *wire.ErrorObject {
 	e := &wire.ErrorObject{Code: wire.ErrServer, Message: fallback}
 	if s, ok := strValue(code); ok && isCode(s) {
@@ -188,7 +188,7 @@ func sanitizeMessage(s string) string {
 	return string(out)
 }
 
-// mapUsage maps vLLM's usage (or a chat-style one) to OpenAI's shape (CONTRACT §3, §6.2). A missing
+// mapUsage maps vLLM's usage (or a chat-style one) to OpenAI's shape (docs/wire.md §3, §6.2). A missing
 // or non-object usage is nil (null).
 func mapUsage(v []byte) json.RawMessage {
 	if v[0] != '{' {

@@ -6,7 +6,7 @@ import (
 )
 
 // Result, Snapshot and Accumulator hold model output (text, reasoning, tool arguments), which must
-// never reach logs (DESIGN §1 invariant 6). Like openai-go's apierror, they print only a safe
+// never reach logs (docs/design.md §1 invariant 6). Like openai-go's apierror, they print only a safe
 // summary, through fmt verbs and slog alike.
 
 // String prints status, item count and drops, never content.

@@ -111,7 +111,7 @@ func (g *gw) stream(t *testing.T, body string) *streamed {
 	return &out
 }
 
-// checkStreamShape asserts the rules strict SDK helpers depend on (CONTRACT §5.3-5.4): created
+// checkStreamShape asserts the rules strict SDK helpers depend on (docs/wire.md §5.3-5.4): created
 // first; sequence numbers dense from 0; dense output_index in announcement order; every delta
 // after its item and part were announced; content_index dense per item; exactly one terminal
 // event, last; its output equals the items of the output_item.done events; no top-level error.

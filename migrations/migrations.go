@@ -1,6 +1,6 @@
 // Package migrations owns respgate's database schema: one directory of golang-migrate files per
 // backend (postgres/, sqlite/), embedded into the binary, always on identical version numbers
-// (DESIGN §2, STYLE "Store contract and conformance"). A version a backend does not need still gets
+// (docs/design.md §2, docs/style.md "Store contract and conformance"). A version a backend does not need still gets
 // a file there, as a no-op placeholder, so the two sets never drift. It must not hold Go logic
 // beyond listing and applying these files.
 package migrations

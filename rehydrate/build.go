@@ -60,8 +60,8 @@ type Result struct {
 	Stats     Stats
 }
 
-// Build turns stored history plus a new request into the vLLM-bound request body (DESIGN §5,
-// CONTRACT §1.1 and §6.4). It is pure: no I/O, nothing cached across calls, its inputs untouched.
+// Build turns stored history plus a new request into the vLLM-bound request body (docs/design.md §5,
+// docs/wire.md §1.1 and §6.4). It is pure: no I/O, nothing cached across calls, its inputs untouched.
 //
 // Upstream input is History in order, then Input, each item projected to the allowlisted shape
 // vLLM accepts (see project.go). Reasoning is replayed from its plaintext content; encrypted_content
@@ -364,7 +364,7 @@ var includeAllowed = map[string]bool{
 var passThrough = [...]string{
 	"parallel_tool_calls", "max_output_tokens", "max_tool_calls", "text", "truncation",
 	"temperature", "top_p", "top_logprobs", "metadata", "user", "service_tier",
-	// vLLM sampling extras (CONTRACT §1.1).
+	// vLLM sampling extras (docs/wire.md §1.1).
 	"top_k", "repetition_penalty", "seed", "stop", "ignore_eos", "logit_bias", "structured_outputs",
 	"skip_special_tokens", "include_stop_str_in_output",
 }

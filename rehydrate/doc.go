@@ -4,8 +4,8 @@
 // gpt-oss harmony). It owns the per-type projection allowlist, the validation that turns what vLLM
 // would fail on late into early 400s, reasoning replay (plaintext content only; encrypted_content
 // never crosses, and a reasoning item that has nothing else is rejected), dedupe of replayed items,
-// item_reference resolution and the normalised (storable) form of client items (DESIGN §5,
-// CONTRACT §1.1, §4, §6.4 and its Addendum).
+// item_reference resolution and the normalised (storable) form of client items (docs/design.md §5,
+// docs/wire.md §1.1, §4, §6.4 and its Addendum).
 //
 // It is pure: it does no I/O, writes nothing, caches nothing across calls, and never changes the
 // bytes of the items it is given (wire.Item is immutable). The caller loads history and referenced

@@ -280,7 +280,7 @@ func (w where) invalidJSON() error {
 }
 
 // classify decides the item's kind. Items without "type" are messages when they have a role, and
-// item references when they have an id and no content (CONTRACT §4: "type may be omitted").
+// item references when they have an id and no content (docs/wire.md §4: "type may be omitted").
 func classify(v *view, w where) error {
 	b := v.b
 	if !v.typ.Absent(b) {

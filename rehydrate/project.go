@@ -8,7 +8,7 @@ import (
 
 // This file writes the vLLM-bound form of each item (the projection). Each writer emits a fixed,
 // allowlisted set of members built from validated tokens; nothing else of the item crosses. Why each
-// shape is what it is (CONTRACT §6.4 and the Addendum; vLLM's ResponsesRequest.input is validated
+// shape is what it is (docs/wire.md §6.4 and the Addendum; vLLM's ResponsesRequest.input is validated
 // against openai-python's ResponseInputItemParam | ResponseOutputItem union, then read by
 // responses/utils.py for chat-template models and responses/harmony.py for gpt-oss):
 //
@@ -309,7 +309,7 @@ func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 			return itemStats{}, encryptedOnly(w)
 		}
 		// Nothing readable: no content, or only a summary, which is never substituted for
-		// content (DESIGN §5). Harmony would skip such an item too.
+		// content (docs/design.md §5). Harmony would skip such an item too.
 		return itemStats{skip: skipReasoningNoText}, nil
 	}
 	bd.buf = append(bd.buf, `"}]}`...)

@@ -25,7 +25,7 @@ const (
 
 // finish applies the upstream result to the record and commits it. It first stops the turn's
 // lease keeper and waits for it, so no renewal or event flush can run after the commit. On failure
-// the result becomes failed with the reason, so the client is told the truth (DESIGN §1 invariant
+// the result becomes failed with the reason, so the client is told the truth (docs/design.md §1 invariant
 // 2), a failed record is stored as soon as the store takes it, and the error is returned.
 func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) error {
 	t.keeper.Stop()

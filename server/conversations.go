@@ -15,7 +15,7 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// maxConversationItems bounds the items of one create or append call (CONTRACT §1.8).
+// maxConversationItems bounds the items of one create or append call (docs/wire.md §1.8).
 const maxConversationItems = 20
 
 func renderConversation(cv *store.Conversation) []byte {
@@ -79,7 +79,7 @@ func conversationItems(raw json.RawMessage) ([]wire.Item, error) {
 			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", "invalid_value", "items[%d] is not a valid item.", i)
 		}
 		if encryptedOnly(n) {
-			// Stored, it would make every later turn of the conversation fail (DESIGN §5).
+			// Stored, it would make every later turn of the conversation fail (docs/design.md §5).
 			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeEncryptedReasoning,
 				"Reasoning item in 'items[%d]' carries only encrypted_content, which respgate cannot read and vLLM cannot accept; send its plaintext content or omit the item.", i)
 		}

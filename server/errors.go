@@ -12,7 +12,7 @@ import (
 )
 
 // errorHandler is the only writer of error responses: every error becomes the OpenAI envelope
-// {"error":{"message","type","param","code"}} with its status (STYLE: one HTTPErrorHandler). Echo's
+// {"error":{"message","type","param","code"}} with its status (docs/style.md: one HTTPErrorHandler). Echo's
 // own default handler never answers. Internal error text never reaches the client; it is logged
 // next to the request id.
 func (s *Server) errorHandler(err error, c echo.Context) {

@@ -17,7 +17,7 @@ import (
 )
 
 // This file is the intake of request bodies and path ids: what every handler may assume about
-// them before it decodes a member, calls upstream or writes to the store (DESIGN §1 invariant 7).
+// them before it decodes a member, calls upstream or writes to the store (docs/design.md §1 invariant 7).
 //
 //   - Bodies are read once, into a buffer sized from Content-Length, while the bytes they hold
 //     are charged to a server-wide budget (Config.MaxBodyBytesInFlight).

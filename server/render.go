@@ -13,7 +13,7 @@ import (
 
 // renderResponse appends the client-facing response object: the server-set members, then the
 // stored request echo. Strings are JSON-quoted and stored JSON has invalid UTF-8 replaced
-// (wire.AppendString, wire.AppendRaw), so the output is valid JSON whatever the store holds. Every key Open Responses requires is present (CONTRACT §3); the echo
+// (wire.AppendString, wire.AppendRaw), so the output is valid JSON whatever the store holds. Every key Open Responses requires is present (docs/wire.md §3); the echo
 // supplies the request-derived ones.
 func renderResponse(dst []byte, r *store.Response, output []wire.Item) []byte {
 	dst = append(dst, `{"id":`...)

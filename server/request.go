@@ -9,7 +9,7 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// createRequest is a validated POST /v1/responses body (CONTRACT §1.1).
+// createRequest is a validated POST /v1/responses body (docs/wire.md §1.1).
 type createRequest struct {
 	raw                map[string]json.RawMessage // every top-level member as sent (rehydrate projects it)
 	Model              string
@@ -67,7 +67,7 @@ func isNull(r json.RawMessage) bool { return len(r) == 0 || bytes.Equal(r, jsonN
 
 // decodeCreate decodes and validates a create body (scanObject first, so every string is valid
 // UTF-8 without NUL and nesting is at most maxDepth). Every fault is a 400 with param, before any
-// upstream call or write (DESIGN §1 invariant 7). Unknown top-level members are ignored, as
+// upstream call or write (docs/design.md §1 invariant 7). Unknown top-level members are ignored, as
 // OpenAI and vLLM do (Codex sends client_metadata). The request's members alias body.
 func decodeCreate(body []byte, maxDepth int) (*createRequest, error) {
 	raw, err := scanObject(body, maxDepth)
@@ -352,7 +352,7 @@ func validMetadata(v json.RawMessage, param string) (json.RawMessage, error) {
 
 // withMembers returns the object obj with each of the given members (name, value pairs) added
 // when it lacks it, so the echo has every member the Open Responses schema requires (its
-// Reasoning needs effort and summary, its TextField format; CONTRACT §7.1) whatever subset the
+// Reasoning needs effort and summary, its TextField format; docs/wire.md §7.1) whatever subset the
 // client sent (Codex sends reasoning {"summary":"auto"} and text {"verbosity":"low"}). Members
 // the client sent are kept as sent, in order.
 func withMembers(obj json.RawMessage, kv ...any) json.RawMessage {

@@ -30,7 +30,7 @@ func (s *Server) loadResponse(c echo.Context) (*store.Response, []wire.Item, err
 
 // getResponse serves GET /v1/responses/{id}; with stream=true in the query, or (as openai-go's
 // GetStreaming sends it) "stream":true in a JSON body of the GET, it replays the stored response as
-// an event stream after starting_after (CONTRACT §1.2).
+// an event stream after starting_after (docs/wire.md §1.2).
 func (s *Server) getResponse(c echo.Context) error {
 	stream, err := wantsStream(c)
 	if err != nil {

@@ -85,7 +85,7 @@ func (s *Server) readyz(c echo.Context) error {
 func (s *Server) TenantOf(key string) string { return s.tenantOf(key) }
 
 // tenantOf is the tenant fingerprint of a bearer key: HMAC-SHA256 under the server secret, so raw
-// keys are never stored and a leaked database does not reveal them (DESIGN §6).
+// keys are never stored and a leaked database does not reveal them (docs/design.md §6).
 func (s *Server) tenantOf(key string) string {
 	m := hmac.New(sha256.New, s.secret)
 	m.Write([]byte(key))
@@ -134,7 +134,7 @@ func (s *Server) requestIDMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 // logMiddleware opens the request's server span, then logs one line and records the request
 // metrics: method, route, status, bytes, duration, request id. Never bodies, headers or query
-// values (DESIGN §1 invariant 6).
+// values (docs/design.md §1 invariant 6).
 func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()

@@ -1,6 +1,6 @@
 // Package server owns respgate's HTTP surface: the Echo routes, authentication to a tenant,
 // request validation, the OpenAI error envelope, SSE writing and the turn lifecycle that ties the
-// store, rehydration, the upstream client and the accumulator together (DESIGN §1). It holds no
+// store, rehydration, the upstream client and the accumulator together (docs/design.md §1). It holds no
 // SQL and no wire-format reconciliation of its own.
 package server
 

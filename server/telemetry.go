@@ -21,7 +21,7 @@ import (
 // telemetry holds respgate's OpenTelemetry instruments: metrics exported through the Prometheus
 // exporter on /metrics, and spans through the configured (or global) tracer provider. Only safe
 // values are recorded: routes, statuses, counts, sizes, durations, item and tool types; never
-// content, ids of secrets or keys (DESIGN §1 invariant 6).
+// content, ids of secrets or keys (docs/design.md §1 invariant 6).
 type telemetry struct {
 	tracer  trace.Tracer
 	handler http.Handler

@@ -39,7 +39,7 @@ type turn struct {
 	toolNames map[string]wire.ToolName
 }
 
-// createResponse is the turn lifecycle of DESIGN §1: validate, load history in one round trip,
+// createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
 // rehydrate (which may reject), mark in progress concurrently with the upstream connect, relay,
 // commit, and only then send the terminal event.
 func (s *Server) createResponse(c echo.Context) error {

@@ -1,5 +1,5 @@
 // Package store owns respgate's durable records and the Store interface its backends implement
-// (DESIGN §3): responses, their items, conversations and their items, the server secret, and leases
+// (docs/design.md §3): responses, their items, conversations and their items, the server secret, and leases
 // on in-progress work. Backends live in store/postgres and store/sqlite; store/storetest is the
 // conformance suite both run. The interface never exposes driver types or transactions: every
 // method that must be atomic is one method.

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// deltaEvent is a realistic vLLM text delta (CONTRACT §5.2, §6.5): the bulk of every stream.
+// deltaEvent is a realistic vLLM text delta (docs/wire.md §5.2, §6.5): the bulk of every stream.
 const deltaEvent = "event: response.output_text.delta\n" +
 	`data: {"type":"response.output_text.delta","sequence_number":1234,"item_id":"msg_5f0c1c7e2d3b4a8e9f1a2b3c4d5e6f70",` +
 	`"output_index":1,"content_index":0,"delta":" token","logprobs":[]}` + "\n\n"

@@ -402,7 +402,7 @@ func TestChunkingInvariance(t *testing.T) {
 				}
 			}
 			// Every offset for small traces; seeded offsets for the simulator's larger ones, which
-			// would cost O(n²) (STYLE, chunking invariance).
+			// would cost O(n²) (docs/style.md, chunking invariance).
 			rng := rand.New(rand.NewPCG(1, uint64(len(data))))
 			if len(data) <= 4<<10 {
 				for i := 1; i < len(data); i++ {

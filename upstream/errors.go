@@ -171,7 +171,7 @@ var openAIClientTypes = map[string]bool{
 // timeout whichever timer caught it, streamed or not.
 const msgTimeout = "The upstream model server did not answer in time."
 
-// APIError maps e to the envelope the gateway sends its own client (STYLE "Error envelope"; the
+// APIError maps e to the envelope the gateway sends its own client (docs/style.md, "Error envelope"; the
 // table, and why each row is what it is, is in docs/errors.md):
 //
 //   - unreachable, stream broken, event too large: 502 server_error;
@@ -372,7 +372,7 @@ var (
 
 // scrubMessage removes what an upstream message may carry about the upstream's insides: URLs
 // (of any host; the redactor already replaced the upstream's own) and absolute file paths
-// (STYLE: internal error text never reaches message). A model name such as "org/model" has no
+// (docs/style.md: internal error text never reaches message). A model name such as "org/model" has no
 // leading slash and stays.
 func scrubMessage(msg string) string {
 	msg = urlPattern.ReplaceAllString(msg, "[url]")
@@ -398,7 +398,7 @@ func retryAfter(v string) string {
 
 // IsClientGone reports whether err is an upstream failure caused by the caller's context being
 // cancelled: the gateway's client left, which is not the upstream's fault (log it as such, do not
-// count it as an upstream error; STYLE, the relay model).
+// count it as an upstream error; docs/style.md, the relay model).
 func IsClientGone(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Kind == KindCanceled
@@ -613,7 +613,7 @@ func (c *Client) httpError(status int, header http.Header, body []byte) error {
 
 type envelope struct{ Message, Type, Code, Param string }
 
-// parseEnvelope reads vLLM's error bodies (CONTRACT §6.1): {"error":{"message","type","param",
+// parseEnvelope reads vLLM's error bodies (docs/wire.md §6.1): {"error":{"message","type","param",
 // "code"}} with code an integer (older trees) or a string or null (newer), the flat form of older
 // releases ({"object":"error","message",…,"code":400}), and {"error":"Unauthorized"} from the
 // API-key middleware.

@@ -20,7 +20,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/traces/*.events.golden")
 
 // TestMain fails the package when any test leaks a goroutine: streaming code leaks them first
-// (STYLE).
+// (docs/style.md).
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

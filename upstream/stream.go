@@ -66,7 +66,7 @@ func (s *Stream) abort() {
 }
 
 // Next returns the next event of the stream, or io.EOF at its clean end: the body ended, or an
-// event's data was "[DONE]" (vLLM sends none, CONTRACT §6.1; OpenAI-style upstreams may). Any
+// event's data was "[DONE]" (vLLM sends none, docs/wire.md §6.1; OpenAI-style upstreams may). Any
 // other failure is an *Error (KindCanceled, KindTimeout, KindStreamBroken, KindEventTooLarge,
 // KindBadBody), or ErrClosed after Close; once Next fails it keeps returning the same error.
 //
@@ -177,7 +177,7 @@ func (s *Stream) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // typeOf returns the "type" member of an event's JSON object, for events without an "event:"
 // field. A typeless object with a top-level "error" member is an error event: OpenAI-compatible
-// servers end a broken stream with data: {"error":{...}} (the nested form of CONTRACT §5.2).
+// servers end a broken stream with data: {"error":{...}} (the nested form of docs/wire.md §5.2).
 // Anything else gives "".
 func typeOf(data []byte) string {
 	var head struct {

@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// Error types of the OpenAI envelope (CONTRACT §2.4).
+// Error types of the OpenAI envelope (docs/wire.md §2.4).
 const (
 	ErrInvalidRequest = "invalid_request_error"
 	ErrServer         = "server_error"

@@ -33,5 +33,5 @@ func (e Event) AppendSSE(dst []byte) []byte {
 }
 
 // DoneFrame is the SSE frame that ends every respgate stream after its terminal event
-// (Open Responses requires it; both SDKs tolerate it, CONTRACT §5.1).
+// (Open Responses requires it; both SDKs tolerate it, docs/wire.md §5.1).
 const DoneFrame = "data: [DONE]\n\n"

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 )
 
-// Id prefixes respgate mints (CONTRACT §8.1: the gateway owns every id).
+// Id prefixes respgate mints (docs/wire.md §8.1: the gateway owns every id).
 const (
 	PrefixResponse     = "resp_"
 	PrefixMessage      = "msg_"

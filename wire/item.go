@@ -74,7 +74,7 @@ func (it Item) Fields() (map[string]json.RawMessage, error) {
 }
 
 // String prints a safe summary (type, id, size), never the content: items hold prompts, reasoning
-// and tool arguments, which must not reach logs (DESIGN §1 invariant 6).
+// and tool arguments, which must not reach logs (docs/design.md §1 invariant 6).
 func (it Item) String() string {
 	return fmt.Sprintf("item{type=%s id=%s bytes=%d}", it.Type, it.ID, len(it.JSON))
 }

@@ -9,7 +9,7 @@
 // (integration/clients); nothing else imports it.
 //
 // Where the OpenAPI document and the schema the Open Responses compliance suite validates with
-// (its generated zod schemas, CONTRACT §7.1) differ, the stricter rule applies, and where respgate
+// (its generated zod schemas, docs/wire.md §7.1) differ, the stricter rule applies, and where respgate
 // follows the OpenAI SDKs on purpose the deviation is explicit here, in Overlays, one line each.
 package orcheck
 
@@ -37,7 +37,7 @@ var Overlays = []string{
 	// respgate streams reasoning text as response.reasoning_text.delta/.done, the names the
 	// OpenAI SDKs require (their helpers throw on any other event type) and that the compliance
 	// suite's zod union uses; the 2026-04-24 OpenAPI document names them response.reasoning.delta
-	// /.done. They are checked against those schemas with the OpenAI type name (CONTRACT §7.1).
+	// /.done. They are checked against those schemas with the OpenAI type name (docs/wire.md §7.1).
 	"ResponseReasoningDelta/DoneStreamingEvent.type also accepts response.reasoning_text.delta/.done",
 	// JsonSchemaResponseFormat.schema is generated as anyOf:[{type:null}] (a generator artifact:
 	// the field holds the JSON schema the client sent); any object or null is accepted.

@@ -1,5 +1,5 @@
 // Package pgtest gives tests a real, isolated Postgres: each call to DSN creates a fresh schema and
-// drops it when the test ends (STYLE "Store contract and conformance"). It finds a server once per
+// drops it when the test ends (docs/style.md, "Store contract and conformance"). It finds a server once per
 // test binary, in this order:
 //
 //  1. $TEST_DATABASE_URL, if set (and nothing else: a broken URL fails instead of falling back);

@@ -1,4 +1,4 @@
--- respgate schema v1 (DESIGN §3). Every table but secrets carries tenant, and every query filters
+-- respgate schema v1 (docs/design.md §3). Every table but secrets carries tenant, and every query filters
 -- on it.
 --
 -- JSON columns are `json`, not `jsonb`, on purpose: `json` keeps the exact input text (key order,
@@ -72,7 +72,7 @@ CREATE TABLE conversation_items (
     FOREIGN KEY (tenant, conversation_id) REFERENCES conversations (tenant, id) ON DELETE CASCADE
 );
 
--- Server-wide secrets (e.g. the tenant HMAC key, DESIGN §6); not tenant data.
+-- Server-wide secrets (e.g. the tenant HMAC key, docs/design.md §6); not tenant data.
 CREATE TABLE secrets (
     name       text        PRIMARY KEY,
     value      bytea       NOT NULL,

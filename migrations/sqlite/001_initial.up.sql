@@ -1,4 +1,4 @@
--- respgate schema v1 for SQLite, mirroring migrations/postgres/001 (DESIGN §3).
+-- respgate schema v1 for SQLite, mirroring migrations/postgres/001 (docs/design.md §3).
 -- STRICT tables enforce the declared types. Times are INTEGER microseconds since the Unix epoch
 -- (UTC), the precision Postgres keeps. JSON is TEXT holding the exact bytes the caller gave.
 

@@ -1,4 +1,4 @@
-// Package postgres is the Postgres store.Store backend (DESIGN §3), on pgx and a pgxpool. Open runs
+// Package postgres is the Postgres store.Store backend (docs/design.md §3), on pgx and a pgxpool. Open runs
 // the embedded migrations (migrations/postgres) with golang-migrate under an advisory lock, so
 // several replicas may start at once. Every query filters on the tenant and uses placeholders only.
 //

@@ -26,7 +26,7 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	}
 	// One round trip, one implicit transaction (a batch ends with a single Sync), committed
 	// asynchronously: the in-progress record must not add a WAL flush to time-to-first-byte
-	// (DESIGN §1). The final ResponseCommit is the durable one; only a crash of Postgres itself
+	// (docs/design.md §1). The final ResponseCommit is the durable one; only a crash of Postgres itself
 	// within wal_writer_delay could lose this row, and then no final commit happened either.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)

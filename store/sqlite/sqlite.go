@@ -1,4 +1,4 @@
-// Package sqlite is the embedded store.Store backend (DESIGN §3, §8: the zero-setup default), on
+// Package sqlite is the embedded store.Store backend (docs/design.md §3, §8: the zero-setup default), on
 // modernc.org/sqlite (pure Go). Open runs the embedded migrations (migrations/sqlite) with
 // golang-migrate. The database is one file in WAL mode (or a private in-memory database) used
 // through a single connection: SQLite has one writer anyway, and one connection serialises every

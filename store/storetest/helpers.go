@@ -16,7 +16,7 @@ import (
 )
 
 // ItemCounter is an optional capability a backend implements so the suite can check that storage
-// per turn is O(that turn's items) (DESIGN §3). Exercise fails a backend that lacks it.
+// per turn is O(that turn's items) (docs/design.md §3). Exercise fails a backend that lacks it.
 type ItemCounter interface {
 	// ItemCount returns how many item rows the tenant has, whatever references them.
 	ItemCount(ctx context.Context, tenant string) (int, error)

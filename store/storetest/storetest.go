@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every store.Store backend runs (STYLE "Store contract
+// Package storetest is the conformance suite every store.Store backend runs (docs/style.md, "Store contract
 // and conformance"), plus benchmark helpers. It lives in a non-test file so each backend's tests
 // call the same code; backend quirks belong in the backend's newStore function, never in forked
 // tests. It must not depend on any backend.

@@ -1,6 +1,6 @@
 // Package vllmsim is a deterministic stand-in for vLLM's OpenAI Responses endpoint. respgate's tests,
 // `make run` without a GPU and users' CI talk to it exactly as they would talk to vLLM: it speaks
-// vLLM's real wire dialects, quirks included (CONTRACT §6), can inject faults per request, and records
+// vLLM's real wire dialects, quirks included (docs/wire.md §6), can inject faults per request, and records
 // every request it receives so a test can assert exactly what "vLLM" was sent.
 //
 // It owns the simulation only: it keeps no state between requests (like vLLM without
@@ -16,7 +16,7 @@
 //
 // Anything else gets vLLM's error envelope with 404 (405 for a known path with the wrong method):
 // {"error":{"message":"Not Found","type":"Not Found","param":null,"code":404}}. Errors always use
-// vLLM's envelope with the HTTP status as an integer code (CONTRACT §6.1;
+// vLLM's envelope with the HTTP status as an integer code (docs/wire.md §6.1;
 // vllm/entrypoints/openai/engine/serving.py create_error_response): validation errors are 400
 // "BadRequestError", an unknown model is 404 "NotFoundError", an unknown previous_response_id is 404
 // "invalid_request_error" with param "response_id", a tool_choice other than auto/none on the harmony
@@ -53,7 +53,7 @@
 //	stall_after=K        ... after K events have been written (default 0: before the first event, but
 //	                     after the 200 headers were flushed)
 //	cut_after=N          close the connection after N events (no terminal event; vLLM's behaviour on a
-//	                     mid-stream error, CONTRACT §6.5 quirk 5); a malformed= frame counts as one
+//	                     mid-stream error, docs/wire.md §6.5 quirk 5); a malformed= frame counts as one
 //	cut_inside=N         write N events, then the first half of the next frame, then close
 //	status=S             answer with HTTP status S in vLLM's error envelope, before anything else
 //	retry_after=V        with status=S, send the header "Retry-After: V" (V as given, 1..64
@@ -82,7 +82,7 @@
 // Every vLLM quirk is on by default and can be switched off one by one, for all requests with
 // Options.DisableQuirks or per request with quirks=LIST: a comma-separated list applied in order to the
 // default set, where "name" adds a quirk, "-name" removes it, "none" clears all and "all" sets all
-// (so quirks=none gives a clean stream, quirks=-ids,-content_index removes two). Names (CONTRACT §6.5):
+// (so quirks=none gives a clean stream, quirks=-ids,-content_index removes two). Names (docs/wire.md §6.5):
 //
 //	reasoning_part  reasoning parts are announced as response.reasoning_part.added/.done (vLLM-only
 //	                event names) instead of response.content_part.added/.done
@@ -115,7 +115,7 @@
 // content (never summaries); logprobs:[] on text deltas; frames "event: T\ndata: JSON\n\n", one write
 // and one flush each; compact JSON with vLLM's (alphabetical) key order.
 //
-// # Input handling (CONTRACT §6.4)
+// # Input handling (docs/wire.md §6.4)
 //
 // input is required (a string is one user message). Reasoning items reach the model as plaintext: the
 // harmony path joins every content[].text with "\n" and skips an item without content; the parser path

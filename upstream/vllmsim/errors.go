@@ -7,7 +7,7 @@ import (
 )
 
 // vllmError is one of vLLM's error answers: {"error":{"message","type","param","code"}} where code is
-// the HTTP status as an integer (ErrorInfo in vllm/entrypoints/openai/engine/protocol.py; CONTRACT §6.1).
+// the HTTP status as an integer (ErrorInfo in vllm/entrypoints/openai/engine/protocol.py; docs/wire.md §6.1).
 type vllmError struct {
 	status  int
 	typ     string

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Quirks is a set of vLLM wire quirks (CONTRACT §6.5). The package doc describes each one.
+// Quirks is a set of vLLM wire quirks (docs/wire.md §6.5). The package doc describes each one.
 type Quirks uint32
 
 // The quirks the simulator can reproduce. Each one is on unless switched off.

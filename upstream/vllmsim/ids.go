@@ -35,7 +35,7 @@ func (g idgen) hex(prefix string) string {
 	return string(out)
 }
 
-// uuid returns a bare dashed UUID, as the parser path streams item ids (CONTRACT §6.5 quirk 3).
+// uuid returns a bare dashed UUID, as the parser path streams item ids (docs/wire.md §6.5 quirk 3).
 func (g idgen) uuid() string {
 	b := g.bytes()
 	var out [36]byte

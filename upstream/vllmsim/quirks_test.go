@@ -474,7 +474,7 @@ func TestOptionsDisableQuirks(t *testing.T) {
 }
 
 // TestCleanStreamIsStrictOpenAI checks quirks=none streams against OpenAI's streaming rules
-// (CONTRACT §5.2-5.5) for every shape of answer.
+// (docs/wire.md §5.2-5.5) for every shape of answer.
 func TestCleanStreamIsStrictOpenAI(t *testing.T) {
 	srv, _ := newServer(t, Options{})
 	requests := map[string][]string{

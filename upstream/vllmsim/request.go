@@ -11,7 +11,7 @@ import (
 )
 
 // createRequest is the part of a POST /v1/responses body the simulator reads. Fields it does not name
-// are accepted and ignored, as vLLM's OpenAIBaseModel (extra="allow") does (CONTRACT §6.1). Echoed
+// are accepted and ignored, as vLLM's OpenAIBaseModel (extra="allow") does (docs/wire.md §6.1). Echoed
 // fields stay raw so that the response repeats what the client sent.
 type createRequest struct {
 	Model              *string         `json:"model"`
@@ -188,7 +188,7 @@ type conversation struct {
 	items       int
 }
 
-// readInput converts input like vLLM does for dialect d (CONTRACT §6.4), rejecting what vLLM rejects.
+// readInput converts input like vLLM does for dialect d (docs/wire.md §6.4), rejecting what vLLM rejects.
 func readInput(d Dialect, input json.RawMessage) (*conversation, *vllmError) {
 	c := &conversation{}
 	var s string

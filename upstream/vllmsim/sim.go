@@ -196,7 +196,7 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveModels(w)
 	case strings.HasPrefix(path, "/v1/responses/"):
 		// vLLM without VLLM_ENABLE_RESPONSES_API_STORE has no response to retrieve or cancel
-		// (CONTRACT §6.3).
+		// (docs/wire.md §6.3).
 		id := strings.TrimPrefix(path, "/v1/responses/")
 		switch {
 		case r.Method == http.MethodGet && !strings.Contains(id, "/"):

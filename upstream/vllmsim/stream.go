@@ -202,7 +202,7 @@ func (t *turn) writeEvents(e *emitter) error {
 		}
 		prev = it.kind
 	}
-	// Always response.completed in vLLM, even when incomplete (CONTRACT §6.5 quirk 4).
+	// Always response.completed in vLLM, even when incomplete (docs/wire.md §6.5 quirk 4).
 	typ := "response.completed"
 	if t.incomplete && !t.has(QuirkTerminal) {
 		typ = "response.incomplete"
@@ -223,7 +223,7 @@ func (t *turn) lazyAdded(it *outItem, afterReasoning bool) bool {
 }
 
 // keepsDone reports whether the item's done events are written: harmony writes none for the item cut
-// by max_output_tokens (CONTRACT §6.5 quirk 8); the parser path closes it anyway (close_current).
+// by max_output_tokens (docs/wire.md §6.5 quirk 8); the parser path closes it anyway (close_current).
 func (t *turn) keepsDone(it *outItem) bool {
 	return !(it.cut && t.harmony && t.has(QuirkTruncate))
 }

@@ -59,7 +59,7 @@ func newTurn(s *Sim, m Model, req *createRequest, c *conversation, f *fault, ids
 
 func (t *turn) has(q Quirks) bool { return t.q&q != 0 }
 
-// assignIDs gives it its stream and final ids (CONTRACT §6.5 quirk 3). With the ids quirk the harmony
+// assignIDs gives it its stream and final ids (docs/wire.md §6.5 quirk 3). With the ids quirk the harmony
 // stream uses msg_ for reasoning and message and the parser stream bare UUIDs, and the final response
 // is rebuilt with new ids (responses/harmony.py, responses/utils.py build_response_output_items).
 func (t *turn) assignIDs(it *outItem, ids idgen) {
@@ -111,7 +111,7 @@ func (t *turn) streamStatus(it *outItem) string {
 }
 
 // finalStatus is an item's status in the final response: null for reasoning (both paths) and
-// harmony function calls, "completed" even for a cut item (CONTRACT §6.2, I #57998).
+// harmony function calls, "completed" even for a cut item (docs/wire.md §6.2, I #57998).
 func (t *turn) finalStatus(it *outItem) string {
 	if t.has(QuirkStatus) {
 		if it.kind == kindReasoning || (t.harmony && it.kind == kindCall) {
@@ -144,7 +144,7 @@ func (t *turn) appendResponse(b []byte, final bool) []byte {
 	}
 	r := t.req
 	if t.has(QuirkFields) {
-		// ResponsesResponse in responses/protocol.py, in its field order (CONTRACT §6.2).
+		// ResponsesResponse in responses/protocol.py, in its field order (docs/wire.md §6.2).
 		b = append(b, `{"id":`...)
 		b = appendStr(b, t.respID)
 		b = append(b, `,"created_at":`...)
@@ -189,7 +189,7 @@ func (t *turn) appendResponse(b []byte, final bool) []byte {
 		b = appendRaw(b, r.User, "null")
 		return append(b, `,"input_messages":null,"output_messages":null}`...)
 	}
-	// OpenAI's field set (CONTRACT §3).
+	// OpenAI's field set (docs/wire.md §3).
 	b = append(b, `{"id":`...)
 	b = appendStr(b, t.respID)
 	b = append(b, `,"object":"response","created_at":`...)
