@@ -57,7 +57,8 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		key = "[redacted]"
 	}
-	base := c.BaseURL
+	// A URL that does not parse could hold a password where no parser finds it: never print it.
+	base := "<unparseable, redacted>"
 	if u, err := url.Parse(c.BaseURL); err == nil {
 		base = u.Redacted()
 	}

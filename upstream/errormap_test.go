@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -277,6 +278,15 @@ func TestRetryAfterValues(t *testing.T) {
 	} {
 		if got := retryAfter(in); got != want {
 			t.Errorf("retryAfter(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestConfigStringNeverPrintsAnUnparseableURL(t *testing.T) {
+	for _, base := range []string{"http://user:pa%ss@vllm:8000/v1", "http://user:s3cr%zz@vllm/v1", "ht tp://user:secretpw@x/v1"} {
+		s := Config{BaseURL: base}.String()
+		if strings.Contains(s, "pa%ss") || strings.Contains(s, "s3cr") || strings.Contains(s, "secretpw") {
+			t.Errorf("Config.String printed a password: %s", s)
 		}
 	}
 }
