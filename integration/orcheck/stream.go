@@ -10,7 +10,7 @@ import (
 
 // Stream checks one text/event-stream body as it flows: each event against the schema, plus the
 // rules of the Open Responses specification's streaming section and of the strict SDK helpers
-// (CONTRACT §5.1-5.4, §7.1):
+// (docs/wire.md §5.1-5.4, §7.1):
 //
 //   - framing: every event's "event:" field equals its data's "type"; no "id:" field; one JSON
 //     object per event; the stream ends with "data: [DONE]" after the terminal event;
