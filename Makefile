@@ -52,7 +52,8 @@ golden: ## rewrite golden files (review the diff!)
 	$(GO) test ./upstream/vllmsim/... ./accumulator/... ./rehydrate/... -update
 
 # Benchmarks. `bench` is the side-by-side report (respgate vs the simulator reached directly and
-# through a bare reverse proxy; bench/report.md and bench/report.json; under 10 minutes);
+# through a bare reverse proxy; bench/out/report.md and bench/out/report.json, git-ignored; under
+# 10 minutes; docs/benchmarks.md keeps a dated summary);
 # BENCH_ARGS passes flags to cmd/benchrun (e.g. -quick, -only chain,agent, -rounds 5).
 # `bench-micro` runs the testing.B benchmarks of the hot paths; `bench-compare` runs them for
 # BENCH_BASE and the working tree, interleaved, and compares them with benchstat.
@@ -62,10 +63,10 @@ BENCH       ?= .
 BENCH_BASE  ?= HEAD
 BENCH_COUNT ?= 6
 
-bench: build ## the benchmark report: added TTFB/gaps, CPU, allocations, RSS per stream, chains, capacity (bench/report.md)
+bench: build ## the benchmark report: added TTFB/gaps, CPU, allocations, RSS per stream, chains, capacity (bench/out/report.md)
 	$(GO) build -o bin/loadgen ./cmd/loadgen
 	$(GO) build -o bin/benchrun ./cmd/benchrun
-	./bin/benchrun -bin bin -out bench $(BENCH_ARGS)
+	./bin/benchrun -bin bin -out bench/out $(BENCH_ARGS)
 
 bench-micro: ## microbenchmarks of the hot paths with allocation counts (accumulator, rehydrate, upstream, store)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count 1 $(GO_TEST_ARGS) $(BENCH_PKGS)

@@ -146,7 +146,7 @@ func expandBraced(expr string, env map[string]string) (string, error) {
 
 func loadCompose(t *testing.T, env map[string]string) map[string]any {
 	t.Helper()
-	raw, err := parseYAML(readRepoFile(t, "docker-compose.yml"))
+	raw, err := decodeYAML(readRepoFile(t, "docker-compose.yml"))
 	if err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}

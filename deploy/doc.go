@@ -2,8 +2,8 @@
 // Its tests validate, without a Docker engine:
 //
 //   - docker-compose.yml against the Compose Specification's JSON schema (testdata/compose-spec.json,
-//     source in testdata/compose-spec.SOURCE), through a strict YAML-subset parser and a small JSON
-//     Schema validator written for the keywords that schema uses;
+//     source in testdata/compose-spec.SOURCE), decoded with goccy/go-yaml (plain scalars YAML 1.1
+//     reads differently are rejected) and validated with santhosh-tekuri/jsonschema;
 //   - every image, port, environment variable, dependency and healthcheck the compose file and the
 //     Dockerfile name, against the code (the binaries' own -h output, the Dockerfile's targets);
 //   - the Dockerfile's build commands, run on the build context .dockerignore leaves, producing

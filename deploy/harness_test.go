@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -267,19 +268,9 @@ func (s *dfStage) last(t *testing.T, cmd string) dfInstr {
 // CMD and HEALTHCHECK CMD here (the images have no shell).
 func execForm(t *testing.T, s string) []string {
 	t.Helper()
-	v, err := parseYAML("x: " + s)
-	if err != nil {
-		t.Fatalf("exec form %q: %v", s, err)
-	}
-	list, ok := v.(map[string]any)["x"].([]any)
-	if !ok || len(list) == 0 || !strings.HasPrefix(strings.TrimSpace(s), "[") {
-		t.Fatalf("%q is not an exec-form (JSON array) command", s)
-	}
-	out := make([]string, len(list))
-	for i, e := range list {
-		if out[i], ok = e.(string); !ok {
-			t.Fatalf("exec form %q: element %d is not a string", s, i)
-		}
+	var out []string
+	if err := json.Unmarshal([]byte(s), &out); err != nil || len(out) == 0 {
+		t.Fatalf("%q is not an exec-form (JSON array of strings) command: %v", s, err)
 	}
 	return out
 }

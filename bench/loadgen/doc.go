@@ -6,8 +6,9 @@
 // terminal response's output fail the request. It also reads a process's CPU time and RSS from
 // /proc (ReadProc), so a caller can charge a server for the work a run made it do.
 //
-// It depends on nothing of respgate: cmd/loadgen is its command line, cmd/benchrun uses it to
-// compare respgate with a direct connection and a bare reverse proxy (`make bench`).
+// It depends on nothing of respgate but bench/stats, the statistics it shares with cmd/benchrun.
+// cmd/loadgen is its command line; cmd/benchrun uses it to compare respgate with a direct
+// connection and a bare reverse proxy (`make bench`).
 //
 // Absolute times on a shared machine are noisy; callers should compare arms measured side by side
 // in one run (differences and ratios), never absolute figures across runs.

@@ -1,9 +1,10 @@
 package loadgen
 
 import (
-	"math"
 	"slices"
 	"time"
+
+	"github.com/respgate/respgate/bench/stats"
 )
 
 // Dist summarises a distribution of durations, in microseconds.
@@ -16,35 +17,20 @@ type Dist struct {
 	Max  float64 `json:"max_us"`
 }
 
-// NewDist summarises ds (which it sorts in place).
+// NewDist summarises ds (which it sorts in place): nearest-rank quantiles (bench/stats).
 func NewDist(ds []time.Duration) Dist {
 	if len(ds) == 0 {
 		return Dist{}
 	}
 	slices.Sort(ds)
-	var sum float64
-	for _, d := range ds {
-		sum += float64(d)
-	}
 	return Dist{
 		N:    len(ds),
-		Mean: sum / float64(len(ds)) / 1e3,
-		P50:  us(Quantile(ds, 0.50)),
-		P90:  us(Quantile(ds, 0.90)),
-		P99:  us(Quantile(ds, 0.99)),
-		Max:  us(ds[len(ds)-1]),
+		Mean: stats.Mean(ds) / 1e3,
+		P50:  stats.Micros(stats.Quantile(ds, 0.50)),
+		P90:  stats.Micros(stats.Quantile(ds, 0.90)),
+		P99:  stats.Micros(stats.Quantile(ds, 0.99)),
+		Max:  stats.Micros(ds[len(ds)-1]),
 	}
-}
-
-func us(d time.Duration) float64 { return float64(d) / 1e3 }
-
-// Quantile is the nearest-rank q-quantile of the sorted ds (0 if empty).
-func Quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // Summary aggregates a run's samples.

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/respgate/respgate/bench/loadgen"
+	"github.com/respgate/respgate/bench/stats"
 )
 
 // params are the scenario sizes. defaultParams keeps the whole run under ten minutes on a shared
@@ -463,11 +464,18 @@ type relayStats struct {
 // relay fetches the simulator's stamps for the nonces with prefix and matches them with the
 // samples' delta arrival times.
 func (b *bench) relay(prefix string, samples []loadgen.Sample) (relayStats, error) {
-	var rs relayStats
 	m, err := b.stamps(prefix)
 	if err != nil {
-		return rs, err
+		return relayStats{}, err
 	}
+	return relayFigures(m, prefix, samples), nil
+}
+
+// relayFigures matches the simulator's stamps (by nonce, prefix + sample index) with the samples'
+// delta arrival times. A stream whose delta count differs from its stamps' is left out (counted
+// in Unmatched): its deltas cannot be paired.
+func relayFigures(m map[string]*stamps, prefix string, samples []loadgen.Sample) relayStats {
+	var rs relayStats
 	var lat, jit []float64
 	for _, s := range samples {
 		var st []int64
@@ -489,9 +497,9 @@ func (b *bench) relay(prefix string, samples []loadgen.Sample) (relayStats, erro
 		}
 	}
 	rs.Matched = len(lat)
-	rs.LatP50, rs.LatP99 = quantile(lat, 0.5), quantile(lat, 0.99)
-	rs.JitP50, rs.JitP99 = quantile(jit, 0.5), quantile(jit, 0.99)
-	return rs, nil
+	rs.LatP50, rs.LatP99 = stats.QuantileOf(lat, 0.5), stats.QuantileOf(lat, 0.99)
+	rs.JitP50, rs.JitP99 = stats.QuantileOf(jit, 0.5), stats.QuantileOf(jit, 0.99)
+	return rs
 }
 
 // stamps fetches (and makes the simulator forget) the stamps of the nonces with prefix.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/respgate/respgate/bench/loadgen"
+	"github.com/respgate/respgate/bench/stats"
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
@@ -152,6 +153,23 @@ type chainBackend struct {
 	AddedUpCold float64   `json:"added_to_upstream_cold_us"`
 	AddedUpP50  float64   `json:"added_to_upstream_p50_us"`
 	AddedUpP99  float64   `json:"added_to_upstream_p99_us"`
+}
+
+// summarize computes the depth's figures from its samples (A, AUp and each backend's ColdAll,
+// UpColdAll, Warm, Up, Raw): medians, nearest-rank p99s, and the added figures X − A.
+func (cd *chainDepth) summarize() {
+	cd.AP50, cd.AP99 = stats.MedianOf(cd.A), stats.QuantileOf(cd.A, 0.99)
+	cd.AUpP50 = stats.MedianOf(cd.AUp)
+	for _, cb := range cd.Backends {
+		cb.ColdUS, cb.UpCold = stats.MedianOf(cb.ColdAll), stats.MedianOf(cb.UpColdAll)
+		cb.RawP50, cb.RawP99 = stats.MedianOf(cb.Raw), stats.QuantileOf(cb.Raw, 0.99)
+		cb.AddedCold = cb.ColdUS - cd.AP50
+		cb.AddedWarmP50 = stats.MedianOf(cb.Warm) - cd.AP50
+		cb.AddedWarmP99 = stats.QuantileOf(cb.Warm, 0.99) - cd.AP99
+		cb.AddedUpCold = cb.UpCold - cd.AUpP50
+		cb.AddedUpP50 = stats.MedianOf(cb.Up) - cd.AUpP50
+		cb.AddedUpP99 = stats.QuantileOf(cb.Up, 0.99) - stats.QuantileOf(cd.AUp, 0.99)
+	}
 }
 
 // template is one real turn stored by respgate, whose items give the synthesised chains their
@@ -374,12 +392,8 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 					return err
 				}
 				cb := cd.Backends[name]
-				cb.ColdAll, cb.UpColdAll = append(cb.ColdAll, usOf(s.TTFB)), append(cb.UpColdAll, up)
+				cb.ColdAll, cb.UpColdAll = append(cb.ColdAll, stats.Micros(s.TTFB)), append(cb.UpColdAll, up)
 			}
-		}
-		for _, name := range backs {
-			cb := cd.Backends[name]
-			cb.ColdUS, cb.UpCold = medianOf(cb.ColdAll), medianOf(cb.UpColdAll)
 		}
 		order := append([]string{"A"}, backs...)
 		for i := range p.ChainN {
@@ -390,7 +404,7 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 					if err != nil {
 						return err
 					}
-					cd.A = append(cd.A, usOf(s.TTFB))
+					cd.A = append(cd.A, stats.Micros(s.TTFB))
 					cd.AUp = append(cd.AUp, up)
 					continue
 				}
@@ -400,27 +414,16 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 					return err
 				}
 				cb := cd.Backends[name]
-				cb.Warm = append(cb.Warm, usOf(s.TTFB))
+				cb.Warm = append(cb.Warm, stats.Micros(s.TTFB))
 				cb.Up = append(cb.Up, up)
 				t0 := time.Now()
 				if _, err := x.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: x.tenant, ID: lv.tip(x)}); err != nil {
 					return err
 				}
-				cb.Raw = append(cb.Raw, usOf(time.Since(t0)))
+				cb.Raw = append(cb.Raw, stats.Micros(time.Since(t0)))
 			}
 		}
-		cd.AP50, cd.AP99 = medianOf(cd.A), quantile(cd.A, 0.99)
-		cd.AUpP50 = medianOf(cd.AUp)
-		for _, name := range backs {
-			cb := cd.Backends[name]
-			cb.RawP50, cb.RawP99 = medianOf(cb.Raw), quantile(cb.Raw, 0.99)
-			cb.AddedCold = cb.ColdUS - cd.AP50
-			cb.AddedWarmP50 = medianOf(cb.Warm) - cd.AP50
-			cb.AddedWarmP99 = quantile(cb.Warm, 0.99) - cd.AP99
-			cb.AddedUpCold = cb.UpCold - cd.AUpP50
-			cb.AddedUpP50 = medianOf(cb.Up) - cd.AUpP50
-			cb.AddedUpP99 = quantile(cb.Up, 0.99) - quantile(cd.AUp, 0.99)
-		}
+		cd.summarize()
 		b.log.Info("chain depth measured", "depth", lv.label, "added_ttfb_p50_D", fmtUS(cd.Backends["D"].AddedWarmP50),
 			"added_to_upstream_p50_D", fmtUS(cd.Backends["D"].AddedUpP50), "raw_query_p50_D", fmtUS(cd.Backends["D"].RawP50))
 	}
@@ -461,9 +464,9 @@ type agentBackend struct {
 	AUpLast  []float64 `json:"a_to_upstream_last_us,omitempty"`
 	// Bytes stored (Postgres only): median over the first and the last ten turns, their ratio,
 	// and stored bytes per byte of the turn's own items.
-	StoredFirst10 float64 `json:"stored_first10"`
-	StoredLast10  float64 `json:"stored_last10"`
-	StoredPerNew  stat    `json:"stored_per_new_byte"`
+	StoredFirst10 float64      `json:"stored_first10"`
+	StoredLast10  float64      `json:"stored_last10"`
+	StoredPerNew  stats.Spread `json:"stored_per_new_byte"`
 	// RelationGrowth is the growth of responses + items (with indexes and TOAST) per turn.
 	RelationGrowth float64 `json:"relation_growth_per_turn"`
 }
@@ -541,7 +544,7 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 				Input json.RawMessage `json:"input"`
 			}
 			_ = json.Unmarshal(body, &req)
-			at := agentTurn{TTFBUS: usOf(s.TTFB), RequestB: len(body), NewBytes: len(req.Input)}
+			at := agentTurn{TTFBUS: stats.Micros(s.TTFB), RequestB: len(body), NewBytes: len(req.Input)}
 			call = ""
 			for _, o := range term.Output {
 				at.NewBytes += len(o)
@@ -587,8 +590,8 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 					last = append(last, float64(t.StoredBytes))
 				}
 			}
-			ab.StoredFirst10, ab.StoredLast10 = medianOf(first), medianOf(last)
-			ab.StoredPerNew = newStat(perNew)
+			ab.StoredFirst10, ab.StoredLast10 = stats.MedianOf(first), stats.MedianOf(last)
+			ab.StoredPerNew = stats.NewSpread(perNew)
 		}
 		// Probes: turn 1 (a new session) against turn n (continuing the stored session),
 		// interleaved; on D also arm A with the same upstream bodies (what a stateless client
@@ -627,14 +630,14 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("probe %s: %w", pr.name, err)
 				}
-				*pr.ttfb = append(*pr.ttfb, usOf(s.TTFB))
+				*pr.ttfb = append(*pr.ttfb, stats.Micros(s.TTFB))
 				*pr.up = append(*pr.up, up)
 			}
 		}
-		ab.RatioP50 = medianOf(ab.ProbeLast) / medianOf(ab.ProbeFirst)
-		ab.RatioP99 = quantile(ab.ProbeLast, 0.99) / quantile(ab.ProbeFirst, 0.99)
+		ab.RatioP50 = stats.MedianOf(ab.ProbeLast) / stats.MedianOf(ab.ProbeFirst)
+		ab.RatioP99 = stats.QuantileOf(ab.ProbeLast, 0.99) / stats.QuantileOf(ab.ProbeFirst, 0.99)
 		if len(ab.AFirst) > 0 {
-			ab.ARatioP50 = medianOf(ab.ALast) / medianOf(ab.AFirst)
+			ab.ARatioP50 = stats.MedianOf(ab.ALast) / stats.MedianOf(ab.AFirst)
 		}
 		b.log.Info("agent session measured", "backend", name, "ttfb_ratio_p50", fmt.Sprintf("%.2f", ab.RatioP50))
 	}

@@ -1,5 +1,6 @@
 // Command benchrun is `make bench`: it measures what respgate adds to a stream, side by side with
-// the alternatives, in one run on one machine, and writes bench/report.md and bench/report.json.
+// the alternatives, in one run on one machine, and writes report.md and report.json to bench/out/
+// (git-ignored: a report is one machine's run; docs/benchmarks.md keeps a dated summary).
 //
 // It starts, as separate processes on loopback ports (so /proc charges each its own CPU time and
 // RSS): the vLLM simulator pacing tokens at a realistic rate, a bare httputil.ReverseProxy, and
@@ -24,7 +25,7 @@
 //
 // Usage (make bench builds the binaries first):
 //
-//	benchrun [-bin bin] [-out bench] [-rounds 3] [-quick] [-only latency,c256,...]
+//	benchrun [-bin bin] [-out bench/out] [-rounds 3] [-quick] [-only latency,c256,...]
 //
 // The helper servers are modes of this binary: `benchrun sim|proxy|gateway …` (see serve.go).
 package main
@@ -93,7 +94,7 @@ func runBench(args []string) error {
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
 	o := &options{}
 	fs.StringVar(&o.binDir, "bin", "bin", "folder holding the respgate binary")
-	fs.StringVar(&o.outDir, "out", "bench", "folder for report.md and report.json")
+	fs.StringVar(&o.outDir, "out", "bench/out", "folder for report.md and report.json (created if missing)")
 	def := os.Getenv("TEST_DATABASE_URL")
 	if def == "" {
 		def = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/respgate/respgate/bench/stats"
 )
 
 func pair(a, b float64) string { return fmtUS(a) + " / " + fmtUS(b) }
@@ -355,10 +357,10 @@ func (r *report) agentMD(w writer) {
 		}
 		acol, upcol := "—", "—"
 		if len(ab.AFirst) > 0 {
-			acol = fmt.Sprintf("%s / %s, %.2f×", fmtUS(medianOf(ab.AFirst)), fmtUS(medianOf(ab.ALast)), ab.ARatioP50)
-			upcol = pair(medianOf(ab.UpFirst)-medianOf(ab.AUpFirst), medianOf(ab.UpLast)-medianOf(ab.AUpLast))
+			acol = fmt.Sprintf("%s / %s, %.2f×", fmtUS(stats.MedianOf(ab.AFirst)), fmtUS(stats.MedianOf(ab.ALast)), ab.ARatioP50)
+			upcol = pair(stats.MedianOf(ab.UpFirst)-stats.MedianOf(ab.AUpFirst), stats.MedianOf(ab.UpLast)-stats.MedianOf(ab.AUpLast))
 		}
-		w("| %s | %s | %s | %.2f× | %.2f× | %s | %s | %s / %s | %s | %s | %s | %s |\n", name, fmtUS(medianOf(ab.ProbeFirst)), fmtUS(medianOf(ab.ProbeLast)),
+		w("| %s | %s | %s | %.2f× | %.2f× | %s | %s | %s / %s | %s | %s | %s | %s |\n", name, fmtUS(stats.MedianOf(ab.ProbeFirst)), fmtUS(stats.MedianOf(ab.ProbeLast)),
 			ab.RatioP50, ab.RatioP99, acol, upcol, fmtUS(ab.Turns[0].TTFBUS), fmtUS(ab.Turns[len(ab.Turns)-1].TTFBUS),
 			stored(ab.StoredFirst10), stored(ab.StoredLast10), per, growth)
 	}

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/respgate/respgate/bench/stats"
 )
 
 type report struct {
@@ -170,8 +172,8 @@ func (r *report) targets() []target {
 		if ab := r.Agent.Backends["D"]; ab != nil {
 			add(fmt.Sprintf("TTFB turn %d over turn 1 (D)", r.Agent.Turns), "≤ 1.5×", fmt.Sprintf("%.2f× (p99 %.2f×)", ab.RatioP50, ab.RatioP99),
 				boolp(ab.RatioP50 <= 1.5), fmt.Sprintf("medians %s vs %s; direct A with the same upstream bodies: %.2f× (%s vs %s); respgate's added time to upstream: %s at turn 1, %s at turn %d",
-					fmtUS(medianOf(ab.ProbeLast)), fmtUS(medianOf(ab.ProbeFirst)), ab.ARatioP50, fmtUS(medianOf(ab.ALast)), fmtUS(medianOf(ab.AFirst)),
-					fmtUS(medianOf(ab.UpFirst)-medianOf(ab.AUpFirst)), fmtUS(medianOf(ab.UpLast)-medianOf(ab.AUpLast)), r.Agent.Turns))
+					fmtUS(stats.MedianOf(ab.ProbeLast)), fmtUS(stats.MedianOf(ab.ProbeFirst)), ab.ARatioP50, fmtUS(stats.MedianOf(ab.ALast)), fmtUS(stats.MedianOf(ab.AFirst)),
+					fmtUS(stats.MedianOf(ab.UpFirst)-stats.MedianOf(ab.AUpFirst)), fmtUS(stats.MedianOf(ab.UpLast)-stats.MedianOf(ab.AUpLast)), r.Agent.Turns))
 			flat := ab.StoredLast10 / ab.StoredFirst10
 			add("Bytes stored per turn flat across the session (D)", "proportional to the turn", fmt.Sprintf("last 10 / first 10 turns = %.2f; %s stored bytes per byte of the turn's items",
 				flat, fmtStat(ab.StoredPerNew, "%.2f")), boolp(flat <= 1.25 && flat >= 0.8), "")

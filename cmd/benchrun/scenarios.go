@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/respgate/respgate/bench/loadgen"
+	"github.com/respgate/respgate/bench/stats"
 )
 
 const benchInput = "Hello! remember: the sky is green"
@@ -20,9 +21,9 @@ func constBody(b []byte) func(int) []byte { return func(int) []byte { return b }
 // and first delta; one long stream per arm and round gives the inter-event gaps. A′ is the
 // direct arm measured a second time: A′ − A is the noise floor of every "added" figure.
 type latencyResult struct {
-	PerRound table                      `json:"per_round"`
-	Added    map[string]map[string]stat `json:"added"`
-	Failed   map[string]int             `json:"failed"`
+	PerRound table                              `json:"per_round"`
+	Added    map[string]map[string]stats.Spread `json:"added"`
+	Failed   map[string]int                     `json:"failed"`
 }
 
 var latencyMetrics = []string{"ttfb_p50", "ttfb_p99", "ttfd_p50", "ttfd_p99", "gap_p50", "gap_p99", "relay_p50", "relay_p99", "jitter_p99"}
@@ -32,7 +33,7 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 	aPrime := *b.arms[0]
 	aPrime.Name, aPrime.Label = "A′", "direct again (noise floor)"
 	arms := append([]*arm{b.arms[0], &aPrime}, b.arms[1:]...)
-	res := &latencyResult{PerRound: table{}, Added: map[string]map[string]stat{}, Failed: map[string]int{}}
+	res := &latencyResult{PerRound: table{}, Added: map[string]map[string]stats.Spread{}, Failed: map[string]int{}}
 	b.rep.Latency = res
 	// Warm every arm's connections (client→arm and arm→simulator) before measuring.
 	for _, a := range arms {
@@ -76,7 +77,7 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 		b.log.Info("latency round done", "round", r+1)
 	}
 	for _, a := range arms[1:] {
-		res.Added[a.Name] = map[string]stat{}
+		res.Added[a.Name] = map[string]stats.Spread{}
 		for _, m := range latencyMetrics {
 			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
 		}
@@ -86,16 +87,16 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 
 // c256Result: Conc concurrent streams of Tokens tokens at the pace, one wave per arm and round.
 type c256Result struct {
-	PerRound table                      `json:"per_round"`
-	Added    map[string]map[string]stat `json:"added"`
-	CPURatio map[string]stat            `json:"cpu_ratio_to_b"`
-	Failed   map[string]int             `json:"failed"`
-	Profiles []string                   `json:"profiles,omitempty"`
+	PerRound table                              `json:"per_round"`
+	Added    map[string]map[string]stats.Spread `json:"added"`
+	CPURatio map[string]stats.Spread            `json:"cpu_ratio_to_b"`
+	Failed   map[string]int                     `json:"failed"`
+	Profiles []string                           `json:"profiles,omitempty"`
 }
 
 func (b *bench) scenarioC256(ctx context.Context) error {
 	p := b.p
-	res := &c256Result{PerRound: table{}, Added: map[string]map[string]stat{}, CPURatio: map[string]stat{}, Failed: map[string]int{}}
+	res := &c256Result{PerRound: table{}, Added: map[string]map[string]stats.Spread{}, CPURatio: map[string]stats.Spread{}, Failed: map[string]int{}}
 	b.rep.C256 = res
 	for r := range b.opt.rounds {
 		for _, a := range rotate(b.arms, r) {
@@ -140,7 +141,7 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 		b.log.Info("c256 round done", "round", r+1)
 	}
 	for _, a := range b.arms[1:] {
-		res.Added[a.Name] = map[string]stat{}
+		res.Added[a.Name] = map[string]stats.Spread{}
 		for _, m := range latencyMetrics {
 			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
 		}
@@ -491,7 +492,7 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 				if x.MaxGap > top {
 					top, st.MaxGapBefore = x.MaxGap, x.MaxGapBefore
 				}
-				if usOf(x.MaxGap) > limit {
+				if stats.Micros(x.MaxGap) > limit {
 					if st.OverLimit == nil {
 						st.OverLimit = map[string]int{}
 					}
