@@ -207,25 +207,15 @@ func itemFinished(it wire.Item) bool {
 	return json.Unmarshal(it.JSON, &v) == nil && v.Status == "completed"
 }
 
-// resolveReferences loads the stored items that input's item_reference entries name. A reference
-// not found is left out: rehydrate answers the 400 that names it.
+// resolveReferences loads the stored items that input's item_reference entries name, in one
+// query. A reference not found is left out: rehydrate answers the 400 that names it.
 func (s *Server) resolveReferences(ctx context.Context, tn string, input []wire.Item) (rehydrate.MapLookup, error) {
 	refs := rehydrate.ReferencedIDs(input)
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	lookup := make(rehydrate.MapLookup, len(refs))
-	for _, id := range refs {
-		it, err := s.store.ItemGet(ctx, &store.ItemGetParams{Tenant: tn, ID: id})
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		lookup[id] = it
-	}
-	return lookup, nil
+	found, err := s.store.ItemGetMany(ctx, &store.ItemGetManyParams{Tenant: tn, IDs: refs})
+	return rehydrate.MapLookup(found), err
 }
 
 // acquireConversation takes the conversation's turn lease for t (409 while another turn holds it).
