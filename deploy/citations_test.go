@@ -29,3 +29,17 @@ func TestRepositoryCitesOnlyItsOwnFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestRepositoryTracksNoNodeModules keeps npm installs out of git: the lockfiles are the source,
+// `make compat` installs with npm ci.
+func TestRepositoryTracksNoNodeModules(t *testing.T) {
+	out, err := exec.Command("git", "-C", "..", "ls-files").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, name := range strings.Split(string(out), "\n") {
+		if strings.Contains("/"+name, "/node_modules/") {
+			t.Fatalf("%s is tracked: node_modules must stay out of the repository", name)
+		}
+	}
+}

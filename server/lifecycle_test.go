@@ -245,3 +245,33 @@ func TestPaginateWalksTheContextBothWays(t *testing.T) {
 		t.Fatal("paginate reordered its input")
 	}
 }
+
+func TestReplayOfAnUnreadableItemFailsInsteadOfLeavingAGap(t *testing.T) {
+	r := &store.Response{ID: "resp_1", Status: wire.StatusCompleted, CreatedAt: time.Unix(1, 0), Echo: []byte(`{}`)}
+	out := []wire.Item{
+		{ID: "msg_1", Type: "message", JSON: []byte(`{"id":"msg_1","type":"message","status":"completed","content":[]}`)},
+		{ID: "msg_2", Type: "message", JSON: []byte(`{"id":"msg_2","type":"message","status":"completed","content":"not parts"}`)},
+	}
+	if b, err := replayEvents(nil, r, out, -1); err == nil {
+		t.Fatalf("replay of an unreadable item succeeded:\n%s", b)
+	}
+}
+
+func TestCommitRetriesStopWhenTheContextEnds(t *testing.T) {
+	s, _ := newTestServer(t, Config{CommitTimeout: time.Hour})
+	down := &unreachableCommits{Store: s.store}
+	s.store = down
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// The wait between attempts ends with its context...
+	if err := sleepCtx(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("sleepCtx ignored a cancelled context: %v", err)
+	}
+	// ...so a commit whose deadline (CommitTimeout) passed during its first attempt makes no
+	// second one.
+	s.cfg.CommitTimeout = time.Millisecond
+	err := s.commit(context.Background(), &store.ResponseCommitParams{Response: store.Response{ID: "resp_x", Tenant: "t1"}})
+	if err == nil || down.calls.Load() != 1 {
+		t.Fatalf("commit under an expired deadline made %d attempts (err %v), want 1", down.calls.Load(), err)
+	}
+}
