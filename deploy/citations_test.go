@@ -9,7 +9,7 @@ import (
 
 // citeOutsideRE matches references to files a user of the repository does not have: the project
 // workspace's shared folder, machine paths, and the old names of docs/wire.md and docs/design.md.
-var citeOutsideRE = regexp.MustCompile(`\.\./shared/|/work/|\bCONTRACT(\.md| §)|\bDESIGN(\.md| §)|\bSTYLE\.md`)
+var citeOutsideRE = regexp.MustCompile(`\.\./shared/|/wor[k]/|\bCONTRACT(\.md| §)|\bDESIGN(\.md| §)|\bSTYLE\.md`)
 
 // TestRepositoryCitesOnlyItsOwnFiles keeps code comments and docs pointing at docs/ in the
 // repository, never at files outside it.

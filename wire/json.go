@@ -7,7 +7,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// AppendString appends s to dst as a JSON string literal. Unlike strconv.AppendQuote (Go escapes
+// AppendString appends s to dst as a JSON string literal. Unlike Go-syntax quoting (Go escapes
 // such as \a and \x00 are not JSON), every control character is escaped the JSON way, and
 // invalid UTF-8 comes out as U+FFFD, so the result is always valid JSON and valid UTF-8 whatever
 // a stored id or status holds.
