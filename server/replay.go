@@ -198,55 +198,28 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 	if err != nil {
 		return err
 	}
-	var buf []byte
 	if len(evs) == 0 && r.Status.Terminal() {
-		if buf, err = replayEvents(nil, r, out, after); err != nil {
+		buf, err := replayEvents(nil, r, out, after)
+		if err != nil {
 			return err
 		}
-	}
-	w := s.openStream(c)
-	if len(evs) == 0 && r.Status.Terminal() {
-		_ = w.write(append(buf, wire.DoneFrame...))
+		_ = s.openStream(c).write(append(buf, wire.DoneFrame...))
 		return nil
 	}
-	last, lastRun := int64(-1), int64(-1)
-	send := func(runs []store.Event) error {
-		buf = buf[:0]
-		for _, run := range runs {
-			lastRun = run.Seq
-			seq, frames := run.Seq, run.Data
-			for len(frames) > 0 {
-				frame, rest, ok := bytes.Cut(frames, []byte("\n\n"))
-				if !ok {
-					return fmt.Errorf("event log of %s: unterminated frame at sequence %d", list.ResponseID, seq)
-				}
-				if seq > after {
-					buf = append(append(buf, frame...), "\n\n"...)
-				}
-				last, seq, frames = seq, seq+1, rest
-			}
-		}
-		if len(buf) == 0 {
-			if time.Since(w.idleSince()) < s.cfg.KeepAlive {
-				return nil
-			}
-			buf = append(buf, ": keepalive\n\n"...)
-		}
-		return w.write(buf)
-	}
+	lr := &logReplay{w: s.openStream(c), after: after, last: -1, lastRun: -1, keepAlive: s.cfg.KeepAlive}
 	ticker := time.NewTicker(followPoll)
 	defer ticker.Stop()
-	for err = send(evs); err == nil && !r.Status.Terminal(); err = send(evs) {
+	for err = lr.send(evs); err == nil && !r.Status.Terminal(); err = lr.send(evs) {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
 		}
 		// The status first: the events committed with a terminal status are all listed next.
-		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: r.ID}); err != nil {
+		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID}); err != nil {
 			break
 		}
-		list.After = lastRun // runs are contiguous: every later run starts after it
+		list.After = lr.lastRun // runs are contiguous: every later run starts after it
 		if evs, err = s.store.ResponseEventList(ctx, list); err != nil {
 			break
 		}
@@ -257,12 +230,48 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		s.log.Info("stream replay ended early", "response_id", list.ResponseID, "error", err)
 		return nil
 	}
-	buf = buf[:0]
-	if last+1 > after {
-		buf = appendTerminalEvent(buf, r, out, last+1)
+	var buf []byte
+	if lr.last+1 > after {
+		buf = appendTerminalEvent(buf, r, out, lr.last+1)
 	}
-	_ = w.write(append(buf, wire.DoneFrame...))
+	_ = lr.w.write(append(buf, wire.DoneFrame...))
 	return nil
+}
+
+// logReplay writes the runs of an event log to a client, leaving out the events up to after.
+type logReplay struct {
+	w             *sseWriter
+	after         int64
+	last, lastRun int64 // sequence number of the last event seen, first one of the last run
+	keepAlive     time.Duration
+	buf           []byte
+}
+
+// send writes the frames of runs (a keepalive comment instead when there are none and the stream
+// has been silent for keepAlive).
+func (lr *logReplay) send(runs []store.Event) error {
+	lr.buf = lr.buf[:0]
+	for _, run := range runs {
+		lr.lastRun = run.Seq
+		seq, frames := run.Seq, run.Data
+		for len(frames) > 0 {
+			frame, rest, ok := bytes.Cut(frames, []byte("\n\n"))
+			if !ok {
+				return fmt.Errorf("event log: unterminated frame at sequence %d", seq)
+			}
+			if seq > lr.after {
+				lr.buf = append(append(lr.buf, frame...), "\n\n"...)
+			}
+			lr.last, seq, frames = seq, seq+1, rest
+		}
+	}
+	if len(lr.buf) == 0 {
+		if time.Since(lr.w.idleSince()) < lr.keepAlive {
+			return nil
+		}
+		lr.buf = append(lr.buf, ": keepalive\n\n"...)
+	}
+	return lr.w.write(lr.buf)
 }
 
 // partEvents names the events that stream one kind of part.
