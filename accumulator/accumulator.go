@@ -273,13 +273,13 @@ func (a *Accumulator) feed(dst []byte, typ wire.EventType, d []byte) ([]byte, er
 	case wire.EventRefusalDone:
 		return a.onTextDone(dst, typ, d, pRefusal)
 	case wire.EventPartAdded, wire.EventVLLMReasoningPartAdded:
-		return a.onPart(dst, typ, d, false, false)
+		return a.onPart(dst, typ, d, false, partOpening)
 	case wire.EventPartDone, wire.EventVLLMReasoningPartDone:
-		return a.onPart(dst, typ, d, false, true)
+		return a.onPart(dst, typ, d, false, partClosing)
 	case wire.EventSummaryAdded:
-		return a.onPart(dst, typ, d, true, false)
+		return a.onPart(dst, typ, d, true, partOpening)
 	case wire.EventSummaryDone:
-		return a.onPart(dst, typ, d, true, true)
+		return a.onPart(dst, typ, d, true, partClosing)
 	case wire.EventItemAdded:
 		return a.onItemAdded(dst, typ, d)
 	case wire.EventItemDone:

@@ -64,7 +64,8 @@ func (a *Accumulator) emitItemDone(dst []byte, it *item) []byte {
 
 // emitPart emits content_part.added/.done (reasoning_text parts included: vLLM's
 // reasoning_part.* become content_part.*, docs/wire.md §6.5 quirk 1) or reasoning_summary_part.*.
-func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum, done bool) []byte {
+func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum bool, edge partEdge) []byte {
+	done := edge == partClosing
 	typ := wire.EventPartAdded
 	switch {
 	case sum && done:
@@ -81,6 +82,14 @@ func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum, done b
 	b = appendPart(b, p, !done)
 	return a.emit(dst, typ, b)
 }
+
+// partEdge says which end of a part an event marks.
+type partEdge uint8
+
+const (
+	partOpening partEdge = iota // *.part.added
+	partClosing                 // *.part.done
+)
 
 func deltaType(pk pkind) wire.EventType {
 	switch pk {

@@ -238,7 +238,7 @@ func (a *Accumulator) ensure(dst []byte, typ wire.EventType, it *item, p *part, 
 			idx, has = e.si, e.hasSI
 		}
 		p, pos = a.addPart(it, sum, pk, idx, has)
-		dst = a.emitPart(dst, it, p, pos, sum, false)
+		dst = a.emitPart(dst, it, p, pos, sum, partOpening)
 	}
 	return dst, it, p, pos, nil
 }
@@ -359,7 +359,8 @@ func (a *Accumulator) onTextDone(dst []byte, typ wire.EventType, d []byte, pk pk
 // onPart handles content_part.* (and vLLM's reasoning_part.*, rewritten to content_part.*) and
 // reasoning_summary_part.*. Only part types the SDK unions know reach the client: a part event
 // without a valid part of such a type is dropped (a done one still closes the part it names).
-func (a *Accumulator) onPart(dst []byte, typ wire.EventType, d []byte, sum, done bool) ([]byte, error) {
+func (a *Accumulator) onPart(dst []byte, typ wire.EventType, d []byte, sum bool, edge partEdge) ([]byte, error) {
+	done := edge == partClosing
 	if err := a.parseEnv(typ, d); err != nil {
 		return dst, err
 	}
@@ -412,7 +413,7 @@ func (a *Accumulator) onPart(dst []byte, typ wire.EventType, d []byte, sum, done
 		p.textDone = true
 	}
 	p.closed = true
-	return a.emitPart(dst, it, p, pos, sum, true), nil
+	return a.emitPart(dst, it, p, pos, sum, partClosing), nil
 }
 
 // partAllowed is the part-type filter for a part event: the kinds it may carry are rebuilt,
@@ -712,7 +713,7 @@ func (a *Accumulator) closeParts(dst []byte, it *item, sum bool, final []*part, 
 			dst = a.emitTextDone(dst, it, lp.kind, i, src.text)
 			lp.textDone = true
 		}
-		dst = a.emitPart(dst, it, src, i, sum, true)
+		dst = a.emitPart(dst, it, src, i, sum, partClosing)
 		lp.closed = true
 	}
 	if !over {
@@ -723,13 +724,13 @@ func (a *Accumulator) closeParts(dst []byte, it *item, sum bool, final []*part, 
 		if fp.kind == pOther {
 			continue
 		}
-		dst = a.emitPart(dst, it, fp, ci, sum, false)
+		dst = a.emitPart(dst, it, fp, ci, sum, partOpening)
 		if len(fp.text) > 0 {
 			a.tmp = appendBytesString(a.tmp[:0], fp.text)
 			dst = a.emitDelta(dst, it, fp.kind, ci, a.tmp)
 		}
 		dst = a.emitTextDone(dst, it, fp.kind, ci, fp.text)
-		dst = a.emitPart(dst, it, fp, ci, sum, true)
+		dst = a.emitPart(dst, it, fp, ci, sum, partClosing)
 		fp.textDone, fp.closed = true, true
 		ci++
 	}
