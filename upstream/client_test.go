@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/respgate/respgate/wire"
@@ -460,24 +461,34 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestConnectTimeout: a server that accepts and never answers gives KindTimeout after
-// ConnectTimeout for Stream and Models.
+// TestConnectTimeout: a server that reads the request and never answers gives KindTimeout from
+// the connect timer, once ConnectTimeout has passed, for Stream and Models.
 func TestConnectTimeout(t *testing.T) {
 	t.Parallel()
-	base := silentListener(t)
-	c := newTestClient(t, base, func(cfg *Config) { cfg.ConnectTimeout = 200 * time.Millisecond })
-	for _, call := range []string{"stream", "models"} {
-		start := time.Now()
-		err := runCall(t.Context(), c, call)
-		e := mustKind(t, err, KindTimeout)
-		if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
-			t.Errorf("%s: timed out after %s, want about 200ms", call, d)
+	synctest.Test(t, func(t *testing.T) {
+		c := memServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+		}), func(cfg *Config) { cfg.ConnectTimeout = 200 * time.Millisecond })
+		for _, call := range []string{"stream", "models"} {
+			start := time.Now()
+			err := runCall(t.Context(), c, call)
+			e := mustKind(t, err, KindTimeout)
+			// The message names the cause: the connect timer, not the idle timer, a caller's
+			// deadline or a net timeout.
+			if want := "no response headers within 200ms"; e.Message != want {
+				t.Errorf("%s: message %q, want %q", call, e.Message, want)
+			}
+			// The bubble's clock moves only while everything waits: it moved by the timeout.
+			if d := time.Since(start); d != 200*time.Millisecond {
+				t.Errorf("%s: timed out after %s, want 200ms", call, d)
+			}
+			if api := e.APIError(); api.Status != 504 {
+				t.Errorf("%s: APIError status %d, want 504", call, api.Status)
+			}
+			assertNoSecrets(t, "Error()", e.Error(), memBase)
 		}
-		if api := e.APIError(); api.Status != 504 {
-			t.Errorf("%s: APIError status %d, want 504", call, api.Status)
-		}
-		assertNoSecrets(t, "Error()", e.Error(), base)
-	}
+	})
 }
 
 // TestCreateWaitsPastConnectTimeout: vLLM sends a non-streamed answer's headers only after
@@ -496,12 +507,12 @@ func TestCreateWaitsPastConnectTimeout(t *testing.T) {
 	}
 }
 
-// stallServer sends headers and the given prefix, then waits for the request to be cancelled
+// stallHandler sends headers and the given prefix, then waits for the request to be cancelled
 // and reports that on gone.
-func stallServer(t *testing.T, ctype, prefix string) (*httptest.Server, <-chan struct{}) {
+func stallHandler(ctype, prefix string) (http.Handler, <-chan struct{}) {
 	gone := make(chan struct{})
 	var once sync.Once
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ctype)
 		_, _ = io.WriteString(w, prefix)
 		_ = http.NewResponseController(w).Flush()
@@ -510,7 +521,13 @@ func stallServer(t *testing.T, ctype, prefix string) (*httptest.Server, <-chan s
 			once.Do(func() { close(gone) })
 		case <-time.After(10 * time.Second):
 		}
-	}))
+	}), gone
+}
+
+// stallServer serves stallHandler over HTTP.
+func stallServer(t *testing.T, ctype, prefix string) (*httptest.Server, <-chan struct{}) {
+	h, gone := stallHandler(ctype, prefix)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, gone
 }
@@ -521,26 +538,31 @@ func TestIdleTimeout(t *testing.T) {
 	t.Parallel()
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		srv, gone := stallServer(t, "text/event-stream", "event: response.created\ndata: "+created+"\n\nevent: response.output_text.delta\ndata: {\"ty")
-		c := newTestClient(t, srv.URL, func(cfg *Config) { cfg.IdleTimeout = 200 * time.Millisecond })
-		s, err := c.Stream(t.Context(), []byte(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if ev, err := s.Next(); err != nil || ev.Type != "response.created" {
-			t.Fatalf("first event: %v %v", ev, err)
-		}
-		start := time.Now()
-		_, err = s.Next()
-		e := mustKind(t, err, KindTimeout)
-		if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
-			t.Errorf("idle timeout after %s, want about 200ms", d)
-		}
-		if e.APIError().Status != 504 || !strings.Contains(e.Message, "no bytes for 200ms") {
-			t.Errorf("error %v maps to %+v", e, e.APIError())
-		}
-		waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+		synctest.Test(t, func(t *testing.T) {
+			h, gone := stallHandler("text/event-stream", "event: response.created\ndata: "+created+"\n\nevent: response.output_text.delta\ndata: {\"ty")
+			c := memServer(t, h, func(cfg *Config) { cfg.IdleTimeout = 200 * time.Millisecond })
+			s, err := c.Stream(t.Context(), []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if ev, err := s.Next(); err != nil || ev.Type != "response.created" {
+				t.Fatalf("first event: %v %v", ev, err)
+			}
+			start := time.Now()
+			_, err = s.Next()
+			e := mustKind(t, err, KindTimeout)
+			// The idle timer, not the connect timer (which stopped at the headers): its message,
+			// after exactly IdleTimeout on the bubble's clock.
+			if d := time.Since(start); d != 200*time.Millisecond {
+				t.Errorf("idle timeout after %s, want 200ms", d)
+			}
+			if e.APIError().Status != 504 || e.Message != "no bytes for 200ms" {
+				t.Errorf("error %v maps to %+v", e, e.APIError())
+			}
+			// A hang guard on the fake clock: it fires only if the server never sees the cancel.
+			waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+		})
 	})
 	t.Run("create body", func(t *testing.T) {
 		t.Parallel()
