@@ -495,16 +495,19 @@ func TestConnectTimeout(t *testing.T) {
 // generating it, so Create's connect timeout ends once the request is written.
 func TestCreateWaitsPastConnectTimeout(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		time.Sleep(400 * time.Millisecond) // "generating"
-		_, _ = io.WriteString(w, `{"id":"resp_1"}`)
-	}))
-	t.Cleanup(srv.Close)
-	c := newTestClient(t, srv.URL, func(cfg *Config) { cfg.ConnectTimeout = 100 * time.Millisecond })
-	if raw, err := c.Create(t.Context(), []byte(`{}`)); err != nil || string(raw) != `{"id":"resp_1"}` {
-		t.Fatalf("Create = %s, %v", raw, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := memServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-time.After(400 * time.Millisecond): // "generating", on the bubble's clock
+				_, _ = io.WriteString(w, `{"id":"resp_1"}`)
+			case <-r.Context().Done(): // the client gave up (the bubble ends once it returns)
+			}
+		}), func(cfg *Config) { cfg.ConnectTimeout = 100 * time.Millisecond })
+		if raw, err := c.Create(t.Context(), []byte(`{}`)); err != nil || string(raw) != `{"id":"resp_1"}` {
+			t.Fatalf("Create = %s, %v", raw, err)
+		}
+	})
 }
 
 // stallHandler sends headers and the given prefix, then waits for the request to be cancelled
@@ -578,22 +581,24 @@ func TestIdleTimeout(t *testing.T) {
 // silence.
 func TestIdleTimeoutIgnoresCallerTime(t *testing.T) {
 	t.Parallel()
-	srv := sseServer(t, "data: "+created+"\n\n", "data: "+delta+"\n\n", "data: "+completed+"\n\n")
-	c := newTestClient(t, srv.URL, func(cfg *Config) { cfg.IdleTimeout = 100 * time.Millisecond })
-	s, err := c.Stream(t.Context(), []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for i := range 3 {
-		if _, err := s.Next(); err != nil {
-			t.Fatalf("event %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := memServer(t, sseHandler("data: "+created+"\n\n", "data: "+delta+"\n\n", "data: "+completed+"\n\n"),
+			func(cfg *Config) { cfg.IdleTimeout = 100 * time.Millisecond })
+		s, err := c.Stream(t.Context(), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(250 * time.Millisecond) // a slow client
-	}
-	if _, err := s.Next(); err != io.EOF {
-		t.Fatalf("end = %v, want io.EOF", err)
-	}
+		defer s.Close()
+		for i := range 3 {
+			if _, err := s.Next(); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			time.Sleep(250 * time.Millisecond) // a slow client, on the bubble's clock
+		}
+		if _, err := s.Next(); err != io.EOF {
+			t.Fatalf("end = %v, want io.EOF", err)
+		}
+	})
 }
 
 // TestCancelUnblocksNext: cancelling the caller's context ends a blocked Next promptly with
