@@ -809,35 +809,31 @@ func TestCloseWithoutNext(t *testing.T) {
 // as soon as its context ends (TestMain's goleak would also catch the iterator).
 func TestAbandonedStreamIsReleased(t *testing.T) {
 	t.Parallel()
-	srv, gone := stallServer(t, "text/event-stream", "event: response.created\ndata: "+created+"\n\n")
-	c := newTestClient(t, srv.URL, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	s, err := c.Stream(ctx, []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Next(); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
-	released := make(chan bool, 1)
-	go func() {
-		for deadline := time.Now().Add(time.Second); ; {
-			s.mu.Lock()
-			r := s.released
-			s.mu.Unlock()
-			if r || time.Now().After(deadline) {
-				released <- r
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		h, gone := stallHandler("text/event-stream", "event: response.created\ndata: "+created+"\n\n")
+		c := memServer(t, h, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		s, err := c.Stream(ctx, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	if !waitOrTimeout(t, released, 2*time.Second, "the release check") {
-		t.Fatal("the stream was not released within 1s of its context ending")
-	}
-	if _, err := s.Next(); !IsClientGone(err) {
-		t.Errorf("Next after the context ended = %v, want KindCanceled", err)
-	}
+		defer s.Close() // only for a failed test: the bubble must end with nothing blocked
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		cancel()
+		// A hang guard on the fake clock: it fires only if the server never sees the cancel.
+		waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+		synctest.Wait() // every goroutine the cancel set off has finished or is blocked for good
+		s.mu.Lock()
+		released := s.released
+		s.mu.Unlock()
+		if !released || time.Since(start) != 0 {
+			t.Fatalf("released=%v %s after the context ended, want released with no time passing", released, time.Since(start))
+		}
+		if _, err := s.Next(); !IsClientGone(err) {
+			t.Errorf("Next after the context ended = %v, want KindCanceled", err)
+		}
+	})
 }
