@@ -869,7 +869,19 @@ func streamText(t *testing.T, c openai.Client, p responses.ResponseNewParams) (*
 // by its own healthchecks, answers a streamed request through vllm-sim with the env file's key,
 // refuses other keys, and stops gracefully on SIGTERM.
 func checkComposeSimProfile(t *testing.T, images map[string]*image) {
-	st := startComposeSim(t, images, composeOpts{})
+	// The env file the docs have users copy, with a drain deadline far beyond the grace stop
+	// gives below: an idle respgate has nothing to drain, and one that waited for the deadline
+	// anyway would be killed instead of stopping.
+	workdir := contextCopy(t)
+	example, err := os.ReadFile(filepath.Join(workdir, "deploy", "respgate.env.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(example, "\nRESPGATE_SHUTDOWN_TIMEOUT=1h\n"...)
+	if err := os.WriteFile(filepath.Join(workdir, "deploy", "respgate.env"), env, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st := startComposeSim(t, images, composeOpts{workdir: workdir})
 	c := st.client(st.URLs[0])
 	final, n := streamText(t, c, responses.ResponseNewParams{
 		Model: "openai/gpt-oss-sim",
@@ -882,21 +894,21 @@ func checkComposeSimProfile(t *testing.T, images map[string]*image) {
 		t.Fatalf("vllm-sim received %d requests: %v", len(reqs), reqs)
 	}
 	bad := openai.NewClient(option.WithBaseURL(st.URLs[0]+"/v1"), option.WithAPIKey("not-a-configured-key"), option.WithMaxRetries(0))
-	_, err := bad.Responses.Get(t.Context(), final.ID, responses.ResponseGetParams{})
+	_, err = bad.Responses.Get(t.Context(), final.ID, responses.ResponseGetParams{})
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a key outside RESPGATE_API_KEYS: %v, want 401", err)
 	}
 	rg := st.procs[len(st.procs)-1]
-	start := time.Now()
 	if err := rg.stop(40 * time.Second); err != nil {
-		t.Fatalf("respgate on SIGTERM: %v", err)
+		t.Fatalf("an idle respgate on SIGTERM, with a 1h drain deadline: %v", err)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("an idle respgate took %v to stop", d)
+	out := rg.out.String()
+	if !strings.Contains(out, `"deadline":"1h0m0s"`) {
+		t.Errorf("respgate did not drain with the env file's deadline:\n%s", tail(out, 2000))
 	}
-	if !strings.Contains(rg.out.String(), `"msg":"respgate stopped"`) {
-		t.Errorf("respgate did not log a clean stop:\n%s", tail(rg.out.String(), 2000))
+	if !strings.Contains(out, `"msg":"respgate stopped"`) || strings.Contains(out, "shutdown deadline reached") {
+		t.Errorf("respgate did not log a clean stop:\n%s", tail(out, 2000))
 	}
 }
 

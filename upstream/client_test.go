@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/respgate/respgate/wire"
@@ -460,48 +461,61 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestConnectTimeout: a server that accepts and never answers gives KindTimeout after
-// ConnectTimeout for Stream and Models.
+// TestConnectTimeout: a server that reads the request and never answers gives KindTimeout from
+// the connect timer, once ConnectTimeout has passed, for Stream and Models.
 func TestConnectTimeout(t *testing.T) {
 	t.Parallel()
-	base := silentListener(t)
-	c := newTestClient(t, base, func(cfg *Config) { cfg.ConnectTimeout = 200 * time.Millisecond })
-	for _, call := range []string{"stream", "models"} {
-		start := time.Now()
-		err := runCall(t.Context(), c, call)
-		e := mustKind(t, err, KindTimeout)
-		if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
-			t.Errorf("%s: timed out after %s, want about 200ms", call, d)
+	synctest.Test(t, func(t *testing.T) {
+		c := memServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+		}), func(cfg *Config) { cfg.ConnectTimeout = 200 * time.Millisecond })
+		for _, call := range []string{"stream", "models"} {
+			start := time.Now()
+			err := runCall(t.Context(), c, call)
+			e := mustKind(t, err, KindTimeout)
+			// The message names the cause: the connect timer, not the idle timer, a caller's
+			// deadline or a net timeout.
+			if want := "no response headers within 200ms"; e.Message != want {
+				t.Errorf("%s: message %q, want %q", call, e.Message, want)
+			}
+			// The bubble's clock moves only while everything waits: it moved by the timeout.
+			if d := time.Since(start); d != 200*time.Millisecond {
+				t.Errorf("%s: timed out after %s, want 200ms", call, d)
+			}
+			if api := e.APIError(); api.Status != 504 {
+				t.Errorf("%s: APIError status %d, want 504", call, api.Status)
+			}
+			assertNoSecrets(t, "Error()", e.Error(), memBase)
 		}
-		if api := e.APIError(); api.Status != 504 {
-			t.Errorf("%s: APIError status %d, want 504", call, api.Status)
-		}
-		assertNoSecrets(t, "Error()", e.Error(), base)
-	}
+	})
 }
 
 // TestCreateWaitsPastConnectTimeout: vLLM sends a non-streamed answer's headers only after
 // generating it, so Create's connect timeout ends once the request is written.
 func TestCreateWaitsPastConnectTimeout(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		time.Sleep(400 * time.Millisecond) // "generating"
-		_, _ = io.WriteString(w, `{"id":"resp_1"}`)
-	}))
-	t.Cleanup(srv.Close)
-	c := newTestClient(t, srv.URL, func(cfg *Config) { cfg.ConnectTimeout = 100 * time.Millisecond })
-	if raw, err := c.Create(t.Context(), []byte(`{}`)); err != nil || string(raw) != `{"id":"resp_1"}` {
-		t.Fatalf("Create = %s, %v", raw, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := memServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-time.After(400 * time.Millisecond): // "generating", on the bubble's clock
+				_, _ = io.WriteString(w, `{"id":"resp_1"}`)
+			case <-r.Context().Done(): // the client gave up (the bubble ends once it returns)
+			}
+		}), func(cfg *Config) { cfg.ConnectTimeout = 100 * time.Millisecond })
+		if raw, err := c.Create(t.Context(), []byte(`{}`)); err != nil || string(raw) != `{"id":"resp_1"}` {
+			t.Fatalf("Create = %s, %v", raw, err)
+		}
+	})
 }
 
-// stallServer sends headers and the given prefix, then waits for the request to be cancelled
+// stallHandler sends headers and the given prefix, then waits for the request to be cancelled
 // and reports that on gone.
-func stallServer(t *testing.T, ctype, prefix string) (*httptest.Server, <-chan struct{}) {
+func stallHandler(ctype, prefix string) (http.Handler, <-chan struct{}) {
 	gone := make(chan struct{})
 	var once sync.Once
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ctype)
 		_, _ = io.WriteString(w, prefix)
 		_ = http.NewResponseController(w).Flush()
@@ -510,7 +524,13 @@ func stallServer(t *testing.T, ctype, prefix string) (*httptest.Server, <-chan s
 			once.Do(func() { close(gone) })
 		case <-time.After(10 * time.Second):
 		}
-	}))
+	}), gone
+}
+
+// stallServer serves stallHandler over HTTP.
+func stallServer(t *testing.T, ctype, prefix string) (*httptest.Server, <-chan struct{}) {
+	h, gone := stallHandler(ctype, prefix)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, gone
 }
@@ -521,26 +541,31 @@ func TestIdleTimeout(t *testing.T) {
 	t.Parallel()
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		srv, gone := stallServer(t, "text/event-stream", "event: response.created\ndata: "+created+"\n\nevent: response.output_text.delta\ndata: {\"ty")
-		c := newTestClient(t, srv.URL, func(cfg *Config) { cfg.IdleTimeout = 200 * time.Millisecond })
-		s, err := c.Stream(t.Context(), []byte(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if ev, err := s.Next(); err != nil || ev.Type != "response.created" {
-			t.Fatalf("first event: %v %v", ev, err)
-		}
-		start := time.Now()
-		_, err = s.Next()
-		e := mustKind(t, err, KindTimeout)
-		if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
-			t.Errorf("idle timeout after %s, want about 200ms", d)
-		}
-		if e.APIError().Status != 504 || !strings.Contains(e.Message, "no bytes for 200ms") {
-			t.Errorf("error %v maps to %+v", e, e.APIError())
-		}
-		waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+		synctest.Test(t, func(t *testing.T) {
+			h, gone := stallHandler("text/event-stream", "event: response.created\ndata: "+created+"\n\nevent: response.output_text.delta\ndata: {\"ty")
+			c := memServer(t, h, func(cfg *Config) { cfg.IdleTimeout = 200 * time.Millisecond })
+			s, err := c.Stream(t.Context(), []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if ev, err := s.Next(); err != nil || ev.Type != "response.created" {
+				t.Fatalf("first event: %v %v", ev, err)
+			}
+			start := time.Now()
+			_, err = s.Next()
+			e := mustKind(t, err, KindTimeout)
+			// The idle timer, not the connect timer (which stopped at the headers): its message,
+			// after exactly IdleTimeout on the bubble's clock.
+			if d := time.Since(start); d != 200*time.Millisecond {
+				t.Errorf("idle timeout after %s, want 200ms", d)
+			}
+			if e.APIError().Status != 504 || e.Message != "no bytes for 200ms" {
+				t.Errorf("error %v maps to %+v", e, e.APIError())
+			}
+			// A hang guard on the fake clock: it fires only if the server never sees the cancel.
+			waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+		})
 	})
 	t.Run("create body", func(t *testing.T) {
 		t.Parallel()
@@ -556,22 +581,24 @@ func TestIdleTimeout(t *testing.T) {
 // silence.
 func TestIdleTimeoutIgnoresCallerTime(t *testing.T) {
 	t.Parallel()
-	srv := sseServer(t, "data: "+created+"\n\n", "data: "+delta+"\n\n", "data: "+completed+"\n\n")
-	c := newTestClient(t, srv.URL, func(cfg *Config) { cfg.IdleTimeout = 100 * time.Millisecond })
-	s, err := c.Stream(t.Context(), []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for i := range 3 {
-		if _, err := s.Next(); err != nil {
-			t.Fatalf("event %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := memServer(t, sseHandler("data: "+created+"\n\n", "data: "+delta+"\n\n", "data: "+completed+"\n\n"),
+			func(cfg *Config) { cfg.IdleTimeout = 100 * time.Millisecond })
+		s, err := c.Stream(t.Context(), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(250 * time.Millisecond) // a slow client
-	}
-	if _, err := s.Next(); err != io.EOF {
-		t.Fatalf("end = %v, want io.EOF", err)
-	}
+		defer s.Close()
+		for i := range 3 {
+			if _, err := s.Next(); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			time.Sleep(250 * time.Millisecond) // a slow client, on the bubble's clock
+		}
+		if _, err := s.Next(); err != io.EOF {
+			t.Fatalf("end = %v, want io.EOF", err)
+		}
+	})
 }
 
 // TestCancelUnblocksNext: cancelling the caller's context ends a blocked Next promptly with
@@ -782,35 +809,31 @@ func TestCloseWithoutNext(t *testing.T) {
 // as soon as its context ends (TestMain's goleak would also catch the iterator).
 func TestAbandonedStreamIsReleased(t *testing.T) {
 	t.Parallel()
-	srv, gone := stallServer(t, "text/event-stream", "event: response.created\ndata: "+created+"\n\n")
-	c := newTestClient(t, srv.URL, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	s, err := c.Stream(ctx, []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Next(); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
-	released := make(chan bool, 1)
-	go func() {
-		for deadline := time.Now().Add(time.Second); ; {
-			s.mu.Lock()
-			r := s.released
-			s.mu.Unlock()
-			if r || time.Now().After(deadline) {
-				released <- r
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		h, gone := stallHandler("text/event-stream", "event: response.created\ndata: "+created+"\n\n")
+		c := memServer(t, h, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		s, err := c.Stream(ctx, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	if !waitOrTimeout(t, released, 2*time.Second, "the release check") {
-		t.Fatal("the stream was not released within 1s of its context ending")
-	}
-	if _, err := s.Next(); !IsClientGone(err) {
-		t.Errorf("Next after the context ended = %v, want KindCanceled", err)
-	}
+		defer s.Close() // only for a failed test: the bubble must end with nothing blocked
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		cancel()
+		// A hang guard on the fake clock: it fires only if the server never sees the cancel.
+		waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+		synctest.Wait() // every goroutine the cancel set off has finished or is blocked for good
+		s.mu.Lock()
+		released := s.released
+		s.mu.Unlock()
+		if !released || time.Since(start) != 0 {
+			t.Fatalf("released=%v %s after the context ended, want released with no time passing", released, time.Since(start))
+		}
+		if _, err := s.Next(); !IsClientGone(err) {
+			t.Errorf("Next after the context ended = %v, want KindCanceled", err)
+		}
+	})
 }

@@ -44,11 +44,18 @@ func newTestClient(t testing.TB, base string, mod func(*Config)) *Client {
 	return c
 }
 
-// sseServer serves body as a text/event-stream, written in the given chunks with a flush
-// after each.
+// sseServer serves sseHandler over HTTP.
 func sseServer(t testing.TB, chunks ...string) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(sseHandler(chunks...))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// sseHandler serves body as a text/event-stream, written in the given chunks with a flush after
+// each.
+func sseHandler(chunks ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
@@ -59,9 +66,7 @@ func sseServer(t testing.TB, chunks ...string) *httptest.Server {
 			}
 			_ = rc.Flush()
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 // rawServer hands each accepted request's hijacked connection to fn, which writes raw bytes.

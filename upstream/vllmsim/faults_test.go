@@ -2,125 +2,178 @@ package vllmsim
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-// timedFrame is a frame and when it arrived, counted from sending the request.
+// timedFrame is a frame and when the simulator flushed it, counted from the request.
 type timedFrame struct {
 	at  time.Duration
 	typ string
 }
 
-// timedStream streams body and records when the headers and each frame arrived.
-func timedStream(t *testing.T, srv *httptest.Server, body string) (headersAt time.Duration, frames []timedFrame) {
-	t.Helper()
-	start := time.Now()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/responses", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	headersAt = time.Since(start)
-	br := bufio.NewReader(resp.Body)
-	var typ string
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				t.Fatal(err)
-			}
-			return headersAt, frames
-		}
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			typ = strings.TrimSpace(strings.TrimPrefix(line, "event: "))
-		case line == "\n":
-			frames = append(frames, timedFrame{at: time.Since(start), typ: typ})
-		}
+// timedReply is an answer with the moment each part of it was written.
+type timedReply struct {
+	status    int
+	headersAt time.Duration // when the status line was written
+	bodyAt    time.Duration // when the first body byte was written; -1: no body
+	frames    []timedFrame  // SSE frames, each timed when its blank line was written
+}
+
+// clockWriter is a ResponseWriter that timestamps what the handler writes on the clock of the
+// synctest bubble it runs in.
+type clockWriter struct {
+	start   time.Time
+	header  http.Header
+	reply   timedReply
+	written bool
+	pending []byte // bytes of the frame being written
+}
+
+func (w *clockWriter) Header() http.Header { return w.header }
+
+func (w *clockWriter) WriteHeader(status int) {
+	if !w.written {
+		w.written = true
+		w.reply.status, w.reply.headersAt = status, time.Since(w.start)
 	}
 }
 
+func (w *clockWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.reply.bodyAt < 0 && len(p) > 0 {
+		w.reply.bodyAt = time.Since(w.start)
+	}
+	w.pending = append(w.pending, p...)
+	for {
+		frame, rest, ok := bytes.Cut(w.pending, []byte("\n\n"))
+		if !ok {
+			return len(p), nil
+		}
+		typ, _, _ := strings.Cut(strings.TrimPrefix(string(frame), "event: "), "\n")
+		w.reply.frames = append(w.reply.frames, timedFrame{at: time.Since(w.start), typ: typ})
+		w.pending = rest
+	}
+}
+
+func (w *clockWriter) Flush() {}
+
+// serveTimed calls a fresh simulator's handler directly with body and times every write. It must
+// run inside synctest.Test: the simulator's delay_ms and stall then wait on the bubble's fake
+// clock, which moves only when every goroutine of the bubble is blocked, so each recorded time is
+// exactly the waits the simulator asked for, however loaded the machine is.
+func serveTimed(t *testing.T, body string) timedReply {
+	t.Helper()
+	sim := New(Options{Now: fixedNow})
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/responses", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	w := &clockWriter{start: time.Now(), header: http.Header{}, reply: timedReply{headersAt: -1, bodyAt: -1}}
+	sim.ServeHTTP(w, req)
+	if len(w.pending) > 0 && strings.HasPrefix(w.header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("stream ended inside a frame: %q", w.pending)
+	}
+	return w.reply
+}
+
 func TestFaultDelay(t *testing.T) {
-	srv, _ := newServer(t, Options{})
 	const delay = 20 * time.Millisecond
 	t.Run("on", func(t *testing.T) {
-		_, frames := timedStream(t, srv, body(HarmonyModel+"?delay_ms=20&reasoning=0&tokens=8", true, `"input":"hi"`))
-		var deltas []time.Duration
-		for _, f := range frames {
-			if f.typ == "response.output_text.delta" {
-				deltas = append(deltas, f.at)
+		synctest.Test(t, func(t *testing.T) {
+			r := serveTimed(t, body(HarmonyModel+"?delay_ms=20&reasoning=0&tokens=8", true, `"input":"hi"`))
+			if r.status != 200 || r.headersAt != 0 {
+				t.Errorf("status %d at %s, want 200 at once", r.status, r.headersAt)
 			}
-		}
-		if len(deltas) != 8 {
-			t.Fatalf("%d deltas, want 8", len(deltas))
-		}
-		// Paced by deadline: delta k is never due before (k+1) delays.
-		for k, at := range deltas {
-			if want := time.Duration(k+1) * delay; at < want {
-				t.Errorf("delta %d after %s, want >= %s", k, at, want)
+			var deltas []time.Duration
+			for _, f := range r.frames {
+				if f.typ == "response.output_text.delta" {
+					deltas = append(deltas, f.at)
+				}
 			}
-		}
+			if len(deltas) != 8 {
+				t.Fatalf("%d deltas, want 8", len(deltas))
+			}
+			// Paced by deadline: delta k is due (k+1) delays after the first, and the fake clock
+			// moves only by what the simulator waits.
+			for k, at := range deltas {
+				if want := time.Duration(k+1) * delay; at != want {
+					t.Errorf("delta %d at %s, want %s", k, at, want)
+				}
+			}
+			if last := r.frames[len(r.frames)-1]; last.typ != "response.completed" || last.at != 8*delay {
+				t.Errorf("last frame %s at %s, want response.completed at %s", last.typ, last.at, 8*delay)
+			}
+		})
 	})
 	t.Run("off", func(t *testing.T) {
-		_, frames := timedStream(t, srv, body(HarmonyModel+"?reasoning=0&tokens=8", true, `"input":"hi"`))
-		if total := frames[len(frames)-1].at; total >= 8*delay {
-			t.Errorf("stream without delay took %s", total)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := serveTimed(t, body(HarmonyModel+"?reasoning=0&tokens=8", true, `"input":"hi"`))
+			if last := r.frames[len(r.frames)-1]; last.typ != "response.completed" || last.at != 0 {
+				t.Errorf("stream without delay: last frame %s at %s, want response.completed without waiting", last.typ, last.at)
+			}
+		})
 	})
 	t.Run("non-streaming", func(t *testing.T) {
-		start := time.Now()
-		r := post(t, srv, body(HarmonyModel+"?delay_ms=20&reasoning=0&tokens=8", false, `"input":"hi"`))
-		if r.status != 200 || time.Since(start) < 8*delay {
-			t.Errorf("status %d after %s, want 200 after >= %s", r.status, time.Since(start), 8*delay)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			// vLLM answers once all the tokens are generated: 8 tokens of 20ms each.
+			r := serveTimed(t, body(HarmonyModel+"?delay_ms=20&reasoning=0&tokens=8", false, `"input":"hi"`))
+			if r.status != 200 || r.headersAt != 8*delay || r.bodyAt != 8*delay {
+				t.Errorf("status %d, headers at %s, body at %s, want 200 with both at %s", r.status, r.headersAt, r.bodyAt, 8*delay)
+			}
+		})
 	})
 }
 
 func TestFaultStall(t *testing.T) {
-	srv, _ := newServer(t, Options{})
 	const stall = 300 * time.Millisecond
 	t.Run("before the first event", func(t *testing.T) {
-		headersAt, frames := timedStream(t, srv, body(HarmonyModel+"?stall=300ms", true, `"input":"hi"`))
-		if headersAt >= stall {
-			t.Errorf("headers after %s: they must come before the stall", headersAt)
-		}
-		if frames[0].at < stall {
-			t.Errorf("first event after %s, want >= %s", frames[0].at, stall)
-		}
-		if frames[len(frames)-1].typ != "response.completed" {
-			t.Errorf("stream did not complete after the stall")
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := serveTimed(t, body(HarmonyModel+"?stall=300ms", true, `"input":"hi"`))
+			if r.headersAt != 0 {
+				t.Errorf("headers at %s: they must come before the stall", r.headersAt)
+			}
+			if r.frames[0].at != stall {
+				t.Errorf("first event at %s, want %s", r.frames[0].at, stall)
+			}
+			if last := r.frames[len(r.frames)-1]; last.typ != "response.completed" || last.at != stall {
+				t.Errorf("last frame %s at %s, want response.completed right after the stall", last.typ, last.at)
+			}
+		})
 	})
 	t.Run("after K events, seconds syntax", func(t *testing.T) {
-		_, frames := timedStream(t, srv, body(HarmonyModel+"?stall=0.3&stall_after=3", true, `"input":"hi"`))
-		if gap := frames[3].at - frames[2].at; gap < stall {
-			t.Errorf("gap between events 3 and 4 is %s, want >= %s", gap, stall)
-		}
-		if frames[2].at >= stall {
-			t.Errorf("the first 3 events came after %s: the stall came too early", frames[2].at)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := serveTimed(t, body(HarmonyModel+"?stall=0.3&stall_after=3", true, `"input":"hi"`))
+			for i, f := range r.frames[:3] {
+				if f.at != 0 {
+					t.Errorf("event %d at %s: the stall came too early", i, f.at)
+				}
+			}
+			if r.frames[3].at != stall {
+				t.Errorf("event 3 at %s, want %s", r.frames[3].at, stall)
+			}
+		})
 	})
 	t.Run("off", func(t *testing.T) {
-		_, frames := timedStream(t, srv, body(HarmonyModel, true, `"input":"hi"`))
-		if total := frames[len(frames)-1].at; total >= stall {
-			t.Errorf("stream without a stall took %s", total)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := serveTimed(t, body(HarmonyModel, true, `"input":"hi"`))
+			if last := r.frames[len(r.frames)-1]; last.typ != "response.completed" || last.at != 0 {
+				t.Errorf("stream without a stall: last frame %s at %s", last.typ, last.at)
+			}
+		})
 	})
 	t.Run("non-streaming", func(t *testing.T) {
-		start := time.Now()
-		if r := post(t, srv, body(HarmonyModel+"?stall=300ms", false, `"input":"hi"`)); r.status != 200 || time.Since(start) < stall {
-			t.Errorf("status %d after %s", r.status, time.Since(start))
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := serveTimed(t, body(HarmonyModel+"?stall=300ms", false, `"input":"hi"`))
+			if r.status != 200 || r.headersAt != stall || r.bodyAt != stall {
+				t.Errorf("status %d, headers at %s, body at %s, want 200 with both at %s", r.status, r.headersAt, r.bodyAt, stall)
+			}
+		})
 	})
 }
 
