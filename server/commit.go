@@ -127,16 +127,16 @@ func (s *Server) storeFailure(t *turn, p *store.ResponseCommitParams) {
 	}()
 }
 
-// sleepCtx waits d or until ctx ends (its error).
+// sleepCtx waits d or until ctx ends; it returns ctx's error if ctx has ended by then (also when
+// both happened at once).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
 	case <-timer.C:
-		return nil
 	}
+	return ctx.Err()
 }
 
 func (s *Server) applyResult(t *turn, r *accumulator.Result) {
