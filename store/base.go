@@ -44,6 +44,14 @@ type Base struct {
 	Queries *Queries
 }
 
+// Ping checks that the database answers.
+func (b *Base) Ping(ctx context.Context) error {
+	if err := b.Driver.Ping(ctx); err != nil {
+		return fmt.Errorf("ping store: %w", err)
+	}
+	return nil
+}
+
 // ItemCount returns how many item rows the tenant has (storetest.ItemCounter; also handy for
 // operators checking growth).
 func (b *Base) ItemCount(ctx context.Context, tenant string) (int, error) {

@@ -14,6 +14,8 @@ import (
 // queries, one interpretError, and how the backend encodes a query argument. It never carries a
 // transaction: a method that must be atomic stays in its backend.
 type Driver interface {
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
 	// Query runs a query; the caller closes the rows.
 	Query(ctx context.Context, sql string, args ...any) (Rows, error)
 	// QueryRow runs a query for at most one row; no row is the driver's no-rows error on Scan.
@@ -83,6 +85,16 @@ func ResponseArgs(d Driver, r *Response, status wire.Status) []any {
 	}
 	return []any{r.Tenant, r.ID, status, r.Model, NullString(r.PreviousResponseID), NullString(r.ConversationID),
 		d.Time(NowOr(r.CreatedAt)), completed, d.JSON(r.Echo), d.JSON(r.Usage), d.JSON(r.Error), d.JSON(r.IncompleteDetails)}
+}
+
+// BeginArgs are ResponseBegin's arguments: ResponseArgs with the status BeginStatus allows, then
+// lease_owner and lease_expires_at.
+func BeginArgs(d Driver, p *ResponseBeginParams) ([]any, error) {
+	status, err := BeginStatus(p.Response.Status)
+	if err != nil {
+		return nil, fmt.Errorf("begin response: %w", err)
+	}
+	return append(ResponseArgs(d, &p.Response, status), p.LeaseOwner, d.Time(p.LeaseExpiresAt)), nil
 }
 
 // FinishArgs are ResponseArgs without created_at: the columns a commit updates on the record

@@ -87,19 +87,11 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 func migrate(cc *pgx.ConnConfig) error {
 	db := stdlib.OpenDB(*cc.Copy())
 	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{})
-	if err != nil {
-		_ = db.Close()
-		return fmt.Errorf("start postgres migrations: %w", err)
+	if err == nil {
+		return migrations.Up(migrations.Postgres, migrations.PostgresDir, drv)
 	}
-	return migrations.Up(migrations.Postgres, migrations.PostgresDir, drv)
-}
-
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("ping postgres: %w", err)
-	}
-	return nil
+	_ = db.Close()
+	return fmt.Errorf("start postgres migrations: %w", err)
 }
 
 // Close closes the pool, waiting for connections in use to be returned.
@@ -123,6 +115,8 @@ func interpretError(err error) error {
 
 // driver adapts the pool to store.Driver.
 type driver struct{ pool *pgxpool.Pool }
+
+func (d driver) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
 
 func (d driver) Query(ctx context.Context, sql string, args ...any) (store.Rows, error) {
 	return d.pool.Query(ctx, sql, args...)

@@ -83,8 +83,8 @@ ORDER BY position DESC LIMIT $5`
 
 // Responses.
 const (
-	// responseInsertSQL inserts an in-progress (or queued) record holding a lease ($13, $14).
-	responseInsertSQL = `
+	// responseBeginSQL inserts an in-progress (or queued) record holding a lease ($13, $14).
+	responseBeginSQL = `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
                        completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`

@@ -1,9 +1,13 @@
 package postgres
 
+// The methods that write in one transaction, whose strategy is this backend's own: each is one
+// pipelined batch or one statement (one round trip). The rest of store.Store is store.Base.
+
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,22 +18,21 @@ import (
 // ResponseBegin inserts an in-progress (or queued) response holding a lease, with its input
 // items, in one implicit transaction.
 func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams) error {
-	status, err := store.BeginStatus(p.Response.Status)
-	if err != nil {
-		return fmt.Errorf("begin response: %w", err)
-	}
-	r := &p.Response
 	// One round trip, one implicit transaction (a batch ends with a single Sync), committed
 	// asynchronously: the in-progress record must not add a WAL flush to time-to-first-byte
 	// (docs/design.md §1). The final ResponseCommit is the durable one; only a crash of Postgres itself
 	// within wal_writer_delay could lose this row, and then no final commit happened either.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(responseInsertSQL, append(store.ResponseArgs(s.Driver, r, status), p.LeaseOwner, p.LeaseExpiresAt.UTC())...)
+	args, err := store.BeginArgs(s.Driver, p)
+	if err != nil {
+		return err
+	}
+	b.Queue(responseBeginSQL, args...)
 	if len(p.Input) > 0 {
 		var items itemArrays
 		items.add(store.RoleInput, p.Input)
-		queueInsertItems(b, r.Tenant, r.ID, nil, &items)
+		queueInsertItems(b, p.Response.Tenant, p.Response.ID, nil, &items)
 	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("begin response: %w", interpretError(err))
@@ -186,4 +189,88 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
 	}
 	return n, nil
+}
+
+// ConversationCreate inserts the conversation and its initial items (seq 0…n-1), pipelined in
+// one implicit transaction.
+func (s *Store) ConversationCreate(ctx context.Context, p *store.ConversationCreateParams) error {
+	b := &pgx.Batch{}
+	c := &p.Conversation
+	b.Queue(conversationInsertSQL, c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), store.NowOr(c.CreatedAt))
+	if len(p.Items) > 0 {
+		var items itemArrays
+		items.add("", p.Items)
+		queueInsertItems(b, c.Tenant, nil, c.ID, &items)
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("create conversation: %w", interpretError(err))
+	}
+	return nil
+}
+
+// ConversationDelete deletes the conversation and its list (by cascade), and the items created
+// directly in it (response_id NULL); items of responses stay with their responses. The
+// statements run pipelined in one implicit transaction after the row lock, and do nothing while
+// a turn holds the conversation (conversationDeleteLockSQL).
+func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDeleteParams) error {
+	held, err := s.guardedDelete(ctx, p.Tenant, p.ID, store.NowOr(p.Now),
+		conversationDeleteLockSQL, conversationDeleteItemsSQL, conversationDeleteSQL)
+	if err == nil && held {
+		err = store.ErrTurnHeld
+	}
+	if err != nil {
+		return fmt.Errorf("delete conversation: %w", err)
+	}
+	return nil
+}
+
+// ConversationItemAppend appends items at max(seq)+1… under the conversation's row lock, in one
+// pipelined implicit transaction.
+func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
+	var items itemArrays
+	items.add("", p.Items)
+	b := &pgx.Batch{}
+	b.Queue(conversationLockSQL, p.Tenant, p.ConversationID)
+	if items.len() > 0 {
+		queueInsertItems(b, p.Tenant, nil, p.ConversationID, &items)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var one int
+	if err := br.QueryRow().Scan(&one); err != nil {
+		// With no conversation, the insert after it fails too and the whole batch rolls back.
+		return fmt.Errorf("append conversation items: %w", interpretError(err))
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("append conversation items: %w", interpretError(err))
+	}
+	return nil
+}
+
+// ConversationItemDelete removes every occurrence of the item id from the conversation, in one
+// statement. Items created directly in the conversation are deleted; a response's items stay
+// with the response.
+func (s *Store) ConversationItemDelete(ctx context.Context, p *store.ConversationItemDeleteParams) error {
+	var n int
+	if err := s.pool.QueryRow(ctx, conversationItemDeleteSQL, p.Tenant, p.ConversationID, p.ItemID).Scan(&n); err != nil {
+		return fmt.Errorf("delete conversation item: %w", interpretError(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("delete conversation item: %w", store.ErrNotFound)
+	}
+	return nil
+}
+
+// ConversationTurnAcquire takes the turn lease if it is free, expired, or already ResponseID's,
+// in one statement that also reports whether the conversation exists.
+func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
+	var exists, taken bool
+	err := s.pool.QueryRow(ctx, turnAcquireSQL, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UTC(), time.Now().UTC()).Scan(&exists, &taken)
+	if err == nil {
+		err = store.TurnAcquireDecision(exists, taken)
+	}
+	if err != nil {
+		return fmt.Errorf("acquire conversation turn: %w", interpretError(err))
+	}
+	return nil
 }
