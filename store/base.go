@@ -17,10 +17,10 @@ type Queries struct {
 	SecretGet, SecretInsert string
 
 	ResponseLeaseExtend string // (tenant, id, owner, expires_at)
-	ResponseEventList   string // (tenant, id, after, limit or NULL) → Events rows
+	ResponseEventList   string // (tenant, id, after, limit or NULL) → eventRows rows
 	ResponseGet         string // (tenant, id) → record rows: the record, its output items
 	ResponseChain       string // (tenant, id, max depth) → record rows, oldest first
-	ResponseContext     string // (tenant, id, max depth) → ContextItems rows
+	ResponseContext     string // (tenant, id, max depth) → contextItems rows
 	ResponseSweep       string // (now, error JSON)
 	ResponseItems       PageSQL
 	ItemGet             string // (tenant, id) → one item row
@@ -29,7 +29,7 @@ type Queries struct {
 	ConversationGet         string // (tenant, id) → conversation row
 	ConversationUpdate      string // (tenant, id, metadata) → conversation row
 	ConversationItems       PageSQL
-	ConversationItemsAll    string // (tenant, conversation) → SeqItems rows
+	ConversationItemsAll    string // (tenant, conversation) → seqItems rows
 	ConversationItemGet     string // (tenant, conversation, item id) → one item row
 	ConversationTurnExtend  string // (tenant, conversation, response, expires_at)
 	ConversationTurnRelease string // (tenant, conversation, response)
@@ -105,7 +105,7 @@ func (b *Base) ResponseEventList(ctx context.Context, p *ResponseEventListParams
 	if p.Limit > 0 {
 		limit = p.Limit
 	}
-	return query(ctx, b.Driver, "list response events", Events, b.Queries.ResponseEventList, p.Tenant, p.ResponseID, p.After, limit)
+	return query(ctx, b.Driver, "list response events", eventRows, b.Queries.ResponseEventList, p.Tenant, p.ResponseID, p.After, limit)
 }
 
 // ResponseGet returns a response and its output items in one query.
@@ -116,17 +116,17 @@ func (b *Base) ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response
 
 // ResponseChainGet loads a previous_response_id chain in one query (a recursive CTE).
 func (b *Base) ResponseChainGet(ctx context.Context, p *ResponseChainGetParams) (*Chain, error) {
-	return query(ctx, b.Driver, "get response chain", AssembleChain, b.Queries.ResponseChain, p.Tenant, p.ID, MaxChainDepth)
+	return query(ctx, b.Driver, "get response chain", AssembleChain, b.Queries.ResponseChain, p.Tenant, p.ID, maxChainDepth)
 }
 
 // ResponseContextGet loads the items a response was generated from in one query.
 func (b *Base) ResponseContextGet(ctx context.Context, p *ResponseContextGetParams) ([]wire.Item, error) {
-	return query(ctx, b.Driver, "get response context", ContextItems, b.Queries.ResponseContext, p.Tenant, p.ID, MaxChainDepth)
+	return query(ctx, b.Driver, "get response context", contextItems, b.Queries.ResponseContext, p.Tenant, p.ID, maxChainDepth)
 }
 
 // ResponseSweep fails every unfinished response whose lease expired before Now.
 func (b *Base) ResponseSweep(ctx context.Context, p *ResponseSweepParams) (int, error) {
-	errJSON, err := SweepError(p.Message)
+	errJSON, err := sweepError(p.Message)
 	if err != nil {
 		return 0, fmt.Errorf("sweep responses: %w", err)
 	}
@@ -163,7 +163,7 @@ func (b *Base) ItemGetMany(ctx context.Context, p *ItemGetManyParams) (map[strin
 	if err != nil {
 		return nil, fmt.Errorf("get items: %w", err)
 	}
-	return query(ctx, b.Driver, "get items", ItemsByID, b.Queries.ItemGetMany, p.Tenant, ids)
+	return query(ctx, b.Driver, "get items", itemsByID, b.Queries.ItemGetMany, p.Tenant, ids)
 }
 
 // ConversationGet returns a conversation; its metadata is {} when empty.
@@ -194,7 +194,7 @@ func (b *Base) ConversationItemList(ctx context.Context, p *ConversationItemList
 // ConversationItemsAll loads a conversation's items in seq order in one query; its first row
 // only proves the conversation exists, so an empty one is told from an unknown one.
 func (b *Base) ConversationItemsAll(ctx context.Context, p *ConversationItemsAllParams) ([]wire.Item, error) {
-	return query(ctx, b.Driver, "load conversation items", SeqItems, b.Queries.ConversationItemsAll, p.Tenant, p.ConversationID)
+	return query(ctx, b.Driver, "load conversation items", seqItems, b.Queries.ConversationItemsAll, p.Tenant, p.ConversationID)
 }
 
 // ConversationItemGet returns the conversation's item with this id (its latest occurrence).

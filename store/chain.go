@@ -7,9 +7,9 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// MaxChainDepth bounds the recursion of the chain queries so that a corrupt, cyclic chain cannot
+// maxChainDepth bounds the recursion of the chain queries so that a corrupt, cyclic chain cannot
 // run forever; no real conversation comes near it.
-const MaxChainDepth = 100_000
+const maxChainDepth = 100_000
 
 // Items flattens the chain into the history it stands for: each turn's input items then its
 // output items, oldest turn first: the order rehydration replays a chain in.
@@ -102,8 +102,8 @@ func AssembleChain(rows Rows) (*Chain, error) {
 	if len(chain.Turns) == 0 {
 		return nil, ErrNotFound
 	}
-	if len(chain.Turns) > MaxChainDepth {
-		return nil, fmt.Errorf("deeper than %d responses (cyclic?)", MaxChainDepth)
+	if len(chain.Turns) > maxChainDepth {
+		return nil, fmt.Errorf("deeper than %d responses (cyclic?)", maxChainDepth)
 	}
 	chain.Missing = chain.Turns[0].Response.PreviousResponseID
 	return chain, nil

@@ -15,9 +15,9 @@ var (
 	ErrTurnHeld = fmt.Errorf("a turn holds it: %w", ErrConflict)
 )
 
-// BeginStatus is the status ResponseBegin stores: in_progress when empty, else in_progress or
+// beginStatus is the status ResponseBegin stores: in_progress when empty, else in_progress or
 // queued; anything else is an error.
-func BeginStatus(s wire.Status) (wire.Status, error) {
+func beginStatus(s wire.Status) (wire.Status, error) {
 	switch s {
 	case "":
 		return wire.StatusInProgress, nil
@@ -77,8 +77,8 @@ func TurnAcquireDecision(exists, taken bool) error {
 	return nil
 }
 
-// SweepError is the error object ResponseSweep stores on a response it fails.
-func SweepError(message string) (json.RawMessage, error) {
+// sweepError is the error object ResponseSweep stores on a response it fails.
+func sweepError(message string) (json.RawMessage, error) {
 	return json.Marshal(struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`

@@ -87,10 +87,10 @@ func ResponseArgs(d Driver, r *Response, status wire.Status) []any {
 		d.Time(NowOr(r.CreatedAt)), completed, d.JSON(r.Echo), d.JSON(r.Usage), d.JSON(r.Error), d.JSON(r.IncompleteDetails)}
 }
 
-// BeginArgs are ResponseBegin's arguments: ResponseArgs with the status BeginStatus allows, then
+// BeginArgs are ResponseBegin's arguments: ResponseArgs with the status beginStatus allows, then
 // lease_owner and lease_expires_at.
 func BeginArgs(d Driver, p *ResponseBeginParams) ([]any, error) {
-	status, err := BeginStatus(p.Response.Status)
+	status, err := beginStatus(p.Response.Status)
 	if err != nil {
 		return nil, fmt.Errorf("begin response: %w", err)
 	}

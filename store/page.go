@@ -65,7 +65,7 @@ func listPage(ctx context.Context, d Driver, what string, q *PageSQL, order Orde
 	if desc {
 		sql = q.Desc
 	}
-	items, err := query(ctx, d, what, ScanItems, sql, append(args, limit+1)...)
+	items, err := query(ctx, d, what, scanItemRows, sql, append(args, limit+1)...)
 	if err != nil {
 		return nil, err
 	}

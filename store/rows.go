@@ -18,8 +18,8 @@ func scanItem(row Row) (wire.Item, error) {
 	return it, nil
 }
 
-// ScanItems reads item rows, (id, type, data), in order.
-func ScanItems(rows Rows) ([]wire.Item, error) {
+// scanItemRows reads item rows, (id, type, data), in order.
+func scanItemRows(rows Rows) ([]wire.Item, error) {
 	var out []wire.Item
 	for rows.Next() {
 		it, err := scanItem(rows)
@@ -31,9 +31,9 @@ func ScanItems(rows Rows) ([]wire.Item, error) {
 	return out, rows.Err()
 }
 
-// ItemsByID reads item rows into a map by id (a later row wins).
-func ItemsByID(rows Rows) (map[string]wire.Item, error) {
-	items, err := ScanItems(rows)
+// itemsByID reads item rows into a map by id (a later row wins).
+func itemsByID(rows Rows) (map[string]wire.Item, error) {
+	items, err := scanItemRows(rows)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +70,9 @@ func collectMarked[T any](rows Rows, scan func(Rows) (T, bool, error)) ([]T, err
 	return out, nil
 }
 
-// ContextItems reads ResponseContextGet's rows: (part, depth, role, ord, id, type, data), part 0
+// contextItems reads ResponseContextGet's rows: (part, depth, role, ord, id, type, data), part 0
 // the marker.
-func ContextItems(rows Rows) ([]wire.Item, error) {
+func contextItems(rows Rows) ([]wire.Item, error) {
 	return collectMarked(rows, func(r Rows) (wire.Item, bool, error) {
 		var part, depth, role int
 		var ord int64
@@ -86,8 +86,8 @@ func ContextItems(rows Rows) ([]wire.Item, error) {
 	})
 }
 
-// SeqItems reads ConversationItemsAll's rows: (seq, id, type, data), seq -1 the marker.
-func SeqItems(rows Rows) ([]wire.Item, error) {
+// seqItems reads ConversationItemsAll's rows: (seq, id, type, data), seq -1 the marker.
+func seqItems(rows Rows) ([]wire.Item, error) {
 	return collectMarked(rows, func(r Rows) (wire.Item, bool, error) {
 		var seq int64
 		var it wire.Item
@@ -100,9 +100,9 @@ func SeqItems(rows Rows) ([]wire.Item, error) {
 	})
 }
 
-// Events reads ResponseEventList's rows: (kind, seq, type, data), kind 0 the marker. An empty
+// eventRows reads ResponseEventList's rows: (kind, seq, type, data), kind 0 the marker. An empty
 // event is empty bytes, never nil.
-func Events(rows Rows) ([]Event, error) {
+func eventRows(rows Rows) ([]Event, error) {
 	return collectMarked(rows, func(r Rows) (Event, bool, error) {
 		var kind int
 		var e Event
