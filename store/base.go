@@ -44,13 +44,8 @@ type Base struct {
 	Queries *Queries
 }
 
-// Ping checks that the database answers.
-func (b *Base) Ping(ctx context.Context) error {
-	if err := b.Driver.Ping(ctx); err != nil {
-		return fmt.Errorf("ping store: %w", err)
-	}
-	return nil
-}
+// Ping checks that the database answers (readiness).
+func (b *Base) Ping(ctx context.Context) error { return b.Driver.Ping(ctx) }
 
 // ItemCount returns how many item rows the tenant has (storetest.ItemCounter; also handy for
 // operators checking growth).

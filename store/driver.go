@@ -14,7 +14,7 @@ import (
 // queries, one interpretError, and how the backend encodes a query argument. It never carries a
 // transaction: a method that must be atomic stays in its backend.
 type Driver interface {
-	// Ping checks that the database answers.
+	// Ping checks that the database answers; its error names the backend.
 	Ping(ctx context.Context) error
 	// Query runs a query; the caller closes the rows.
 	Query(ctx context.Context, sql string, args ...any) (Rows, error)

@@ -116,7 +116,12 @@ func interpretError(err error) error {
 // driver adapts the pool to store.Driver.
 type driver struct{ pool *pgxpool.Pool }
 
-func (d driver) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
+func (d driver) Ping(ctx context.Context) error {
+	if err := d.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping postgres: %w", err)
+	}
+	return nil
+}
 
 func (d driver) Query(ctx context.Context, sql string, args ...any) (store.Rows, error) {
 	return d.pool.Query(ctx, sql, args...)

@@ -160,7 +160,12 @@ type rows struct{ *sql.Rows }
 
 func (r rows) Close() { _ = r.Rows.Close() }
 
-func (d driver) Ping(ctx context.Context) error { return d.db.PingContext(ctx) }
+func (d driver) Ping(ctx context.Context) error {
+	if err := d.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
+	return nil
+}
 
 func (d driver) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
 	r, err := d.db.QueryContext(ctx, q, args...)

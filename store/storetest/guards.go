@@ -9,15 +9,8 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// guardCases check the argument guards every backend applies before it touches the database
-// (written once in package store since the backends share them).
-var guardCases = []struct {
-	name string
-	run  func(t *testing.T, s store.Store)
-}{
-	{"begin stores in_progress by default and rejects a status other than in_progress or queued", testBeginStatus},
-	{"lists reject an unknown order, and response item lists an unknown role", testListArguments},
-}
+// The argument guards every backend applies before it touches the database (written once in
+// package store, since the backends share them).
 
 func testBeginStatus(t *testing.T, s store.Store) {
 	ctx := t.Context()

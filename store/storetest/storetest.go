@@ -25,7 +25,7 @@ import (
 // parallel with its own store. The backend must also implement ItemCounter.
 func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
-	for _, tc := range slices.Concat(cases, turnCases, guardCases) {
+	for _, tc := range slices.Concat(cases, turnCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, newStore(t))
@@ -47,6 +47,7 @@ var cases = []struct {
 	{"commit rejects a non-terminal status", testCommitNeedsTerminal},
 	{"commit into an unknown conversation stores nothing", testCommitAtomic},
 	{"begin of an existing id is a conflict", testBeginConflict},
+	{"begin stores in_progress by default and rejects a status other than in_progress or queued", testBeginStatus},
 	{"lease extend needs the owner and an unfinished response", testLeaseExtend},
 	{"sweep fails unfinished responses whose lease expired", testSweep},
 	{"purge deletes old terminal responses of every tenant and keeps conversation items", testPurge},
@@ -59,6 +60,7 @@ var cases = []struct {
 	{"response items page in both orders", testResponseItemPages},
 	{"conversation items page in both orders", testConversationItemPages},
 	{"an unknown cursor is not found", testUnknownCursor},
+	{"lists reject an unknown order, and response item lists an unknown role", testListArguments},
 	{"conversation metadata is an object and updates replace it", testConversationMetadata},
 	{"conversation create of an existing id is a conflict", testConversationConflict},
 	{"conversation item get and delete", testConversationItemGetDelete},
