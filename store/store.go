@@ -4,6 +4,13 @@
 // conformance suite both run. The interface never exposes driver types or transactions: every
 // method that must be atomic is one method.
 //
+// Logic the backends share is written once here, above the drivers (River's driver shape):
+// Base implements the methods that are one query over a backend's Driver and Queries (chain
+// assembly, paging, marker-row lists, sweep, lease extends), and the decisions of the methods a
+// backend writes itself, in its own transaction strategy, are helpers (CommitDecision,
+// BeginArgs, ErrLeaseHeld, TurnAcquireDecision). A backend is its SQL, its driver calls and
+// its interpretError.
+//
 // Every method takes the tenant and filters on it: an object of another tenant is ErrNotFound,
 // exactly as an unknown one.
 package store

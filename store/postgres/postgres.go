@@ -27,12 +27,9 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// maxChainDepth bounds ResponseChainGet's recursion so that a corrupt, cyclic chain cannot run
-// forever; no real conversation comes near it.
-const maxChainDepth = 100_000
-
 // Store is the Postgres store.Store. Safe for concurrent use.
 type Store struct {
+	store.Base
 	pool *pgxpool.Pool
 }
 
@@ -82,7 +79,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping postgres: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool}, nil
 }
 
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is
@@ -90,35 +87,17 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 func migrate(cc *pgx.ConnConfig) error {
 	db := stdlib.OpenDB(*cc.Copy())
 	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{})
-	if err != nil {
-		_ = db.Close()
-		return fmt.Errorf("start postgres migrations: %w", err)
+	if err == nil {
+		return migrations.Up(migrations.Postgres, migrations.PostgresDir, drv)
 	}
-	return migrations.Up(migrations.Postgres, migrations.PostgresDir, drv)
-}
-
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("ping postgres: %w", err)
-	}
-	return nil
+	_ = db.Close()
+	return fmt.Errorf("start postgres migrations: %w", err)
 }
 
 // Close closes the pool, waiting for connections in use to be returned.
 func (s *Store) Close() error {
 	s.pool.Close()
 	return nil
-}
-
-// ItemCount returns how many item rows the tenant has (storetest.ItemCounter; also handy for
-// operators checking growth).
-func (s *Store) ItemCount(ctx context.Context, tenant string) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM items WHERE tenant = $1`, tenant).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count items: %w", interpretError(err))
-	}
-	return n, nil
 }
 
 // interpretError maps driver errors to the store's sentinels: no rows is ErrNotFound, a unique
@@ -134,64 +113,44 @@ func interpretError(err error) error {
 	return err
 }
 
-// SecretGetOrCreate returns the named secret, storing Generate's value first if there is none.
-// Concurrent callers race on INSERT … ON CONFLICT DO NOTHING and all read the winner's value.
-func (s *Store) SecretGetOrCreate(ctx context.Context, p *store.SecretGetOrCreateParams) ([]byte, error) {
-	var v []byte
-	err := s.pool.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, p.Name).Scan(&v)
-	if err == nil {
-		return v, nil
+// driver adapts the pool to store.Driver.
+type driver struct{ pool *pgxpool.Pool }
+
+func (d driver) Ping(ctx context.Context) error {
+	if err := d.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping postgres: %w", err)
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("get secret: %w", interpretError(err))
-	}
-	gen, err := p.Generate()
-	if err != nil {
-		return nil, fmt.Errorf("generate secret: %w", err)
-	}
-	if gen == nil {
-		gen = []byte{}
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`, p.Name, gen); err != nil {
-		return nil, fmt.Errorf("insert secret: %w", interpretError(err))
-	}
-	if err := s.pool.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, p.Name).Scan(&v); err != nil {
-		return nil, fmt.Errorf("get secret: %w", interpretError(err))
-	}
-	return v, nil
+	return nil
 }
 
-// nullString is s, or NULL when empty.
-func nullString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
+func (d driver) Query(ctx context.Context, sql string, args ...any) (store.Rows, error) {
+	return d.pool.Query(ctx, sql, args...)
 }
 
-// nullJSON is raw, or NULL when empty or the JSON literal null.
-func nullJSON(raw json.RawMessage) []byte {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return raw
+func (d driver) QueryRow(ctx context.Context, sql string, args ...any) store.Row {
+	return d.pool.QueryRow(ctx, sql, args...)
 }
 
-// objectJSON is raw, or {} when empty or null: conversation metadata is never null.
-func objectJSON(raw json.RawMessage) []byte {
-	if b := nullJSON(raw); b != nil {
-		return b
-	}
-	return []byte(`{}`)
+func (d driver) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := d.pool.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
 }
 
-// timeOr returns t in UTC, or now when t is zero.
-func timeOr(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Now().UTC()
+func (driver) InterpretError(err error) error { return interpretError(err) }
+
+// Time is t in UTC, for a timestamptz column.
+func (driver) Time(t time.Time) any { return t.UTC() }
+
+// JSON is raw's exact bytes for a json column, or NULL.
+func (driver) JSON(raw json.RawMessage) any {
+	if b := store.NullJSON(raw); b != nil {
+		return []byte(b)
 	}
-	return t.UTC()
+	return nil
 }
+
+// Strings is s as a text[].
+func (driver) Strings(s []string) (any, error) { return s, nil }
 
 // itemArrays spreads items over the parallel arrays insertItemsSQL unnests. roles and positions
 // are empty strings and -1 for items created directly in a conversation.
@@ -219,42 +178,18 @@ func (a *itemArrays) add(role string, items []wire.Item) {
 
 func (a *itemArrays) len() int { return len(a.ids) }
 
-// insertItemsSQL inserts items ($3..$7, in order) for tenant $1 and response $2 (NULL: created
-// directly in a conversation), and when $8 is a conversation id appends them to it in the same
-// order at max(seq)+1…. The caller must hold the conversation's row lock (taken by an earlier
-// statement, so this statement's snapshot sees every earlier append). Item pks are drawn in
-// order before inserting so conversation_items can reference them in the same statement.
-const insertItemsSQL = `
-WITH u AS MATERIALIZED (
-    SELECT nextval('items_pk_seq'::regclass) AS pk, u.role, u.position, u.id, u.type, u.data, u.ord
-    FROM unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[])
-        WITH ORDINALITY AS u(role, position, id, type, data, ord)
-), ins AS (
-    INSERT INTO items (pk, tenant, response_id, role, position, id, type, data)
-    SELECT pk, $1, $2, NULLIF(role, ''), NULLIF(position, -1), id, type, data::json FROM u
-)
-INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk)
-SELECT $1, $8, base.next + u.ord - 1, u.pk
-FROM u, (SELECT coalesce(max(seq), -1) + 1 AS next FROM conversation_items
-         WHERE tenant = $1 AND conversation_id = $8) AS base
-WHERE $8::text IS NOT NULL`
-
-func queueInsertItems(b *pgx.Batch, tenant string, responseID, conversationID *string, a *itemArrays) {
+func queueInsertItems(b *pgx.Batch, tenant string, responseID, conversationID any, a *itemArrays) {
 	b.Queue(insertItemsSQL, tenant, responseID, a.roles, a.positions, a.ids, a.types, a.data, conversationID)
 }
 
-// scanItems reads rows of (id, type, data).
-func scanItems(rows pgx.Rows) ([]wire.Item, error) {
-	defer rows.Close()
-	var out []wire.Item
-	for rows.Next() {
-		var it wire.Item
-		var data []byte
-		if err := rows.Scan(&it.ID, &it.Type, &data); err != nil {
-			return nil, err
+// eventArrays spreads events over the parallel arrays insertEventsSQL unnests.
+func eventArrays(events []store.Event) (seqs []int64, types []string, data [][]byte) {
+	for _, e := range events {
+		d := e.Data
+		if d == nil {
+			d = []byte{} // NOT NULL: an empty event is empty bytes
 		}
-		it.JSON = data
-		out = append(out, it)
+		seqs, types, data = append(seqs, e.Seq), append(types, string(e.Type)), append(data, d)
 	}
-	return out, rows.Err()
+	return seqs, types, data
 }

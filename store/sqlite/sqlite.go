@@ -34,10 +34,6 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// maxChainDepth bounds ResponseChainGet's recursion so that a corrupt, cyclic chain cannot run
-// forever; no real conversation comes near it.
-const maxChainDepth = 100_000
-
 // Memory is the dsn of a private in-memory database, gone when the Store is closed.
 const Memory = ":memory:"
 
@@ -48,6 +44,7 @@ const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate"
 
 // Store is the SQLite store.Store. Safe for concurrent use (calls are serialised).
 type Store struct {
+	store.Base
 	db *sql.DB
 }
 
@@ -79,7 +76,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{db: db}, nil
+	return &Store{Base: store.Base{Driver: driver{db}, Queries: &queries}, db: db}, nil
 }
 
 // connName turns a dsn into the driver's connection string.
@@ -129,14 +126,6 @@ func migrate(name string) error {
 	return migrations.Up(migrations.SQLite, migrations.SQLiteDir, drv)
 }
 
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping sqlite: %w", err)
-	}
-	return nil
-}
-
 // Close closes the database; an in-memory one is gone afterwards. It first lets SQLite refresh
 // the planner statistics it finds stale (PRAGMA optimize, as SQLite advises before closing).
 func (s *Store) Close() error {
@@ -145,16 +134,6 @@ func (s *Store) Close() error {
 		return fmt.Errorf("close sqlite: %w", err)
 	}
 	return nil
-}
-
-// ItemCount returns how many item rows the tenant has (storetest.ItemCounter; also handy for
-// operators checking growth).
-func (s *Store) ItemCount(ctx context.Context, tenant string) (int, error) {
-	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE tenant = ?1`, tenant).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count items: %w", interpretError(err))
-	}
-	return n, nil
 }
 
 // interpretError maps driver errors to the store's sentinels: no rows is ErrNotFound, a unique
@@ -173,31 +152,58 @@ func interpretError(err error) error {
 	return err
 }
 
-// SecretGetOrCreate returns the named secret, storing Generate's value first if there is none.
-func (s *Store) SecretGetOrCreate(ctx context.Context, p *store.SecretGetOrCreateParams) ([]byte, error) {
-	var v []byte
-	err := s.db.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = ?1`, p.Name).Scan(&v)
-	if err == nil {
-		return v, nil
+// driver adapts the database to store.Driver.
+type driver struct{ db *sql.DB }
+
+// rows adapts *sql.Rows to store.Rows.
+type rows struct{ *sql.Rows }
+
+func (r rows) Close() { _ = r.Rows.Close() }
+
+func (d driver) Ping(ctx context.Context) error {
+	if err := d.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("get secret: %w", interpretError(err))
-	}
-	gen, err := p.Generate()
+	return nil
+}
+
+func (d driver) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	r, err := d.db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("generate secret: %w", err)
+		return nil, err
 	}
-	if gen == nil {
-		gen = []byte{}
+	return rows{r}, nil
+}
+
+func (d driver) QueryRow(ctx context.Context, q string, args ...any) store.Row {
+	return d.db.QueryRowContext(ctx, q, args...)
+}
+
+func (d driver) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := d.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
 	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (name, value, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING`,
-		p.Name, gen, time.Now().UnixMicro()); err != nil {
-		return nil, fmt.Errorf("insert secret: %w", interpretError(err))
+	return res.RowsAffected()
+}
+
+func (driver) InterpretError(err error) error { return interpretError(err) }
+
+// Time is t as INTEGER microseconds since the Unix epoch.
+func (driver) Time(t time.Time) any { return t.UnixMicro() }
+
+// JSON is raw's exact bytes as TEXT, or NULL.
+func (driver) JSON(raw json.RawMessage) any {
+	if b := store.NullJSON(raw); b != nil {
+		return string(b)
 	}
-	if err := s.db.QueryRowContext(ctx, `SELECT value FROM secrets WHERE name = ?1`, p.Name).Scan(&v); err != nil {
-		return nil, fmt.Errorf("get secret: %w", interpretError(err))
-	}
-	return v, nil
+	return nil
+}
+
+// Strings is s as one JSON array, read back with json_each.
+func (driver) Strings(s []string) (any, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
 }
 
 // inTx runs fn in a transaction, committing if it returns nil.
@@ -216,47 +222,6 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-// nullString is s, or NULL when empty.
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-// nullJSON is raw as TEXT, or NULL when empty or the JSON literal null.
-func nullJSON(raw json.RawMessage) any {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	return string(raw)
-}
-
-// objectJSON is raw, or {} when empty or null: conversation metadata is never null.
-func objectJSON(raw json.RawMessage) string {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "{}"
-	}
-	return string(raw)
-}
-
-// micros encodes a time; the zero time becomes now.
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		t = time.Now()
-	}
-	return t.UnixMicro()
-}
-
-func nullMicros(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return t.UnixMicro()
-}
-
-func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
-
 // insertItems inserts items for a response (role input/output, positions 0…) or, with role
 // empty, directly for a conversation; when conv is set it appends each to conv at *seq, *seq+1….
 // The caller runs it inside a transaction.
@@ -264,16 +229,14 @@ func insertItems(ctx context.Context, tx *sql.Tx, tenant string, responseID any,
 	if len(items) == 0 {
 		return nil
 	}
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO items (tenant, response_id, role, position, id, type, data)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`)
+	ins, err := tx.PrepareContext(ctx, insertItemSQL)
 	if err != nil {
 		return fmt.Errorf("insert items: %w", err)
 	}
 	defer ins.Close()
 	var app *sql.Stmt
 	if conv != "" {
-		if app, err = tx.PrepareContext(ctx, `INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk)
-			VALUES (?1, ?2, ?3, ?4)`); err != nil {
+		if app, err = tx.PrepareContext(ctx, appendItemSQL); err != nil {
 			return fmt.Errorf("insert items: %w", err)
 		}
 		defer app.Close()
@@ -283,7 +246,7 @@ func insertItems(ctx context.Context, tx *sql.Tx, tenant string, responseID any,
 		if role == "" {
 			pos = nil
 		}
-		res, err := ins.ExecContext(ctx, tenant, responseID, nullString(role), pos, it.ID, it.Type, string(it.JSON))
+		res, err := ins.ExecContext(ctx, tenant, responseID, store.NullString(role), pos, it.ID, it.Type, string(it.JSON))
 		if err != nil {
 			return fmt.Errorf("insert items: %w", interpretError(err))
 		}
@@ -306,26 +269,35 @@ func insertItems(ctx context.Context, tx *sql.Tx, tenant string, responseID any,
 // transaction here does: _txlock=immediate and a single connection).
 func nextSeq(ctx context.Context, tx *sql.Tx, tenant, conv string) (int64, error) {
 	var n int64
-	err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), -1) + 1 FROM conversation_items
-		WHERE tenant = ?1 AND conversation_id = ?2`, tenant, conv).Scan(&n)
-	if err != nil {
+	if err := tx.QueryRowContext(ctx, nextSeqSQL, tenant, conv).Scan(&n); err != nil {
 		return 0, fmt.Errorf("next seq: %w", err)
 	}
 	return n, nil
 }
 
-// scanItems reads rows of (id, type, data).
-func scanItems(rows *sql.Rows) ([]wire.Item, error) {
-	defer rows.Close()
-	var out []wire.Item
-	for rows.Next() {
-		var it wire.Item
-		var data []byte
-		if err := rows.Scan(&it.ID, &it.Type, &data); err != nil {
-			return nil, err
+// exists checks, inside a transaction, that the row a (tenant, id) query finds exists
+// (ErrNotFound if not).
+func exists(ctx context.Context, tx *sql.Tx, q, tenant, id string) error {
+	var one int
+	return interpretError(tx.QueryRowContext(ctx, q, tenant, id).Scan(&one))
+}
+
+// guardedDelete runs, in one transaction, guard on (tenant, id, at), which reports whether a
+// guard holds (then nothing changes and the error is held), then the statements on (tenant, id).
+func (s *Store) guardedDelete(ctx context.Context, tenant, id string, at any, held error, guard string, stmts ...string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		var h bool
+		if err := tx.QueryRowContext(ctx, guard, tenant, id, at).Scan(&h); err != nil {
+			return interpretError(err)
 		}
-		it.JSON = data
-		out = append(out, it)
-	}
-	return out, rows.Err()
+		if h {
+			return held
+		}
+		for _, q := range stmts {
+			if _, err := tx.ExecContext(ctx, q, tenant, id); err != nil {
+				return interpretError(err)
+			}
+		}
+		return nil
+	})
 }

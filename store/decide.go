@@ -1,0 +1,86 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// Errors of the status guards, the same from every backend.
+var (
+	// ErrLeaseHeld: ResponseDelete of a response in progress whose lease is live.
+	ErrLeaseHeld = fmt.Errorf("in progress with a live lease: %w", ErrConflict)
+	// ErrTurnHeld: ConversationDelete while a turn holds the conversation.
+	ErrTurnHeld = fmt.Errorf("a turn holds it: %w", ErrConflict)
+)
+
+// beginStatus is the status ResponseBegin stores: in_progress when empty, else in_progress or
+// queued; anything else is an error.
+func beginStatus(s wire.Status) (wire.Status, error) {
+	switch s {
+	case "":
+		return wire.StatusInProgress, nil
+	case wire.StatusInProgress, wire.StatusQueued:
+		return s, nil
+	}
+	return "", fmt.Errorf("status %q is not in_progress or queued", s)
+}
+
+// CommitAction is what ResponseCommit does to the stored response record.
+type CommitAction int
+
+const (
+	// CommitInsert: no record is stored; insert it.
+	CommitInsert CommitAction = iota
+	// CommitUpdate: the stored record is in progress; finish it.
+	CommitUpdate
+	// CommitNoop: the stored record is terminal with the same status; change nothing.
+	CommitNoop
+)
+
+// CommitCheck is the check ResponseCommit makes before anything: the final status is terminal.
+func CommitCheck(p *ResponseCommitParams) error {
+	if !p.Response.Status.Terminal() {
+		return fmt.Errorf("status %q is not terminal", p.Response.Status)
+	}
+	return nil
+}
+
+// CommitDecision decides ResponseCommit from the stored status (empty: no record) and p, as
+// store.Store documents: a terminal record is a no-op with the same status and ErrConflict with
+// another, and a Begun commit whose record is gone is ErrNotFound (a commit never resurrects a
+// deleted response).
+func CommitDecision(stored wire.Status, p *ResponseCommitParams) (CommitAction, error) {
+	switch {
+	case stored == "" && p.Begun:
+		return 0, fmt.Errorf("deleted since begun: %w", ErrNotFound)
+	case stored == "":
+		return CommitInsert, nil
+	case !stored.Terminal():
+		return CommitUpdate, nil
+	case stored != p.Response.Status:
+		return 0, fmt.Errorf("stored as %s: %w", stored, ErrConflict)
+	}
+	return CommitNoop, nil
+}
+
+// TurnAcquireDecision is ConversationTurnAcquire's result from whether the conversation exists
+// and whether the lease was taken.
+func TurnAcquireDecision(exists, taken bool) error {
+	switch {
+	case !exists:
+		return ErrNotFound
+	case !taken:
+		return ErrConflict
+	}
+	return nil
+}
+
+// sweepError is the error object ResponseSweep stores on a response it fails.
+func sweepError(message string) (json.RawMessage, error) {
+	return json.Marshal(struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{"server_error", message})
+}

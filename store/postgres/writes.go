@@ -1,0 +1,276 @@
+package postgres
+
+// The methods that write in one transaction, whose strategy is this backend's own: each is one
+// pipelined batch or one statement (one round trip). The rest of store.Store is store.Base.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// ResponseBegin inserts an in-progress (or queued) response holding a lease, with its input
+// items, in one implicit transaction.
+func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams) error {
+	// One round trip, one implicit transaction (a batch ends with a single Sync), committed
+	// asynchronously: the in-progress record must not add a WAL flush to time-to-first-byte
+	// (docs/design.md §1). The final ResponseCommit is the durable one; only a crash of Postgres itself
+	// within wal_writer_delay could lose this row, and then no final commit happened either.
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	args, err := store.BeginArgs(s.Driver, p)
+	if err != nil {
+		return err
+	}
+	b.Queue(responseBeginSQL, args...)
+	if len(p.Input) > 0 {
+		var items itemArrays
+		items.add(store.RoleInput, p.Input)
+		queueInsertItems(b, p.Response.Tenant, p.Response.ID, nil, &items)
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("begin response: %w", interpretError(err))
+	}
+	return nil
+}
+
+// ResponseCommit stores a finished turn in one transaction; see store.Store. The statements go
+// in one pipelined batch: write the response (upsert, or only update when Begun), lock the
+// conversation (releasing the turn), append the stored input (when Begun) or insert it, insert
+// the output and the conversation append, and log the events. The write returns no row when
+// store.CommitDecision would not write (commitNoop then explains why).
+func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
+	if err := store.CommitCheck(p); err != nil {
+		return fmt.Errorf("commit response: %w", err)
+	}
+	r := &p.Response
+	var items itemArrays
+	if !p.Begun {
+		items.add(store.RoleInput, p.Input)
+	}
+	items.add(store.RoleOutput, p.Output)
+	conv := store.NullString(p.ConversationID)
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("commit response: begin: %w", interpretError(err))
+	}
+	// Rolls back unless committed (then it is a no-op).
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	b := &pgx.Batch{}
+	if p.Begun {
+		b.Queue(finishResponseSQL, store.FinishArgs(s.Driver, r)...)
+	} else {
+		b.Queue(upsertResponseSQL, store.ResponseArgs(s.Driver, r, r.Status)...)
+	}
+	if conv != nil {
+		b.Queue(lockConversationReleaseTurnSQL, r.Tenant, p.ConversationID, r.ID)
+		if p.Begun {
+			b.Queue(appendStoredInputSQL, r.Tenant, r.ID, p.ConversationID)
+		}
+	}
+	if items.len() > 0 {
+		queueInsertItems(b, r.Tenant, r.ID, conv, &items)
+	}
+	if len(p.Events) > 0 {
+		seqs, types, data := eventArrays(p.Events)
+		b.Queue(insertEventsSQL, r.Tenant, r.ID, seqs, types, data)
+	}
+	br := tx.SendBatch(ctx, b)
+	var one int
+	if err := br.QueryRow().Scan(&one); err != nil {
+		_ = br.Close()
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.commitNoop(ctx, tx, p)
+		}
+		return fmt.Errorf("commit response: upsert: %w", interpretError(err))
+	}
+	if conv != nil {
+		if err := br.QueryRow().Scan(&one); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("commit response: conversation: %w", interpretError(err))
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("commit response: insert items: %w", interpretError(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit response: %w", interpretError(err))
+	}
+	return nil
+}
+
+// commitNoop explains a commit whose response write changed no row, after rolling its
+// transaction back (the batch's later statements may have failed and aborted it, e.g. items of a
+// response that does not exist), by store.CommitDecision on the stored status. Only a no-op or an
+// error can come of it here; a record that changed meanwhile is a conflict.
+func (s *Store) commitNoop(ctx context.Context, tx pgx.Tx, p *store.ResponseCommitParams) error {
+	_ = tx.Rollback(context.WithoutCancel(ctx))
+	var stored wire.Status
+	err := interpretError(s.pool.QueryRow(ctx, responseStatusSQL, p.Response.Tenant, p.Response.ID).Scan(&stored))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("commit response: read status: %w", err)
+	}
+	switch action, err := store.CommitDecision(stored, p); {
+	case err != nil:
+		return fmt.Errorf("commit response: %w", err)
+	case action != store.CommitNoop:
+		return fmt.Errorf("commit response: changed while committing: %w", store.ErrConflict)
+	}
+	return nil
+}
+
+// ResponseEventAppend logs events of an existing response, idempotently by seq, in one statement.
+func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
+	seqs, types, data := eventArrays(p.Events)
+	var found bool
+	if err := s.pool.QueryRow(ctx, appendEventsSQL, p.Tenant, p.ResponseID, seqs, types, data).Scan(&found); err != nil {
+		return fmt.Errorf("append response events: %w", interpretError(err))
+	}
+	if !found {
+		return fmt.Errorf("append response events: %w", store.ErrNotFound)
+	}
+	return nil
+}
+
+// ResponseDelete deletes a response, its items and (by cascade) its event log, detaching
+// (response_id NULL) the items a conversation still lists. The statements run pipelined in one
+// implicit transaction: the first locks the row and reports whether its lease is live; the
+// others do nothing in that case (the lock keeps the answer true until the end).
+func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
+	held, err := s.guardedDelete(ctx, p.Tenant, p.ID, store.NowOr(p.Now),
+		responseDeleteLockSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseDeleteSQL)
+	if err == nil && held {
+		err = store.ErrLeaseHeld
+	}
+	if err != nil {
+		return fmt.Errorf("delete response: %w", err)
+	}
+	return nil
+}
+
+// guardedDelete runs lock, which reports whether a guard holds, then the statements, pipelined
+// in one implicit transaction, each on (tenant, id, at); the statements themselves do nothing
+// when the guard holds.
+func (s *Store) guardedDelete(ctx context.Context, tenant, id string, at any, lock string, stmts ...string) (bool, error) {
+	b := &pgx.Batch{}
+	b.Queue(lock, tenant, id, at)
+	for _, q := range stmts {
+		b.Queue(q, tenant, id, at)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var held bool
+	if err := br.QueryRow().Scan(&held); err != nil {
+		return false, interpretError(err)
+	}
+	for range stmts {
+		if _, err := br.Exec(); err != nil {
+			return false, interpretError(err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return false, interpretError(err)
+	}
+	return held, nil
+}
+
+// ResponsePurge deletes the oldest terminal responses created before Before (retention), in
+// one statement (purgeSQL).
+func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, purgeSQL, p.Before.UTC(), p.Limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("purge responses: %w", interpretError(err))
+	}
+	return n, nil
+}
+
+// ConversationCreate inserts the conversation and its initial items (seq 0…n-1), pipelined in
+// one implicit transaction.
+func (s *Store) ConversationCreate(ctx context.Context, p *store.ConversationCreateParams) error {
+	b := &pgx.Batch{}
+	c := &p.Conversation
+	b.Queue(conversationInsertSQL, c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), store.NowOr(c.CreatedAt))
+	if len(p.Items) > 0 {
+		var items itemArrays
+		items.add("", p.Items)
+		queueInsertItems(b, c.Tenant, nil, c.ID, &items)
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("create conversation: %w", interpretError(err))
+	}
+	return nil
+}
+
+// ConversationDelete deletes the conversation and its list (by cascade), and the items created
+// directly in it (response_id NULL); items of responses stay with their responses. The
+// statements run pipelined in one implicit transaction after the row lock, and do nothing while
+// a turn holds the conversation (conversationDeleteLockSQL).
+func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDeleteParams) error {
+	held, err := s.guardedDelete(ctx, p.Tenant, p.ID, store.NowOr(p.Now),
+		conversationDeleteLockSQL, conversationDeleteItemsSQL, conversationDeleteSQL)
+	if err == nil && held {
+		err = store.ErrTurnHeld
+	}
+	if err != nil {
+		return fmt.Errorf("delete conversation: %w", err)
+	}
+	return nil
+}
+
+// ConversationItemAppend appends items at max(seq)+1… under the conversation's row lock, in one
+// pipelined implicit transaction.
+func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
+	var items itemArrays
+	items.add("", p.Items)
+	b := &pgx.Batch{}
+	b.Queue(conversationLockSQL, p.Tenant, p.ConversationID)
+	if items.len() > 0 {
+		queueInsertItems(b, p.Tenant, nil, p.ConversationID, &items)
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var one int
+	if err := br.QueryRow().Scan(&one); err != nil {
+		// With no conversation, the insert after it fails too and the whole batch rolls back.
+		return fmt.Errorf("append conversation items: %w", interpretError(err))
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("append conversation items: %w", interpretError(err))
+	}
+	return nil
+}
+
+// ConversationItemDelete removes every occurrence of the item id from the conversation, in one
+// statement. Items created directly in the conversation are deleted; a response's items stay
+// with the response.
+func (s *Store) ConversationItemDelete(ctx context.Context, p *store.ConversationItemDeleteParams) error {
+	var n int
+	if err := s.pool.QueryRow(ctx, conversationItemDeleteSQL, p.Tenant, p.ConversationID, p.ItemID).Scan(&n); err != nil {
+		return fmt.Errorf("delete conversation item: %w", interpretError(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("delete conversation item: %w", store.ErrNotFound)
+	}
+	return nil
+}
+
+// ConversationTurnAcquire takes the turn lease if it is free, expired, or already ResponseID's,
+// in one statement that also reports whether the conversation exists.
+func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
+	var exists, taken bool
+	err := s.pool.QueryRow(ctx, turnAcquireSQL, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UTC(), time.Now().UTC()).Scan(&exists, &taken)
+	if err == nil {
+		err = store.TurnAcquireDecision(exists, taken)
+	}
+	if err != nil {
+		return fmt.Errorf("acquire conversation turn: %w", interpretError(err))
+	}
+	return nil
+}

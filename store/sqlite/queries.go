@@ -1,0 +1,294 @@
+package sqlite
+
+import "github.com/respgate/respgate/store"
+
+// The backend's SQL, in named constants: everything else that differs from store/postgres is the
+// driver calls. Row shapes are store's (store/rows.go, store/chain.go); ?n are the arguments in
+// the order store.Queries documents for the shared ones.
+
+// queries is the SQL store.Base runs for this backend.
+var queries = store.Queries{
+	ItemCount:           itemCountSQL,
+	SecretGet:           secretGetSQL,
+	SecretInsert:        secretInsertSQL,
+	ResponseLeaseExtend: responseLeaseExtendSQL,
+	ResponseEventList:   responseEventListSQL,
+	ResponseGet:         responseGetSQL,
+	ResponseChain:       chainSQL,
+	ResponseContext:     contextSQL,
+	ResponseSweep:       sweepSQL,
+	ResponseItems:       store.PageSQL{Asc: responseItemsAscSQL, Desc: responseItemsDescSQL, Check: responseItemsCheckSQL},
+	ItemGet:             itemGetSQL,
+	ItemGetMany:         itemGetManySQL,
+
+	ConversationGet:         conversationGetSQL,
+	ConversationUpdate:      conversationUpdateSQL,
+	ConversationItems:       store.PageSQL{Asc: conversationItemsAscSQL, Desc: conversationItemsDescSQL, Check: conversationItemsCheckSQL},
+	ConversationItemsAll:    conversationItemsAllSQL,
+	ConversationItemGet:     conversationItemGetSQL,
+	ConversationTurnExtend:  turnExtendSQL,
+	ConversationTurnRelease: turnReleaseSQL,
+}
+
+// Secrets and counts.
+const (
+	itemCountSQL    = `SELECT count(*) FROM items WHERE tenant = ?1`
+	secretGetSQL    = `SELECT value FROM secrets WHERE name = ?1`
+	secretInsertSQL = `INSERT INTO secrets (name, value, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING`
+)
+
+// Items.
+const (
+	insertItemSQL = `INSERT INTO items (tenant, response_id, role, position, id, type, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`
+	appendItemSQL = `INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk) VALUES (?1, ?2, ?3, ?4)`
+	nextSeqSQL    = `SELECT coalesce(max(seq), -1) + 1 FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2`
+
+	itemGetSQL = `SELECT id, type, data FROM items WHERE tenant = ?1 AND id = ?2 ORDER BY pk DESC LIMIT 1`
+	// itemGetManySQL takes the ids as one JSON array (json_each), whatever their number.
+	itemGetManySQL = `SELECT i.id, i.type, i.data FROM items i
+WHERE i.tenant = ?1 AND i.id IN (SELECT value FROM json_each(?2))
+  AND i.pk = (SELECT max(pk) FROM items WHERE tenant = ?1 AND id = i.id)`
+
+	// The pages of a response's items of one role (?3) by position, after the item ?4 (its
+	// occurrence farthest in the direction of travel), at most ?5 rows.
+	responseItemsAscSQL = `SELECT id, type, data FROM items
+WHERE tenant = ?1 AND response_id = ?2 AND role = ?3
+  AND (?4 = '' OR position > (SELECT max(position) FROM items
+                              WHERE tenant = ?1 AND response_id = ?2 AND role = ?3 AND id = ?4))
+ORDER BY position LIMIT ?5`
+	responseItemsDescSQL = `SELECT id, type, data FROM items
+WHERE tenant = ?1 AND response_id = ?2 AND role = ?3
+  AND (?4 = '' OR position < (SELECT min(position) FROM items
+                              WHERE tenant = ?1 AND response_id = ?2 AND role = ?3 AND id = ?4))
+ORDER BY position DESC LIMIT ?5`
+	responseItemsCheckSQL = `SELECT
+    EXISTS (SELECT 1 FROM responses WHERE tenant = ?1 AND id = ?2),
+    ?4 = '' OR EXISTS (SELECT 1 FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = ?3 AND id = ?4)`
+)
+
+// Responses.
+const (
+	// responseBeginSQL inserts an in-progress (or queued) record holding a lease (?13, ?14).
+	responseBeginSQL = `
+INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
+                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`
+	responseInsertSQL = `
+INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
+                       completed_at, echo, usage, error, incomplete_details)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
+	// responseFinishSQL finishes the in-progress record, keeping its created_at and dropping its
+	// lease.
+	responseFinishSQL = `
+UPDATE responses SET status = ?3, model = ?4, previous_response_id = ?5, conversation_id = ?6,
+    completed_at = ?7, echo = ?8, usage = ?9, error = ?10, incomplete_details = ?11,
+    lease_owner = NULL, lease_expires_at = NULL
+WHERE tenant = ?1 AND id = ?2`
+	responseStatusSQL = `SELECT status FROM responses WHERE tenant = ?1 AND id = ?2`
+	responseExistsSQL = `SELECT 1 FROM responses WHERE tenant = ?1 AND id = ?2`
+
+	responseLeaseExtendSQL = `
+UPDATE responses SET lease_expires_at = ?4
+WHERE tenant = ?1 AND id = ?2 AND lease_owner = ?3 AND status IN ('queued', 'in_progress')`
+
+	// releaseTurnSQL drops conversation ?2's turn lease if ?3 holds it; no row changed means no
+	// such conversation.
+	releaseTurnSQL = `
+UPDATE conversations SET
+    turn_response_id = CASE WHEN turn_response_id = ?3 THEN NULL ELSE turn_response_id END,
+    turn_expires_at  = CASE WHEN turn_response_id = ?3 THEN NULL ELSE turn_expires_at END
+WHERE tenant = ?1 AND id = ?2`
+
+	// appendStoredInputSQL appends response ?2's stored input items to conversation ?3 in
+	// position order at ?4, ?4+1….
+	appendStoredInputSQL = `
+INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk)
+SELECT ?1, ?3, ?4 + row_number() OVER (ORDER BY position) - 1, pk
+FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = 'input'`
+
+	insertEventSQL = `INSERT INTO response_events (tenant, response_id, seq, type, data)
+VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, response_id, seq) DO NOTHING`
+
+	// responseEventListSQL: a limit of NULL is none (-1 to SQLite).
+	responseEventListSQL = `
+SELECT 0 AS kind, 0 AS seq, '' AS type, NULL AS data FROM responses WHERE tenant = ?1 AND id = ?2
+UNION ALL
+SELECT 1, seq, type, data FROM (
+    SELECT seq, type, data FROM response_events
+    WHERE tenant = ?1 AND response_id = ?2 AND seq > ?3 ORDER BY seq LIMIT coalesce(?4, -1)
+)
+ORDER BY kind, seq`
+
+	// responseGetSQL is the record of response ?2 then its output items, as record rows.
+	responseGetSQL = `
+SELECT 0 AS depth, 0 AS kind, id, tenant, status, model, coalesce(previous_response_id, ''), coalesce(conversation_id, ''),
+       created_at, completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position
+FROM responses WHERE tenant = ?1 AND id = ?2
+UNION ALL
+SELECT 0, 2, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, id, type, data, position
+FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = 'output'
+ORDER BY kind, position`
+
+	// responseDeleteGuardSQL is true when response ?2 is unfinished and its lease is live at ?3:
+	// ResponseDelete then deletes nothing. The statements after it detach (response_id NULL) the
+	// items a conversation still lists, delete the others, then the response (its event log by
+	// cascade).
+	responseDeleteGuardSQL = `SELECT coalesce(status IN ('queued', 'in_progress') AND lease_expires_at > ?3, 0)
+FROM responses WHERE tenant = ?1 AND id = ?2`
+	responseDetachItemsSQL = `
+UPDATE items SET response_id = NULL
+WHERE tenant = ?1 AND response_id = ?2
+  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = ?1 AND ci.item_pk = items.pk)`
+	responseDeleteItemsSQL = `DELETE FROM items WHERE tenant = ?1 AND response_id = ?2`
+	responseDeleteSQL      = `DELETE FROM responses WHERE tenant = ?1 AND id = ?2`
+
+	// purgeVictims selects the responses ResponsePurge deletes: up to ?2 terminal ones created
+	// before ?1, oldest first (ties broken by key, so every statement of the purge picks the
+	// same ones). The three statements detach the items a conversation lists, delete the others,
+	// and delete the responses (their events go by cascade).
+	purgeVictims = `
+SELECT tenant, id FROM responses
+WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < ?1
+ORDER BY created_at, tenant, id LIMIT ?2`
+	purgeDetachSQL = `
+UPDATE items SET response_id = NULL
+WHERE (tenant, response_id) IN (` + purgeVictims + `)
+  AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)`
+	purgeItemsSQL     = `DELETE FROM items WHERE (tenant, response_id) IN (` + purgeVictims + `)`
+	purgeResponsesSQL = `DELETE FROM responses WHERE (tenant, id) IN (` + purgeVictims + `)`
+
+	// chainSQL walks previous_response_id from ?2 back to the root (or to the first id that does
+	// not exist for tenant ?1), then returns each chain member's record and items as record
+	// rows, oldest first: record, input items, output items, by position. One statement, any
+	// depth up to ?3. CROSS JOIN makes SQLite walk the chain and look each member's items up by
+	// index, instead of scanning all the tenant's items (which it otherwise may, lacking
+	// statistics).
+	chainSQL = `
+WITH RECURSIVE chain (id, tenant, status, model, prev, conv, created_at, completed_at,
+                      echo, usage, error, incomplete_details, depth) AS (
+    SELECT id, tenant, status, model, previous_response_id, conversation_id, created_at, completed_at,
+           echo, usage, error, incomplete_details, 0
+    FROM responses WHERE tenant = ?1 AND id = ?2
+    UNION ALL
+    SELECT r.id, r.tenant, r.status, r.model, r.previous_response_id, r.conversation_id, r.created_at,
+           r.completed_at, r.echo, r.usage, r.error, r.incomplete_details, c.depth + 1
+    FROM chain c JOIN responses r ON r.tenant = ?1 AND r.id = c.prev
+    WHERE c.depth < ?3
+)
+SELECT depth, 0 AS kind, id, tenant, status, model, coalesce(prev, ''), coalesce(conv, ''), created_at,
+       completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position
+FROM chain
+UNION ALL
+SELECT c.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
+       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
+FROM chain c CROSS JOIN items i ON i.tenant = ?1 AND i.response_id = c.id
+ORDER BY depth DESC, kind, position`
+
+	// contextSQL returns the items response ?2 was generated from, in order (see
+	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response
+	// exists:
+	//   - part 1: the items of its conversation that precede the first item it appended there
+	//     (none when it appended nothing, or the conversation is gone);
+	//   - part 2: each ancestor's input then output items, oldest first (the walk is chainSQL's,
+	//     to depth ?3), then its own input items.
+	contextSQL = `
+WITH RECURSIVE chain (id, prev, depth) AS (
+    SELECT id, previous_response_id, 0 FROM responses WHERE tenant = ?1 AND id = ?2
+    UNION ALL
+    SELECT r.id, r.previous_response_id, c.depth + 1
+    FROM chain c JOIN responses r ON r.tenant = ?1 AND r.id = c.prev
+    WHERE c.depth < ?3
+), target AS (
+    SELECT conversation_id AS conv FROM responses WHERE tenant = ?1 AND id = ?2
+), own AS (
+    SELECT min(ci.seq) AS first FROM items i JOIN conversation_items ci ON ci.item_pk = i.pk
+    WHERE i.tenant = ?1 AND i.response_id = ?2 AND ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target)
+)
+SELECT 0 AS part, 0 AS depth, 0 AS role, 0 AS ord, '' AS id, '' AS type, NULL AS data FROM target
+UNION ALL
+SELECT 1, 0, 0, ci.seq, i.id, i.type, i.data
+FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target) AND i.tenant = ?1
+  AND ci.seq < (SELECT first FROM own)
+UNION ALL
+SELECT 2, c.depth, CASE i.role WHEN 'input' THEN 0 ELSE 1 END, i.position, i.id, i.type, i.data
+FROM chain c CROSS JOIN items i ON i.tenant = ?1 AND i.response_id = c.id
+WHERE c.depth > 0 OR i.role = 'input'
+ORDER BY part, depth DESC, role, ord`
+
+	sweepSQL = `
+UPDATE responses SET status = 'failed', error = ?2, lease_owner = NULL, lease_expires_at = NULL
+WHERE status IN ('queued', 'in_progress') AND lease_expires_at < ?1`
+)
+
+// Conversations.
+const (
+	conversationInsertSQL = `INSERT INTO conversations (tenant, id, metadata, created_at) VALUES (?1, ?2, ?3, ?4)`
+	conversationGetSQL    = `SELECT id, tenant, metadata, created_at FROM conversations WHERE tenant = ?1 AND id = ?2`
+	conversationUpdateSQL = `
+UPDATE conversations SET metadata = ?3 WHERE tenant = ?1 AND id = ?2
+RETURNING id, tenant, metadata, created_at`
+	conversationExistsSQL = `SELECT 1 FROM conversations WHERE tenant = ?1 AND id = ?2`
+
+	// conversationDeleteGuardSQL is true while a turn holds conversation ?2's lease (live at ?3):
+	// ConversationDelete then deletes nothing. The statements after it delete the items created
+	// directly in the conversation, then the conversation (its list by cascade).
+	conversationDeleteGuardSQL = `SELECT coalesce(turn_response_id IS NOT NULL AND turn_expires_at > ?3, 0)
+FROM conversations WHERE tenant = ?1 AND id = ?2`
+	conversationDeleteItemsSQL = `
+DELETE FROM items WHERE tenant = ?1 AND response_id IS NULL
+  AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2)`
+	conversationDeleteSQL = `DELETE FROM conversations WHERE tenant = ?1 AND id = ?2`
+
+	// The pages of a conversation's items by seq, after the item ?3 (its occurrence farthest in
+	// the direction of travel), at most ?4 rows.
+	conversationItemsAscSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
+  AND (?3 = '' OR ci.seq > (SELECT max(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
+                            WHERE c2.tenant = ?1 AND c2.conversation_id = ?2 AND i2.tenant = ?1 AND i2.id = ?3))
+ORDER BY ci.seq LIMIT ?4`
+	conversationItemsDescSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
+  AND (?3 = '' OR ci.seq < (SELECT min(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
+                            WHERE c2.tenant = ?1 AND c2.conversation_id = ?2 AND i2.tenant = ?1 AND i2.id = ?3))
+ORDER BY ci.seq DESC LIMIT ?4`
+	conversationItemsCheckSQL = `SELECT
+    EXISTS (SELECT 1 FROM conversations WHERE tenant = ?1 AND id = ?2),
+    ?3 = '' OR EXISTS (SELECT 1 FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+                       WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1 AND i.id = ?3)`
+
+	// conversationItemsAllSQL's first row (seq -1) only proves the conversation exists.
+	conversationItemsAllSQL = `
+SELECT -1 AS seq, '' AS id, '' AS type, NULL AS data FROM conversations WHERE tenant = ?1 AND id = ?2
+UNION ALL
+SELECT ci.seq, i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
+ORDER BY seq`
+
+	conversationItemGetSQL = `
+SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1 AND i.id = ?3
+ORDER BY ci.seq DESC LIMIT 1`
+
+	// Deleting item ?3 from a conversation: the items created directly in it go with their list
+	// entries (by cascade); a response's items only leave the list.
+	conversationItemDeleteDirectSQL = `
+DELETE FROM items WHERE tenant = ?1 AND response_id IS NULL AND id = ?3
+  AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2)`
+	changesSQL                      = `SELECT changes()`
+	conversationItemDeleteListedSQL = `
+DELETE FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2
+  AND item_pk IN (SELECT pk FROM items WHERE tenant = ?1 AND id = ?3)`
+
+	// turnAcquireSQL takes the lease if it is free, expired at ?5, or already ?3's.
+	turnAcquireSQL = `
+UPDATE conversations SET turn_response_id = ?3, turn_expires_at = ?4
+WHERE tenant = ?1 AND id = ?2
+  AND (turn_response_id IS NULL OR turn_response_id = ?3 OR turn_expires_at <= ?5)`
+	turnExtendSQL = `
+UPDATE conversations SET turn_expires_at = ?4
+WHERE tenant = ?1 AND id = ?2 AND turn_response_id = ?3`
+	turnReleaseSQL = `
+UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL
+WHERE tenant = ?1 AND id = ?2 AND turn_response_id = ?3`
+)

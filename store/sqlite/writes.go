@@ -1,0 +1,300 @@
+package sqlite
+
+// The methods that write in one transaction, whose strategy is this backend's own: Go runs
+// between the statements of one transaction. The rest of store.Store is store.Base.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// ResponseBegin inserts an in-progress (or queued) response holding a lease, with its input
+// items, in one transaction.
+func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams) error {
+	args, err := store.BeginArgs(s.Driver, p)
+	if err != nil {
+		return err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, responseBeginSQL, args...); err != nil {
+			return interpretError(err)
+		}
+		return insertItems(ctx, tx, p.Response.Tenant, p.Response.ID, store.RoleInput, p.Input, "", nil)
+	})
+	if err != nil {
+		return fmt.Errorf("begin response: %w", interpretError(err))
+	}
+	return nil
+}
+
+// errNoop rolls back ResponseCommit's transaction when the response is already terminal.
+var errNoop = errors.New("already terminal")
+
+// ResponseCommit stores a finished turn in one transaction; see store.Store. It reads the stored
+// status first and lets store.CommitDecision say whether to insert, update or do nothing.
+func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
+	if err := store.CommitCheck(p); err != nil {
+		return fmt.Errorf("commit response: %w", err)
+	}
+	r := &p.Response
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var stored wire.Status
+		err := interpretError(tx.QueryRowContext(ctx, responseStatusSQL, r.Tenant, r.ID).Scan(&stored))
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("read status: %w", err)
+		}
+		action, err := store.CommitDecision(stored, p)
+		switch {
+		case err != nil:
+			return err
+		case action == store.CommitNoop:
+			return errNoop
+		case action == store.CommitUpdate:
+			_, err = tx.ExecContext(ctx, responseFinishSQL, store.FinishArgs(s.Driver, r)...)
+		default:
+			_, err = tx.ExecContext(ctx, responseInsertSQL, store.ResponseArgs(s.Driver, r, r.Status)...)
+		}
+		if err != nil {
+			return fmt.Errorf("upsert: %w", interpretError(err))
+		}
+		return s.commitItems(ctx, tx, p)
+	})
+	if err != nil && !errors.Is(err, errNoop) {
+		return fmt.Errorf("commit response: %w", err)
+	}
+	return nil
+}
+
+// commitItems writes the rest of a commit after the record: the conversation's turn release and
+// append, the items not yet stored, and the events.
+func (s *Store) commitItems(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
+	r := &p.Response
+	var seq int64
+	if p.ConversationID != "" {
+		// Release the turn if this response holds it; no row means no such conversation.
+		res, err := tx.ExecContext(ctx, releaseTurnSQL, r.Tenant, p.ConversationID, r.ID)
+		if err != nil {
+			return fmt.Errorf("conversation: %w", interpretError(err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("conversation: %w", store.ErrNotFound)
+		}
+		if seq, err = nextSeq(ctx, tx, r.Tenant, p.ConversationID); err != nil {
+			return err
+		}
+	}
+	if p.Begun {
+		// ResponseBegin stored the input: only append it.
+		if err := appendStoredInput(ctx, tx, r.Tenant, r.ID, p.ConversationID, &seq); err != nil {
+			return err
+		}
+	} else if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, p.ConversationID, &seq); err != nil {
+		return err
+	}
+	if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleOutput, p.Output, p.ConversationID, &seq); err != nil {
+		return err
+	}
+	return insertEvents(ctx, tx, r.Tenant, r.ID, p.Events)
+}
+
+// appendStoredInput appends the response's stored input items to conv (if set) in position
+// order at *seq, *seq+1…, advancing *seq. The caller runs it inside a transaction.
+func appendStoredInput(ctx context.Context, tx *sql.Tx, tenant, responseID, conv string, seq *int64) error {
+	if conv == "" {
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, appendStoredInputSQL, tenant, responseID, conv, *seq)
+	if err != nil {
+		return fmt.Errorf("append stored input: %w", interpretError(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("append stored input: %w", err)
+	}
+	*seq += n
+	return nil
+}
+
+// insertEvents logs events of a response, leaving an already logged seq as it is. The caller
+// runs it inside a transaction and has checked that the response exists. No prepared statement:
+// the server appends one event row per flush (store.Event), so there is nothing to reuse it for.
+func insertEvents(ctx context.Context, tx *sql.Tx, tenant, responseID string, events []store.Event) error {
+	for _, e := range events {
+		data := e.Data
+		if data == nil {
+			data = []byte{} // NOT NULL: an empty event is empty bytes
+		}
+		if _, err := tx.ExecContext(ctx, insertEventSQL, tenant, responseID, e.Seq, e.Type, data); err != nil {
+			return fmt.Errorf("insert events: %w", interpretError(err))
+		}
+	}
+	return nil
+}
+
+// ResponseEventAppend logs events of an existing response, idempotently by seq, in one
+// transaction.
+func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := exists(ctx, tx, responseExistsSQL, p.Tenant, p.ResponseID); err != nil {
+			return err
+		}
+		return insertEvents(ctx, tx, p.Tenant, p.ResponseID, p.Events)
+	})
+	if err != nil {
+		return fmt.Errorf("append response events: %w", err)
+	}
+	return nil
+}
+
+// ResponseDelete deletes a response, its items and (by cascade) its event log, detaching
+// (response_id NULL) the items a conversation still lists, in one transaction. An unfinished
+// response whose lease is live at Now is left alone: store.ErrLeaseHeld.
+func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
+	err := s.guardedDelete(ctx, p.Tenant, p.ID, s.Driver.Time(store.NowOr(p.Now)), store.ErrLeaseHeld,
+		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseDeleteSQL)
+	if err != nil {
+		return fmt.Errorf("delete response: %w", err)
+	}
+	return nil
+}
+
+// ResponsePurge deletes the oldest terminal responses created before Before (retention), as
+// ResponseDelete does, in one transaction of three statements for the whole batch (purgeVictims).
+// The victims are the same in each statement: the transaction holds the only write lock, and the
+// first two statements change no response.
+func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
+	var n int64
+	before := s.Driver.Time(store.NowOr(p.Before))
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, q := range []string{purgeDetachSQL, purgeItemsSQL} {
+			if _, err := tx.ExecContext(ctx, q, before, p.Limit); err != nil {
+				return interpretError(err)
+			}
+		}
+		res, err := tx.ExecContext(ctx, purgeResponsesSQL, before, p.Limit)
+		if err != nil {
+			return interpretError(err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purge responses: %w", err)
+	}
+	return int(n), nil
+}
+
+// ConversationCreate inserts the conversation and its initial items (seq 0…n-1) in one
+// transaction.
+func (s *Store) ConversationCreate(ctx context.Context, p *store.ConversationCreateParams) error {
+	c := &p.Conversation
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, conversationInsertSQL,
+			c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), s.Driver.Time(store.NowOr(c.CreatedAt))); err != nil {
+			return interpretError(err)
+		}
+		var seq int64
+		return insertItems(ctx, tx, c.Tenant, nil, "", p.Items, c.ID, &seq)
+	})
+	if err != nil {
+		return fmt.Errorf("create conversation: %w", err)
+	}
+	return nil
+}
+
+// ConversationDelete deletes the conversation and its list (by cascade), and the items created
+// directly in it (response_id NULL), in one transaction; items of responses stay with their
+// responses. While a turn holds the lease (live at Now) nothing is deleted: store.ErrTurnHeld.
+func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDeleteParams) error {
+	err := s.guardedDelete(ctx, p.Tenant, p.ID, s.Driver.Time(store.NowOr(p.Now)), store.ErrTurnHeld,
+		conversationDeleteGuardSQL, conversationDeleteItemsSQL, conversationDeleteSQL)
+	if err != nil {
+		return fmt.Errorf("delete conversation: %w", err)
+	}
+	return nil
+}
+
+// ConversationItemAppend appends items at max(seq)+1… in one transaction.
+func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := exists(ctx, tx, conversationExistsSQL, p.Tenant, p.ConversationID); err != nil {
+			return err
+		}
+		seq, err := nextSeq(ctx, tx, p.Tenant, p.ConversationID)
+		if err != nil {
+			return err
+		}
+		return insertItems(ctx, tx, p.Tenant, nil, "", p.Items, p.ConversationID, &seq)
+	})
+	if err != nil {
+		return fmt.Errorf("append conversation items: %w", err)
+	}
+	return nil
+}
+
+// ConversationItemDelete removes every occurrence of the item id from the conversation, in one
+// transaction. Items created directly in the conversation are deleted; a response's items stay
+// with the response.
+func (s *Store) ConversationItemDelete(ctx context.Context, p *store.ConversationItemDeleteParams) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, conversationItemDeleteDirectSQL, p.Tenant, p.ConversationID, p.ItemID); err != nil {
+			return interpretError(err)
+		}
+		var direct int64
+		if err := tx.QueryRowContext(ctx, changesSQL).Scan(&direct); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, conversationItemDeleteListedSQL, p.Tenant, p.ConversationID, p.ItemID)
+		if err != nil {
+			return interpretError(err)
+		}
+		listed, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if direct+listed == 0 {
+			return store.ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete conversation item: %w", err)
+	}
+	return nil
+}
+
+// ConversationTurnAcquire takes the turn lease if it is free, expired, or already ResponseID's,
+// in one transaction; when it cannot, whether the conversation exists tells ErrNotFound from
+// ErrConflict.
+func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, turnAcquireSQL,
+			p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UnixMicro(), time.Now().UnixMicro())
+		if err != nil {
+			return interpretError(err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		found := n > 0
+		if !found {
+			if err := exists(ctx, tx, conversationExistsSQL, p.Tenant, p.ConversationID); err == nil {
+				found = true
+			} else if !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
+		return store.TurnAcquireDecision(found, n > 0)
+	})
+	if err != nil {
+		return fmt.Errorf("acquire conversation turn: %w", err)
+	}
+	return nil
+}
