@@ -32,6 +32,11 @@ func TestDecodeCreateRejectsBadFieldsWithTheirParam(t *testing.T) {
 		{`{"model":"m","input":"x","reasoning":{"effort":"huge"}}`, "reasoning.effort", "invalid_value"},
 		{`{"model":"m","input":"x","text":"plain"}`, "text", "invalid_type"},
 		{`{"model":"m","input":"x","tools":[{"name":"f"}]}`, "tools", "invalid_value"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","tools":[]}]}`, "tools[0].name", "missing_required_parameter"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a"}]}`, "tools[0].tools", "invalid_type"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a","tools":[null]}]}`, "tools[0].tools[0]", "invalid_type"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a","tools":[{"type":"function"}]}]}`, "tools[0].tools[0].name", "missing_required_parameter"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a","tools":[{"type":"function"}]},{"name":"q"}]}`, "tools", "invalid_value"},
 		{`{"model":"m","input":"x","tool_choice":"sometimes"}`, "tool_choice", "invalid_value"},
 		{`{"model":"m","input":"x","include":["everything"]}`, "include", "invalid_value"},
 	} {
