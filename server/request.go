@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -11,7 +12,6 @@ import (
 // decoded once (rehydrate reads it), the members the turn lifecycle reads, and the echo.
 type createRequest struct {
 	body               *wire.CreateRequest
-	members            map[string]json.RawMessage // as sent, for rehydrate (until it reads body)
 	Model              string
 	Input              json.RawMessage
 	PreviousResponseID string
@@ -76,10 +76,14 @@ func validMetadata(v json.RawMessage, param string) (json.RawMessage, error) {
 
 // decodeCreate decodes and validates a create body: one jsontext pass (scanObject: syntax, UTF-8
 // without NUL, nesting at most maxDepth) hands the top-level members to wire.DecodeCreateRequest,
-// which types and validates them. Every fault is a 400 with param, before any upstream call or
-// write (docs/design.md §1 invariant 7). The request's members alias body.
+// which types and validates them; rehydrate reads the result without validating it again. Every
+// fault is a 400 with param, before any upstream call or write (docs/design.md §1 invariant 7).
+// The request's members alias body.
 func decodeCreate(body []byte, maxDepth int) (*createRequest, error) {
-	members, err := scanObject(body, maxDepth)
+	// A member may nest at most jsonscan.MaxDepth deep, whatever the configured limit: that is
+	// the bound every JSON scanner here keeps, and rehydrate walks tools with one
+	// (internal/jsonscan). The body object itself is one more level.
+	members, err := scanObject(body, min(maxDepth, jsonscan.MaxDepth+1))
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +91,7 @@ func decodeCreate(body []byte, maxDepth int) (*createRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &createRequest{body: w, members: members, Model: w.Model.Value, Input: w.Input, PreviousResponseID: w.PreviousResponseID,
+	return &createRequest{body: w, Model: w.Model.Value, Input: w.Input, PreviousResponseID: w.PreviousResponseID,
 		ConversationID: w.ConversationID, Store: w.Store, Stream: w.Stream, echo: newEcho(w)}, nil
 }
 
