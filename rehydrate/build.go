@@ -415,8 +415,8 @@ func (bd *builder) key(name string) {
 	bd.buf = append(bd.buf, `":`...)
 }
 
-// member writes a member as sent, unless it was not sent (or was null).
-func (bd *builder) member(name string, v json.RawMessage) {
+// forward writes a member as sent, unless it was not sent (or was null).
+func (bd *builder) forward(name string, v json.RawMessage) {
 	if v == nil {
 		return
 	}
@@ -429,8 +429,8 @@ func (bd *builder) request(r *wire.CreateRequest, res *Result) error {
 	if r == nil {
 		r = &wire.CreateRequest{}
 	}
-	bd.member("model", r.Model.JSON)
-	bd.member("instructions", r.Instructions.JSON)
+	bd.forward("model", r.Model.JSON)
+	bd.forward("instructions", r.Instructions.JSON)
 	bd.key("stream")
 	bd.buf = strconv.AppendBool(bd.buf, r.Stream)
 	bd.key("store")
@@ -466,7 +466,7 @@ func (bd *builder) request(r *wire.CreateRequest, res *Result) error {
 		bd.buf = append(bd.buf, ']')
 	}
 	for _, m := range passThrough(r) {
-		bd.member(m.name, m.json)
+		bd.forward(m.name, m.json)
 	}
 	return nil
 }
@@ -482,7 +482,7 @@ func (bd *builder) toolChoice(tc *wire.ToolChoice, res *Result) {
 		bd.buf = appendQuoted(bd.buf, *tc.Namespace+NamespaceSeparator+*tc.Name)
 		bd.buf = append(bd.buf, '}')
 	case tc.Mode != "", tc.Type == "function", tc.Type == "allowed_tools":
-		bd.member("tool_choice", tc.JSON)
+		bd.forward("tool_choice", tc.JSON)
 	default:
 		res.dropTool(tc.Type)
 	}

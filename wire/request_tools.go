@@ -13,15 +13,19 @@ func (m requestMembers) tools() ([]Tool, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var elems []map[string]json.RawMessage
-	if json.Unmarshal(v, &elems) != nil {
-		return nil, Invalid("tools", "invalid_type", "'tools' must be an array of tool objects.")
-	}
 	var raw []json.RawMessage
-	_ = json.Unmarshal(v, &raw) // an array, as elems showed
+	if json.Unmarshal(v, &raw) != nil {
+		return nil, toolsTypeError()
+	}
+	elems := make([]map[string]json.RawMessage, len(raw))
+	for i, e := range raw {
+		if json.Unmarshal(e, &elems[i]) != nil {
+			return nil, toolsTypeError()
+		}
+	}
 	tools := make([]Tool, len(elems))
 	for i, t := range elems {
-		tools[i] = Tool{Type: optionalValue(t["type"]), Name: optionalValue(t["name"]), JSON: raw[i]}
+		tools[i] = Tool{Type: stringOrEmpty(t["type"]), Name: stringOrEmpty(t["name"]), JSON: raw[i]}
 		if tools[i].Type == "" {
 			return nil, Invalid("tools", "invalid_value", "tools[%d]: missing 'type'.", i)
 		}
@@ -44,13 +48,17 @@ func (m requestMembers) tools() ([]Tool, error) {
 	return tools, nil
 }
 
+func toolsTypeError() error {
+	return Invalid("tools", "invalid_type", "'tools' must be an array of tool objects.")
+}
+
 // namespaceTools checks a namespace tool (named param) and returns its tools.
 func namespaceTools(t map[string]json.RawMessage, param string) ([]Tool, error) {
-	if optionalString(t["name"]) == nil || optionalValue(t["name"]) == "" {
+	if stringOrEmpty(t["name"]) == "" {
 		return nil, Invalid(param+".name", "missing_required_parameter", "A namespace tool ('%s') needs a non-empty string 'name'.", param)
 	}
 	var raw []json.RawMessage
-	if json.Unmarshal(t["tools"], &raw) != nil || isJSONNull(t["tools"]) {
+	if json.Unmarshal(t["tools"], &raw) != nil || raw == nil {
 		return nil, Invalid(param+".tools", "invalid_type", "Invalid type for '%s.tools': expected an array of tools.", param)
 	}
 	inner := make([]Tool, len(raw))
@@ -60,7 +68,7 @@ func namespaceTools(t map[string]json.RawMessage, param string) ([]Tool, error) 
 		if json.Unmarshal(e, &f) != nil || f == nil {
 			return nil, Invalid(sub, "invalid_type", "Invalid type for '%s': expected an object.", sub)
 		}
-		inner[j] = Tool{Type: optionalValue(f["type"]), Name: optionalValue(f["name"]), JSON: e}
+		inner[j] = Tool{Type: stringOrEmpty(f["type"]), Name: stringOrEmpty(f["name"]), JSON: e}
 		if inner[j].Type == "function" && inner[j].Name == "" {
 			return nil, Invalid(sub+".name", "missing_required_parameter", "The function tool '%s' needs a non-empty string 'name'.", sub)
 		}
@@ -68,15 +76,10 @@ func namespaceTools(t map[string]json.RawMessage, param string) ([]Tool, error) 
 	return inner, nil
 }
 
-// optionalValue returns the string v holds, or "" when v is absent or not a string.
-func optionalValue(v json.RawMessage) string {
+// stringOrEmpty returns the string v holds, or "" when v is absent or not a string.
+func stringOrEmpty(v json.RawMessage) string {
 	if s := optionalString(v); s != nil {
 		return *s
 	}
 	return ""
-}
-
-func isJSONNull(v json.RawMessage) bool {
-	var x any
-	return v == nil || (json.Unmarshal(v, &x) == nil && x == nil)
 }
