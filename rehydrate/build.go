@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
-	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -19,9 +19,10 @@ type Params struct {
 	HistoryParam string
 	// Input is the new input as ParseInput returned it.
 	Input []wire.Item
-	// Request is the client's top-level request members, already validated by the server. Only an
-	// allowlist of them is forwarded (see Build).
-	Request map[string]json.RawMessage
+	// Request is the client's request as wire.DecodeCreateRequest decoded and validated it; Build
+	// does not validate it again. Only an allowlist of its members is forwarded (see Build). Nil
+	// means a request with none of them.
+	Request *wire.CreateRequest
 	// Lookup resolves the ids ReferencedIDs returned; nil when there are none.
 	Lookup Lookup
 	// NewID mints ids for input items that lack one; nil means wire.NewID.
@@ -87,6 +88,10 @@ type Result struct {
 // choice (request_id, priority, cache_salt, vllm_xargs, mm_processor_kwargs,
 // enable_response_messages, previous_input_messages).
 //
+// The request is the one wire.DecodeCreateRequest typed and validated (its members' shapes, tools
+// included); Build does not check it again. What it checks of it needs the flattening: two tools
+// that reach vLLM under one name (tools.go).
+//
 // Client faults are *wire.APIError (400). Any other error means stored data is corrupt (a history or
 // referenced item that is not JSON) and is the server's fault. Build keeps no state between calls
 // and is safe for concurrent use.
@@ -113,9 +118,7 @@ func Build(p *Params) (*Result, error) {
 	for i := range p.Input {
 		size += len(p.Input[i].JSON) + 96
 	}
-	for _, raw := range p.Request {
-		size += len(raw)
-	}
+	size += requestSize(p.Request)
 	bd.buf = make([]byte, 0, size)
 	n := len(p.History) + len(p.Input)
 	bd.ids = make(map[string]prior, n)
@@ -155,7 +158,9 @@ type builder struct {
 	calls  map[string]struct{} // call_ids of the function_calls sent so far
 	parts  []part              // scratch for scanItem, reused across history items
 	items  int
-	stats  Stats
+	// members counts the top-level members written (for the commas between them).
+	members int
+	stats   Stats
 }
 
 // prior is where an item's projection sits in buf (empty for an item that was skipped).
@@ -360,194 +365,127 @@ var includeAllowed = map[string]bool{
 	"message.output_text.logprobs":          true,
 }
 
-// passThrough are the members forwarded verbatim (when present and not null), in body order.
-var passThrough = [...]string{
-	"parallel_tool_calls", "max_output_tokens", "max_tool_calls", "text", "truncation",
-	"temperature", "top_p", "top_logprobs", "metadata", "user", "service_tier",
-	// vLLM sampling extras (docs/wire.md §1.1).
-	"top_k", "repetition_penalty", "seed", "stop", "ignore_eos", "logit_bias", "structured_outputs",
-	"skip_special_tokens", "include_stop_str_in_output",
+// namedJSON is one member forwarded as the client sent it.
+type namedJSON struct {
+	name string
+	json json.RawMessage
 }
 
-// value returns a request member that is present and not null, validated and trimmed.
-func value(req map[string]json.RawMessage, name string) ([]byte, span, error) {
-	raw, ok := req[name]
-	if !ok {
-		return nil, span{}, nil
+// passThrough are the members forwarded verbatim (when sent and not null), in this order.
+func passThrough(r *wire.CreateRequest) [20]namedJSON {
+	x := &r.Sampling
+	return [...]namedJSON{
+		{"parallel_tool_calls", r.ParallelToolCalls.JSON}, {"max_output_tokens", r.MaxOutputTokens.JSON},
+		{"max_tool_calls", r.MaxToolCalls.JSON}, {"text", r.Text}, {"truncation", r.Truncation.JSON},
+		{"temperature", r.Temperature.JSON}, {"top_p", r.TopP.JSON}, {"top_logprobs", r.TopLogprobs.JSON},
+		{"metadata", r.Metadata}, {"user", r.User.JSON}, {"service_tier", r.ServiceTier.JSON},
+		// vLLM sampling extras (docs/wire.md §1.1).
+		{"top_k", x.TopK}, {"repetition_penalty", x.RepetitionPenalty}, {"seed", x.Seed}, {"stop", x.Stop},
+		{"ignore_eos", x.IgnoreEOS}, {"logit_bias", x.LogitBias}, {"structured_outputs", x.StructuredOutputs},
+		{"skip_special_tokens", x.SkipSpecialTokens}, {"include_stop_str_in_output", x.IncludeStopStrInOutput},
 	}
-	if skipWS(raw, 0) == len(raw) {
-		return nil, span{}, nil
+}
+
+// requestSize is about the size of the request members Build forwards, for sizing its buffer.
+func requestSize(r *wire.CreateRequest) int {
+	if r == nil {
+		return 0
 	}
-	sp, err := jsonscan.Scan(raw)
-	if err != nil {
-		return nil, span{}, wire.Invalid(name, CodeInvalidJSON, "Invalid JSON in '%s'.", name)
+	n := len(r.Model.JSON) + len(r.Instructions.JSON)
+	for _, t := range r.Tools {
+		n += len(t.JSON)
 	}
-	if sp.Kind(raw) == 'n' {
-		return nil, span{}, nil
+	if r.ToolChoice != nil {
+		n += len(r.ToolChoice.JSON)
 	}
-	return raw, sp, nil
+	for _, m := range passThrough(r) {
+		n += len(m.json)
+	}
+	return n
+}
+
+// key writes the name of the next top-level member (after a comma unless it is the first).
+func (bd *builder) key(name string) {
+	if bd.members > 0 {
+		bd.buf = append(bd.buf, ',')
+	}
+	bd.members++
+	bd.buf = append(bd.buf, '"')
+	bd.buf = append(bd.buf, name...)
+	bd.buf = append(bd.buf, `":`...)
+}
+
+// forward writes a member as sent, unless it was not sent (or was null).
+func (bd *builder) forward(name string, v json.RawMessage) {
+	if v == nil {
+		return
+	}
+	bd.key(name)
+	bd.buf = appendRaw(bd.buf, v)
 }
 
 // request writes the forwarded top-level members (without a trailing comma).
-func (bd *builder) request(req map[string]json.RawMessage, res *Result) error {
-	n := 0
-	key := func(name string) {
-		if n > 0 {
+func (bd *builder) request(r *wire.CreateRequest, res *Result) error {
+	if r == nil {
+		r = &wire.CreateRequest{}
+	}
+	bd.forward("model", r.Model.JSON)
+	bd.forward("instructions", r.Instructions.JSON)
+	bd.key("stream")
+	bd.buf = strconv.AppendBool(bd.buf, r.Stream)
+	bd.key("store")
+	bd.buf = append(bd.buf, "false"...)
+	// tools: function tools verbatim, namespace tools flattened (tools.go), the rest dropped.
+	if err := bd.tools(r.Tools, res); err != nil {
+		return err
+	}
+	bd.toolChoice(r.ToolChoice, res)
+	// reasoning: effort only (vLLM ignores summary and never writes summaries).
+	if r.Reasoning != nil && r.Reasoning.Effort != nil {
+		bd.key("reasoning")
+		bd.buf = append(bd.buf, `{"effort":`...)
+		bd.buf = appendQuoted(bd.buf, *r.Reasoning.Effort)
+		bd.buf = append(bd.buf, '}')
+	}
+	// include: filtered to what vLLM accepts.
+	kept := 0
+	for _, v := range r.Include {
+		if !includeAllowed[v] {
+			continue
+		}
+		if kept == 0 {
+			bd.key("include")
+			bd.buf = append(bd.buf, '[')
+		} else {
 			bd.buf = append(bd.buf, ',')
 		}
-		n++
-		bd.buf = append(bd.buf, '"')
-		bd.buf = append(bd.buf, name...)
-		bd.buf = append(bd.buf, `":`...)
+		kept++
+		bd.buf = appendQuoted(bd.buf, v)
 	}
-	copyMember := func(name string) error {
-		raw, sp, err := value(req, name)
-		if err != nil || sp.E == 0 {
-			return err
-		}
-		key(name)
-		bd.buf = appendValue(bd.buf, raw, sp)
-		return nil
+	if kept > 0 {
+		bd.buf = append(bd.buf, ']')
 	}
-
-	if err := copyMember("model"); err != nil {
-		return err
-	}
-	raw, sp, err := value(req, "instructions")
-	if err != nil {
-		return err
-	}
-	if sp.E != 0 {
-		if !sp.IsStr(raw) {
-			return wire.Invalid("instructions", CodeInvalidType, "Invalid type for 'instructions': expected a string.")
-		}
-		key("instructions")
-		bd.buf = appendStr(bd.buf, raw, sp)
-	}
-	raw, sp, err = value(req, "stream")
-	if err != nil {
-		return err
-	}
-	key("stream")
-	if sp.E != 0 && string(raw[sp.S:sp.E]) == "true" {
-		bd.buf = append(bd.buf, "true"...)
-	} else {
-		bd.buf = append(bd.buf, "false"...)
-	}
-	key("store")
-	bd.buf = append(bd.buf, "false"...)
-
-	// tools: function tools verbatim, namespace tools flattened (tools.go), the rest dropped.
-	raw, sp, err = value(req, "tools")
-	if err != nil {
-		return err
-	}
-	if sp.E != 0 {
-		if err := bd.tools(raw, sp, res, key); err != nil {
-			return err
-		}
-	}
-
-	// tool_choice: the string forms, and the function / allowed_tools objects.
-	raw, sp, err = value(req, "tool_choice")
-	if err != nil {
-		return err
-	}
-	if sp.E != 0 {
-		typ, isObj := toolType(raw, sp)
-		switch {
-		case isObj && typ == "function" && bd.toolChoiceFunction(raw, sp, key):
-		case sp.IsStr(raw), isObj && (typ == "function" || typ == "allowed_tools"):
-			key("tool_choice")
-			bd.buf = appendValue(bd.buf, raw, sp)
-		case isObj:
-			res.dropTool(typ)
-		}
-	}
-
-	// reasoning: effort only (vLLM ignores summary and never writes summaries).
-	raw, sp, err = value(req, "reasoning")
-	if err != nil {
-		return err
-	}
-	if sp.Kind(raw) == '{' {
-		o := newObjIter(raw, sp.S)
-		var effort span
-		for {
-			m, ok := o.Next()
-			if !ok {
-				break
-			}
-			if keyIs(raw, m, "effort") {
-				effort = m.Val
-			}
-		}
-		if effort.IsStr(raw) {
-			key("reasoning")
-			bd.buf = append(bd.buf, `{"effort":`...)
-			bd.buf = appendStr(bd.buf, raw, effort)
-			bd.buf = append(bd.buf, '}')
-		}
-	}
-
-	// include: filtered to what vLLM accepts.
-	raw, sp, err = value(req, "include")
-	if err != nil {
-		return err
-	}
-	if sp.Kind(raw) == '[' {
-		kept := 0
-		it := newArrIter(raw, sp)
-		for {
-			vs, ok := it.Next()
-			if !ok {
-				break
-			}
-			if !vs.IsStr(raw) || !includeAllowed[str(raw, vs)] {
-				continue
-			}
-			if kept == 0 {
-				key("include")
-				bd.buf = append(bd.buf, '[')
-			} else {
-				bd.buf = append(bd.buf, ',')
-			}
-			kept++
-			bd.buf = appendStr(bd.buf, raw, vs)
-		}
-		if kept > 0 {
-			bd.buf = append(bd.buf, ']')
-		}
-	}
-
-	for _, name := range passThrough {
-		if err := copyMember(name); err != nil {
-			return err
-		}
+	for _, m := range passThrough(r) {
+		bd.forward(m.name, m.json)
 	}
 	return nil
 }
 
-// toolType returns the "type" of a tool (or tool_choice) object, and whether sp is an object.
-func toolType(b []byte, sp span) (string, bool) {
-	if sp.Kind(b) != '{' {
-		return "", false
+// toolChoice writes tool_choice: the string forms, and the function / allowed_tools objects (a
+// forced function of a namespace tool under its flat name); a hosted-tool one is dropped.
+func (bd *builder) toolChoice(tc *wire.ToolChoice, res *Result) {
+	switch {
+	case tc == nil:
+	case tc.Type == "function" && tc.Namespace != nil && *tc.Namespace != "" && tc.Name != nil:
+		bd.key("tool_choice")
+		bd.buf = append(bd.buf, `{"type":"function","name":`...)
+		bd.buf = appendQuoted(bd.buf, *tc.Namespace+NamespaceSeparator+*tc.Name)
+		bd.buf = append(bd.buf, '}')
+	case tc.Mode != "", tc.Type == "function", tc.Type == "allowed_tools":
+		bd.forward("tool_choice", tc.JSON)
+	default:
+		res.dropTool(tc.Type)
 	}
-	o := newObjIter(b, sp.S)
-	var typ span
-	for {
-		m, ok := o.Next()
-		if !ok {
-			break
-		}
-		if keyIs(b, m, "type") {
-			typ = m.Val
-		}
-	}
-	if !typ.IsStr(b) {
-		return "", true
-	}
-	return word(b, typ), true
 }
 
 func (r *Result) dropTool(typ string) {

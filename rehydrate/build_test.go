@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -513,10 +514,6 @@ func TestStructuralErrors(t *testing.T) {
 		p := &Params{Input: []wire.Item{{JSON: []byte(`{"role":"user","content":"x"`)}}}
 		checkErr(t, buildErr(t, p), "invalid_json", "input[0]", "Invalid JSON in 'input[0]'.")
 	})
-	t.Run("instructions not a string", func(t *testing.T) {
-		p := &Params{Input: mustInput(t, `"q"`), Request: mustRequest(t, `{"model":"m","instructions":[{"role":"user"}]}`)}
-		checkErr(t, buildErr(t, p), "invalid_type", "instructions", "")
-	})
 	t.Run("corrupt stored item is not a client fault", func(t *testing.T) {
 		p := &Params{History: []wire.Item{{ID: "msg_1", JSON: []byte(`{"id":"msg_1",`)}}, Input: mustInput(t, `"q"`), NewID: seqIDs()}
 		_, err := Build(p)
@@ -531,9 +528,9 @@ func TestStructuralErrors(t *testing.T) {
 func TestRequestMembersAreFiltered(t *testing.T) {
 	req := mustRequest(t, `{
 		"model":"gpt-x","instructions":"be terse","stream":true,"store":true,
-		"previous_response_id":"resp_1","conversation":{"id":"conv_1"},"background":false,
+		"previous_response_id":"resp_1","background":false,
 		"stream_options":{"include_obfuscation":true},"prompt_cache_key":"k","prompt_cache_retention":"24h",
-		"safety_identifier":"s","client_metadata":{"a":"b"},"prompt":{"id":"p"},"unknown_member":1,
+		"safety_identifier":"s","client_metadata":{"a":"b"},"unknown_member":1,
 		"context_management":[{"type":"compaction"}],"moderation":true,
 		"tools":[{"type":"function","name":"a","parameters":{"type":"object"},"strict":true},{"type":"web_search"},
 			{"type":"namespace","name":"ns","tools":[{"type":"function","name":"b"}]},{"type":"custom","name":"c"},
@@ -542,7 +539,7 @@ func TestRequestMembersAreFiltered(t *testing.T) {
 		"reasoning":{"effort":"high","summary":"auto","generate_summary":"concise"},
 		"text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object"}},"verbosity":"low"},
 		"truncation":"auto","temperature":0.5,"top_p":0.9,"top_logprobs":2,
-		"include":["reasoning.encrypted_content","web_search_call.results","message.output_text.logprobs","web_search_call.action.sources","bogus",7],
+		"include":["reasoning.encrypted_content","web_search_call.results","message.output_text.logprobs","web_search_call.action.sources"],
 		"metadata":{"k":"v"},"user":"u1","service_tier":"auto",
 		"seed":42,"top_k":5,"stop":["END"],"repetition_penalty":1.1,"ignore_eos":false,"logit_bias":{"1":1},
 		"skip_special_tokens":false,"include_stop_str_in_output":true,"structured_outputs":null,
@@ -632,28 +629,29 @@ func TestBuildNeverMutatesItems(t *testing.T) {
 	refBefore := string(lookup["msg_9"].JSON)
 	for _, in := range inputs {
 		inBefore := snapshot(in)
-		req := mustRequest(t, `{"model":"m","tools":[{"type":"function","name":"f"}]}`)
-		reqBefore := string(req["tools"])
+		req := mustRequest(t, `{"model":"m","tools":[{"type":"function","name":"f"},{"type":"namespace","name":"n","tools":[{"type":"function","name":"g"}]}]}`)
+		reqBefore := fmt.Sprintf("%+v", *req)
 		_, _ = Build(&Params{History: hist, Input: in, Lookup: lookup, Request: req, NewID: seqIDs()})
 		if !slices.Equal(snapshot(hist), before) || !slices.Equal(snapshot(in), inBefore) ||
-			string(lookup["msg_9"].JSON) != refBefore || string(req["tools"]) != reqBefore {
+			string(lookup["msg_9"].JSON) != refBefore || fmt.Sprintf("%+v", *req) != reqBefore {
 			t.Fatal("Build changed an item or the request")
 		}
 	}
 }
 
-// Invalid UTF-8 (which encoding/json lets through in raw values) never reaches vLLM: it is
-// replaced by U+FFFD, as decoding it would.
+// Invalid UTF-8 (which encoding/json lets through in raw values; the server's intake rejects it,
+// but Build does not rely on that) never reaches vLLM: it is replaced by U+FFFD, as decoding it
+// would.
 func TestInvalidUTF8IsRepaired(t *testing.T) {
 	hist := []wire.Item{
 		{JSON: []byte("{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"user\",\"content\":\"bad \xff byte\"}")},
 		{JSON: []byte("{\"id\":\"rs_1\",\"type\":\"reasoning\",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"r\xfe\"}]}")},
 	}
-	req := map[string]json.RawMessage{
+	req := mustDecode(t, map[string]json.RawMessage{
 		"model":        json.RawMessage("\"m\""),
 		"instructions": json.RawMessage("\"i\xff\""),
-		"metadata":     json.RawMessage("{\"k\":\"v\xff\",\"n\":12345678901234567890}"),
-	}
+		"logit_bias":   json.RawMessage("{\"k\":\"v\xff\",\"n\":12345678901234567890}"),
+	})
 	res := mustBuild(t, &Params{History: hist, Request: req})
 	for _, want := range []string{"bad \ufffd byte", "r\ufffd", "\"i\ufffd\"", "{\"k\":\"v\ufffd\",\"n\":12345678901234567890}"} {
 		if !bytes.Contains(res.Body, []byte(want)) {
@@ -665,26 +663,26 @@ func TestInvalidUTF8IsRepaired(t *testing.T) {
 	}
 }
 
-// Nesting is bounded by jsonscan.MaxDepth (200), counting the item or request member itself. The
-// scanner rehydrate had before allowed 10,000 levels and the accumulator's 200; the shared rule
-// keeps the stricter bound, so a client item one level deeper is a 400, not a late vLLM failure.
+// Nesting is bounded by jsonscan.MaxDepth (200), counting the item itself. The scanner rehydrate
+// had before allowed 10,000 levels and the accumulator's 200; the shared rule keeps the stricter
+// bound, so a client item one level deeper is a 400, not a late vLLM failure. Request members are
+// bounded by the server's intake, which decodes them (TestDecodeCreateBoundsMemberNesting).
 func TestNestingPastMaxDepthIsInvalidJSON(t *testing.T) {
 	deep := func(n int) string { return strings.Repeat("[", n) + "1" + strings.Repeat("]", n) }
 	user := `[{"type":"message","role":"user","content":"hi"}]`
 	cases := []struct {
-		name     string
-		input    string
-		metadata string
-		param    string // "" when the request is fine
+		name  string
+		input string
+		stop  string
+		param string // "" when the request is fine
 	}{
 		{"an input item at the limit", `[{"type":"message","role":"user","content":"hi","x":` + deep(jsonscan.MaxDepth-1) + `}]`, "{}", ""},
 		{"an input item one level past", `[{"type":"message","role":"user","content":"hi","x":` + deep(jsonscan.MaxDepth) + `}]`, "{}", "input"},
 		{"a request member at the limit", user, deep(jsonscan.MaxDepth), ""},
-		{"a request member one level past", user, deep(jsonscan.MaxDepth + 1), "metadata"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			req := map[string]json.RawMessage{"model": json.RawMessage(`"m"`), "metadata": json.RawMessage(c.metadata)}
+			req := mustDecode(t, map[string]json.RawMessage{"model": json.RawMessage(`"m"`), "stop": json.RawMessage(c.stop)})
 			_, err := Build(&Params{Input: mustInput(t, c.input), Request: req, NewID: seqIDs()})
 			if c.param == "" {
 				if err != nil {

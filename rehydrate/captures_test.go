@@ -13,14 +13,14 @@ import (
 )
 
 // loadCapture reads a real client's request body from testdata/captures and parses its input.
-func loadCapture(t testing.TB, name string) (map[string]json.RawMessage, []wire.Item) {
+func loadCapture(t testing.TB, name string) (*wire.CreateRequest, []wire.Item) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", "captures", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := mustRequest(t, string(raw))
-	in, err := ParseInput(req["input"])
+	in, err := ParseInput(req.Input)
 	if err != nil {
 		t.Fatalf("ParseInput: %v", err)
 	}
@@ -104,7 +104,7 @@ func TestRealClientCaptures(t *testing.T) {
 
 		// The same turn with "encrypted_content": null, as Codex sends when it has no blob.
 		var items []map[string]any
-		if err := json.Unmarshal(req["input"], &items); err != nil {
+		if err := json.Unmarshal(req.Input, &items); err != nil {
 			t.Fatal(err)
 		}
 		items[4]["encrypted_content"] = nil

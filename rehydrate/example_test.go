@@ -22,11 +22,17 @@ func ExampleBuild() {
 		it, _ := wire.ParseItem([]byte(s))
 		history = append(history, it)
 	}
-	var req map[string]json.RawMessage
+	// The server decodes the body once (its intake scan hands wire the top-level members).
+	var members map[string]json.RawMessage
 	_ = json.Unmarshal([]byte(`{"model":"gpt-oss-20b","input":"And 3+3?","previous_response_id":"resp_1",
-		"include":["reasoning.encrypted_content"],"reasoning":{"effort":"low","summary":"auto"}}`), &req)
+		"include":["reasoning.encrypted_content"],"reasoning":{"effort":"low","summary":"auto"}}`), &members)
+	req, err := wire.DecodeCreateRequest(members)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
-	input, _ := rehydrate.ParseInput(req["input"])
+	input, _ := rehydrate.ParseInput(req.Input)
 	res, err := rehydrate.Build(&rehydrate.Params{
 		History: history,
 		Input:   input,

@@ -13,8 +13,11 @@ import (
 )
 
 // bodyMembers is every top-level member Build may write.
-var bodyMembers = append([]string{"model", "instructions", "stream", "store", "tools", "tool_choice",
-	"reasoning", "include", "input"}, passThrough[:]...)
+var bodyMembers = []string{"model", "instructions", "stream", "store", "tools", "tool_choice",
+	"reasoning", "include", "input", "parallel_tool_calls", "max_output_tokens", "max_tool_calls", "text",
+	"truncation", "temperature", "top_p", "top_logprobs", "metadata", "user", "service_tier", "top_k",
+	"repetition_penalty", "seed", "stop", "ignore_eos", "logit_bias", "structured_outputs",
+	"skip_special_tokens", "include_stop_str_in_output"}
 
 // FuzzBuild: for any history, input and request, Build either answers a 400 APIError or returns a
 // valid JSON body that carries no encrypted_content and only allowlisted members.
@@ -74,13 +77,21 @@ func FuzzBuild(f *testing.F) {
 		}
 		var reqm map[string]json.RawMessage
 		_ = json.Unmarshal([]byte(request), &reqm)
+		var req *wire.CreateRequest
+		if reqm != nil {
+			var err error
+			if req, err = wire.DecodeCreateRequest(reqm); err != nil {
+				mustBe400(t, err) // the server answers it before Build
+				return
+			}
+		}
 
 		in, err := ParseInput(json.RawMessage(input))
 		if err != nil {
 			mustBe400(t, err)
 			return
 		}
-		res, err := Build(&Params{History: hist, Input: in, Request: reqm, Lookup: lookup, NewID: seqIDs()})
+		res, err := Build(&Params{History: hist, Input: in, Request: req, Lookup: lookup, NewID: seqIDs()})
 		if err != nil {
 			mustBe400(t, err)
 			return

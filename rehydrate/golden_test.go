@@ -20,7 +20,7 @@ type chainCase struct {
 	Request map[string]json.RawMessage `json:"request"`
 }
 
-func loadChain(t testing.TB, name string) (hist []wire.Item, input []wire.Item, req map[string]json.RawMessage) {
+func loadChain(t testing.TB, name string) (hist []wire.Item, input []wire.Item, req *wire.CreateRequest) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
@@ -37,7 +37,7 @@ func loadChain(t testing.TB, name string) (hist []wire.Item, input []wire.Item, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hist, input, c.Request
+	return hist, input, mustDecode(t, c.Request)
 }
 
 // golden is what the golden file records: the upstream body and everything else Build decided.

@@ -39,13 +39,24 @@ func mustInput(t testing.TB, s string) []wire.Item {
 	return in
 }
 
-func mustRequest(t testing.TB, s string) map[string]json.RawMessage {
+// mustRequest decodes a request body as the server does (wire.DecodeCreateRequest).
+func mustRequest(t testing.TB, s string) *wire.CreateRequest {
 	t.Helper()
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
 		t.Fatalf("request %s: %v", s, err)
 	}
-	return m
+	return mustDecode(t, m)
+}
+
+// mustDecode decodes request members as the server does.
+func mustDecode(t testing.TB, m map[string]json.RawMessage) *wire.CreateRequest {
+	t.Helper()
+	r, err := wire.DecodeCreateRequest(m)
+	if err != nil {
+		t.Fatalf("request %v: %v", m, err)
+	}
+	return r
 }
 
 // seqIDs mints predictable ids: prefix + "gen1", "gen2", …

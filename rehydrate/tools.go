@@ -2,6 +2,7 @@ package rehydrate
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/respgate/respgate/wire"
 )
@@ -27,135 +28,77 @@ const CodeToolNameConflict = "tool_name_conflict"
 //     configured policy (drop with a warning header, or reject with 400).
 //
 // Two tools that would reach vLLM under one name are a 400: the call could not be mapped back.
-func (bd *builder) tools(raw []byte, sp span, res *Result, key func(string)) error {
-	if sp.Kind(raw) != '[' {
-		return wire.Invalid("tools", CodeInvalidType, "Invalid type for 'tools': expected an array.")
-	}
-	kept := 0
-	names := map[string]string{} // vLLM-bound name → where it came from (for conflicts)
-	add := func(name, from string) error {
-		if prev, dup := names[name]; dup {
-			return wire.Invalid("tools", CodeToolNameConflict,
-				"%s and %s both reach the model as function '%s'; rename one of them.", prev, from, clip(name))
-		}
-		names[name] = from
-		if kept == 0 {
-			key("tools")
-			bd.buf = append(bd.buf, '[')
-		} else {
-			bd.buf = append(bd.buf, ',')
-		}
-		kept++
-		return nil
-	}
-	it := newArrIter(raw, sp)
-	for k := 0; ; k++ {
-		ts, ok := it.Next()
-		if !ok {
-			break
-		}
-		param := fmt.Sprintf("tools[%d]", k)
-		typ, isObj := toolType(raw, ts)
-		if !isObj {
-			return wire.Invalid(param, CodeInvalidType, "Invalid type for '%s': expected an object.", param)
-		}
-		switch typ {
+// The tools' shapes (types, names, a namespace's tools) were checked by wire.DecodeCreateRequest.
+func (bd *builder) tools(tools []wire.Tool, res *Result) error {
+	tw := toolWriter{bd: bd, names: map[string]string{}}
+	for k, t := range tools {
+		switch t.Type {
 		case "function":
-			name, _ := objMember(raw, ts, "name")
-			if err := add(name, "'"+param+"'"); err != nil {
+			if err := tw.add(t.Name, fmt.Sprintf("'tools[%d]'", k)); err != nil {
 				return err
 			}
-			bd.buf = appendValue(bd.buf, raw, ts)
+			bd.buf = appendRaw(bd.buf, t.JSON)
 		case "namespace":
-			ns, nsp := objMember(raw, ts, "name")
-			if !nsp.IsStr(raw) || ns == "" {
-				return wire.Invalid(param+".name", CodeMissingParameter, "A namespace tool ('%s') needs a non-empty string 'name'.", param)
-			}
-			_, inner := objMember(raw, ts, "tools")
-			if inner.Kind(raw) != '[' {
-				return wire.Invalid(param+".tools", CodeInvalidType, "Invalid type for '%s.tools': expected an array of tools.", param)
-			}
-			jt := newArrIter(raw, inner)
-			for j := 0; ; j++ {
-				fs, ok := jt.Next()
-				if !ok {
-					break
-				}
-				sub := fmt.Sprintf("%s.tools[%d]", param, j)
-				ftyp, isObj := toolType(raw, fs)
-				if !isObj {
-					return wire.Invalid(sub, CodeInvalidType, "Invalid type for '%s': expected an object.", sub)
-				}
-				if ftyp != "function" {
-					res.dropTool(ftyp)
+			for j, f := range t.Tools {
+				if f.Type != "function" {
+					res.dropTool(f.Type)
 					continue
 				}
-				name, namesp := objMember(raw, fs, "name")
-				if !namesp.IsStr(raw) || name == "" {
-					return wire.Invalid(sub+".name", CodeMissingParameter, "The function tool '%s' needs a non-empty string 'name'.", sub)
-				}
-				flat := ns + NamespaceSeparator + name
-				if err := add(flat, "'"+sub+"'"); err != nil {
+				flat := t.Name + NamespaceSeparator + f.Name
+				sub := fmt.Sprintf("tools[%d].tools[%d]", k, j)
+				if err := tw.add(flat, "'"+sub+"'"); err != nil {
 					return err
 				}
-				bd.buf = appendFlatFunction(bd.buf, raw, fs, flat)
+				var err error
+				if bd.buf, err = appendFlatFunction(bd.buf, f.JSON, flat); err != nil {
+					return wire.Invalid(sub, CodeInvalidJSON, "Invalid JSON in '%s'.", sub)
+				}
 				if res.ToolNames == nil {
 					res.ToolNames = map[string]wire.ToolName{}
 				}
-				res.ToolNames[flat] = wire.ToolName{Namespace: ns, Name: name}
+				res.ToolNames[flat] = wire.ToolName{Namespace: t.Name, Name: f.Name}
 			}
 		default:
-			res.dropTool(typ)
+			res.dropTool(t.Type)
 		}
 	}
-	if kept > 0 {
+	if tw.kept > 0 {
 		bd.buf = append(bd.buf, ']')
 	}
 	return nil
 }
 
-// toolChoiceFunction writes a forced-function tool_choice that names a namespaced tool
-// ({"type":"function","name":"n","namespace":"ns"}) with the flat name, and reports whether it
-// did; any other function tool_choice is forwarded verbatim by the caller.
-func (bd *builder) toolChoiceFunction(raw []byte, sp span, key func(string)) bool {
-	ns, nsp := objMember(raw, sp, "namespace")
-	name, namesp := objMember(raw, sp, "name")
-	if !nsp.IsStr(raw) || ns == "" || !namesp.IsStr(raw) {
-		return false
-	}
-	key("tool_choice")
-	bd.buf = append(bd.buf, `{"type":"function","name":`...)
-	bd.buf = appendQuoted(bd.buf, ns+NamespaceSeparator+name)
-	bd.buf = append(bd.buf, '}')
-	return true
+// toolWriter opens the "tools" array at the first tool kept and refuses a second tool with a
+// name already sent.
+type toolWriter struct {
+	bd    *builder
+	kept  int
+	names map[string]string // vLLM-bound name → where it came from (for conflicts)
 }
 
-// objMember returns the string value (when it is one) and the span of an object's member; the span
-// is zero when the member is absent.
-func objMember(b []byte, obj span, name string) (string, span) {
-	o := newObjIter(b, obj.S)
-	var found span
-	for {
-		m, ok := o.Next()
-		if !ok {
-			break
-		}
-		if keyIs(b, m, name) {
-			found = m.Val
-		}
+func (tw *toolWriter) add(name, from string) error {
+	if prev, dup := tw.names[name]; dup {
+		return wire.Invalid("tools", CodeToolNameConflict,
+			"%s and %s both reach the model as function '%s'; rename one of them.", prev, from, clip(name))
 	}
-	if found.IsStr(b) {
-		return str(b, found), found
+	tw.names[name] = from
+	if tw.kept == 0 {
+		tw.bd.key("tools")
+		tw.bd.buf = append(tw.bd.buf, '[')
+	} else {
+		tw.bd.buf = append(tw.bd.buf, ',')
 	}
-	return "", found
+	tw.kept++
+	return nil
 }
 
 // appendFlatFunction appends a function tool from inside a namespace tool under its flat name:
-// type and name first, every other member verbatim and in order.
-func appendFlatFunction(dst, b []byte, fs span, flat string) []byte {
+// type and name first, every other member verbatim and in order. It fails on an object nested
+// deeper than the scanner allows (jsonscan.MaxDepth).
+func appendFlatFunction(dst, b []byte, flat string) ([]byte, error) {
 	dst = append(dst, `{"type":"function","name":`...)
 	dst = appendQuoted(dst, flat)
-	o := newObjIter(b, fs.S)
+	o := newObjIter(b, 0)
 	for {
 		m, ok := o.Next()
 		if !ok {
@@ -169,5 +112,14 @@ func appendFlatFunction(dst, b []byte, fs span, flat string) []byte {
 		dst = append(dst, ':')
 		dst = appendValue(dst, b, m.Val)
 	}
-	return append(dst, '}')
+	return append(dst, '}'), o.Err()
+}
+
+// appendRaw appends a member as sent: verbatim, unless it holds invalid UTF-8 (possible only when
+// the caller did not check it, as the server does), which is re-encoded as appendValue does.
+func appendRaw(dst, raw []byte) []byte {
+	if utf8.Valid(raw) {
+		return append(dst, raw...)
+	}
+	return appendValue(dst, raw, span{S: 0, E: len(raw), F: strBadUTF8})
 }

@@ -49,6 +49,23 @@ func TestNamespaceToolsAreFlattened(t *testing.T) {
 	}
 }
 
+// buildFromBody decodes a request as the server does and builds it with input "hi": the fault of
+// whichever step refuses it, or nil.
+func buildFromBody(t *testing.T, body string) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatal(err)
+	}
+	req, err := wire.DecodeCreateRequest(m)
+	if err != nil {
+		return err
+	}
+	_, err = Build(&Params{Input: mustInput(t, `"hi"`), Request: req})
+	return err
+}
+
+// A namespace tool's shape is checked when the request is decoded, name conflicts when the tools
+// are flattened: either way a 400 naming the tool.
 func TestToolPolicyFaults(t *testing.T) {
 	for name, c := range map[string]struct{ tools, param, code string }{
 		"flat name collides with a function tool": {
@@ -64,7 +81,7 @@ func TestToolPolicyFaults(t *testing.T) {
 			`[{"type":"namespace","name":"a","tools":[{"type":"function"}]}]`, "tools[0].tools[0].name", CodeMissingParameter},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Build(&Params{Input: mustInput(t, `"hi"`), Request: mustRequest(t, `{"model":"m","tools":`+c.tools+`}`)})
+			err := buildFromBody(t, `{"model":"m","tools":`+c.tools+`}`)
 			var ae *wire.APIError
 			if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != c.param || ae.Code != c.code {
 				t.Fatalf("err = %v (%+v), want 400 %s %s", err, ae, c.param, c.code)

@@ -58,8 +58,8 @@ func TestBodiesThatAreFineStillDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(r.raw["metadata"]) != `{"k":"1","k":"2"}` || !strings.HasPrefix(string(r.Input), `"\ud83d`) {
-		t.Fatalf("members: %q %q", r.raw["metadata"], r.Input)
+	if string(r.body.Metadata) != `{"k":"1","k":"2"}` || !strings.HasPrefix(string(r.Input), `"\ud83d`) {
+		t.Fatalf("members: %q %q", r.body.Metadata, r.Input)
 	}
 	if _, err := decodeCreate([]byte(body), 6); err == nil {
 		t.Fatalf("depth 7 accepted under a limit of 6")

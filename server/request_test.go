@@ -3,8 +3,10 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -32,10 +34,24 @@ func TestDecodeCreateRejectsBadFieldsWithTheirParam(t *testing.T) {
 		{`{"model":"m","input":"x","reasoning":{"effort":"huge"}}`, "reasoning.effort", "invalid_value"},
 		{`{"model":"m","input":"x","text":"plain"}`, "text", "invalid_type"},
 		{`{"model":"m","input":"x","tools":[{"name":"f"}]}`, "tools", "invalid_value"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","tools":[]}]}`, "tools[0].name", "missing_required_parameter"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a"}]}`, "tools[0].tools", "invalid_type"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a","tools":[null]}]}`, "tools[0].tools[0]", "invalid_type"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a","tools":[{"type":"function"}]}]}`, "tools[0].tools[0].name", "missing_required_parameter"},
+		{`{"model":"m","input":"x","tools":[{"type":"namespace","name":"a","tools":[{"type":"function"}]},{"name":"q"}]}`, "tools", "invalid_value"},
 		{`{"model":"m","input":"x","tool_choice":"sometimes"}`, "tool_choice", "invalid_value"},
 		{`{"model":"m","input":"x","include":["everything"]}`, "include", "invalid_value"},
+		{`{"model":"m","input":"x","include":[7]}`, "include", "invalid_type"},
+		{`{"model":"m","input":"x","instructions":[{"role":"user"}]}`, "instructions", "invalid_type"},
+		{`{"model":"m","input":"x","tools":[{"type":"function","name":"x"},{"type":"function","name":"x"}]}`, "", ""}, // rehydrate's: tool_name_conflict
 	} {
 		_, err := decodeCreate([]byte(tc.body), 64)
+		if tc.code == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want it decoded", tc.body, err)
+			}
+			continue
+		}
 		var ae *wire.APIError
 		if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != tc.param || ae.Code != tc.code {
 			t.Errorf("%s: got %v, want 400 param %q code %q", tc.body, err, tc.param, tc.code)
@@ -71,5 +87,19 @@ func TestDecodeCreateFillsTheEchoWithOpenAIDefaults(t *testing.T) {
 	}
 	if _, ok := m["client_metadata"]; ok {
 		t.Errorf("an unknown top-level member reached the echo")
+	}
+}
+
+// A member nested deeper than jsonscan.MaxDepth is refused at intake even when the configured
+// limit is higher: rehydrate walks members with jsonscan and no longer scans them again.
+func TestDecodeCreateBoundsMemberNesting(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + "1" + strings.Repeat("]", n) }
+	if _, err := decodeCreate([]byte(`{"model":"m","input":"x","stop":`+deep(jsonscan.MaxDepth)+`}`), 1000); err != nil {
+		t.Fatalf("a member at the limit: %v", err)
+	}
+	_, err := decodeCreate([]byte(`{"model":"m","input":"x","stop":`+deep(jsonscan.MaxDepth+1)+`}`), 1000)
+	var ae *wire.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "nesting_too_deep" || !strings.HasPrefix(ae.Param, "stop") {
+		t.Fatalf("a member one level past: %v", err)
 	}
 }

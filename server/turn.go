@@ -94,7 +94,7 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	if req.ConversationID != "" {
 		historyParam = "conversation"
 	}
-	res, err := rehydrate.Build(&rehydrate.Params{History: history, HistoryParam: historyParam, Input: input, Request: req.raw,
+	res, err := rehydrate.Build(&rehydrate.Params{History: history, HistoryParam: historyParam, Input: input, Request: req.body,
 		Lookup: lookup, NewID: wire.NewID})
 	if err != nil {
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {

@@ -368,7 +368,11 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 		for k, v := range map[string]any{"model": mdl, "input": input, "stream": true} {
 			raw[k], _ = json.Marshal(v)
 		}
-		built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items(), Input: parsedInput, Request: raw, NewID: wire.NewID})
+		req, err := wire.DecodeCreateRequest(raw)
+		if err != nil {
+			return fmt.Errorf("decode the arm A request: %w", err)
+		}
+		built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items(), Input: parsedInput, Request: req, NewID: wire.NewID})
 		if err != nil {
 			return fmt.Errorf("rehydrate chain for arm A: %w", err)
 		}
@@ -653,11 +657,15 @@ func upstreamBody(req []byte, history []wire.Item) ([]byte, error) {
 	if err := json.Unmarshal(req, &raw); err != nil {
 		return nil, err
 	}
-	in, err := rehydrate.ParseInput(raw["input"])
+	r, err := wire.DecodeCreateRequest(raw)
 	if err != nil {
 		return nil, err
 	}
-	res, err := rehydrate.Build(&rehydrate.Params{History: history, Input: in, Request: raw, NewID: wire.NewID})
+	in, err := rehydrate.ParseInput(r.Input)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rehydrate.Build(&rehydrate.Params{History: history, Input: in, Request: r, NewID: wire.NewID})
 	if err != nil {
 		return nil, fmt.Errorf("rehydrate for arm A: %w", err)
 	}
