@@ -227,9 +227,9 @@ func (a *Accumulator) Feed(dst []byte, ev wire.Event) ([]byte, error) {
 	}
 	dst, err := a.feed(dst, typ, ev.Data)
 	if err != nil {
-		a.setErr(err)
+		return dst, a.setErr(err)
 	}
-	return dst, err
+	return dst, nil
 }
 
 func (a *Accumulator) setErr(err error) error {

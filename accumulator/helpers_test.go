@@ -166,7 +166,7 @@ func parseClientStream(b []byte) ([]clientEvent, error) {
 		}
 		ev := clientEvent{Type: string(typ[len("event: "):]), Data: data}
 		if err := json.Unmarshal(data, &ev.obj); err != nil {
-			return nil, fmt.Errorf("event %d (%s): data is not a JSON object: %v", len(evs), ev.Type, err)
+			return nil, fmt.Errorf("event %d (%s): data is not a JSON object: %w", len(evs), ev.Type, err)
 		}
 		evs = append(evs, ev)
 	}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"math/rand"
-	"net/http"
+	"net/http" //nolint:depguard // only to hand the normalised stream to openai-go's SSE decoder, which takes an *http.Response; no I/O
 	"os"
 	"reflect"
 	"sort"

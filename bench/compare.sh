@@ -9,7 +9,7 @@
 #   BENCH_COUNT  runs of each side (default 6; benchstat wants at least 6 for confidence intervals)
 #   BENCH        benchmark regexp (default .)
 #   BENCH_PKGS   package patterns (default the hot paths)
-#   BENCHSTAT    benchstat binary (default $(go env GOPATH)/bin/benchstat, installed if missing)
+#   BENCHSTAT    benchstat binary (default the one pinned in go.mod, run through `go tool`)
 #   GO           go command (default go)
 #
 # A package that the base revision does not have is measured on the working tree only (benchstat
@@ -21,14 +21,9 @@ base=${BENCH_BASE:-HEAD}
 count=${BENCH_COUNT:-6}
 pattern=${BENCH:-.}
 pkgs=${BENCH_PKGS:-"./accumulator/ ./rehydrate/ ./upstream/ ./store/..."}
-gobin=$($GO env GOBIN)
-[ -n "$gobin" ] || gobin="$($GO env GOPATH)/bin"
-benchstat=${BENCHSTAT:-$gobin/benchstat}
-
-if [ ! -x "$benchstat" ]; then
-	echo "installing benchstat (golang.org/x/perf/cmd/benchstat@latest) into $gobin"
-	$GO install golang.org/x/perf/cmd/benchstat@latest
-fi
+# `go tool -n` builds the pinned benchstat (cached) and prints its path: the comparison at the end
+# runs in a temporary folder, outside the module, where `go tool` cannot find the go.mod.
+benchstat=${BENCHSTAT:-$($GO tool -n benchstat)}
 
 root=$(pwd)
 tmp=$(mktemp -d)

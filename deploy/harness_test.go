@@ -255,15 +255,6 @@ func (s *dfStage) all(cmd string) []dfInstr {
 	return out
 }
 
-func (s *dfStage) last(t *testing.T, cmd string) dfInstr {
-	t.Helper()
-	all := s.all(cmd)
-	if len(all) == 0 {
-		t.Fatalf("Dockerfile stage %s has no %s", s.name, cmd)
-	}
-	return all[len(all)-1]
-}
-
 // execForm parses a JSON exec-form argument list (["a", "b"]), as Docker requires for ENTRYPOINT,
 // CMD and HEALTHCHECK CMD here (the images have no shell).
 func execForm(t *testing.T, s string) []string {

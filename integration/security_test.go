@@ -169,7 +169,9 @@ func TestEachLimitAnswersWithItsStatusAndEnvelope(t *testing.T) {
 	}
 	s, b, _ := rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":"`+strings.Repeat("x", 70<<10)+`"}`, auth...)
 	check("body size", s, b, 413, "request_too_large")
-	s, b, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":["a","b","c","d","e","f"]}`, auth...)
+	// TODO(lint): this request's answer was never checked (its status and body were overwritten
+	// unread); add the check its author meant, or drop the request.
+	_, _, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":["a","b","c","d","e","f"]}`, auth...)
 	s, b, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":[{"role":"user","content":"1"},{"role":"user","content":"2"},{"role":"user","content":"3"},{"role":"user","content":"4"},{"role":"user","content":"5"},{"role":"user","content":"6"}]}`, auth...)
 	check("items per request", s, b, 400, "array_above_max_length")
 	var md []string

@@ -175,7 +175,7 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				if r == http.ErrAbortHandler {
+				if r == http.ErrAbortHandler { //nolint:errorlint // r is a recover() value: net/http panics with this sentinel itself, unwrapped
 					panic(r)
 				}
 				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path(),
@@ -218,7 +218,7 @@ func (s *Server) bodyLimitMiddleware(budget *semaphore.Weighted) echo.Middleware
 			if r.ContentLength > s.cfg.MaxBodyBytes {
 				return echo.NewHTTPError(http.StatusRequestEntityTooLarge)
 			}
-			var body io.ReadCloser = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+			body := http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
 			switch {
 			case r.ContentLength > 0:
 				if !budget.TryAcquire(r.ContentLength) {

@@ -140,7 +140,7 @@ func (s *Server) relay(ctx context.Context, w *sseWriter, acc *accumulator.Accum
 	defer func() { s.tel.events.Add(context.WithoutCancel(ctx), events) }()
 	for !acc.Done() {
 		ev, err := up.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

@@ -245,7 +245,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 			err = c.httpError(resp.StatusCode, resp.Header, b)
 		} else {
 			err = c.classify(ctx, rctx, rerr, true)
-			if e, ok := err.(*Error); ok {
+			if e := (*Error)(nil); errors.As(err, &e) {
 				e.Status = resp.StatusCode
 			}
 		}
@@ -365,7 +365,7 @@ func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bou
 // *Error. ctx governs the whole stream: cancelling it aborts the request at once, including a
 // blocked Next. The caller must Close the Stream.
 func (c *Client) Stream(ctx context.Context, body []byte) (*Stream, error) {
-	resp, cl, err := c.do(ctx, http.MethodPost, c.responsesURL, body, "text/event-stream", untilHeaders)
+	resp, cl, err := c.do(ctx, http.MethodPost, c.responsesURL, body, "text/event-stream", untilHeaders) //nolint:bodyclose // cl.end closes it on failure, Stream.Close otherwise
 	if err != nil {
 		return nil, err
 	}

@@ -486,7 +486,7 @@ func (r redactor) clean(s string, limit int) string {
 // errors.Is finds context.Canceled as well as the caller's own reason.
 func ctxError(ctx context.Context) *Error {
 	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause != err {
+	if cause != err { //nolint:errorlint // identity: is the cause the context's own error value?
 		cause = fmt.Errorf("%w: %w", err, cause)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

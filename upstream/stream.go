@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -128,7 +129,7 @@ func (s *Stream) Next() (wire.Event, error) {
 
 // fail ends the stream with err (io.EOF included) and releases it.
 func (s *Stream) fail(err error) (wire.Event, error) {
-	if e, ok := err.(*Error); ok && e.Status == 0 {
+	if e := (*Error)(nil); errors.As(err, &e) && e.Status == 0 {
 		e.Status = s.status
 	}
 	s.err = err

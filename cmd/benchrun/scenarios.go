@@ -302,7 +302,7 @@ func (b *bench) holdStreams(ctx context.Context, res *allocResult) error {
 	select {
 	case <-time.After(b.p.Spread + 1500*time.Millisecond):
 	case o := <-done:
-		return fmt.Errorf("streams ended before the sample: %v", o.err)
+		return fmt.Errorf("streams ended before the sample: %w", o.err)
 	}
 	st1, err := loadgen.ReadProc(tw.pid())
 	if err != nil {

@@ -301,5 +301,5 @@ func openStore(ctx context.Context, dsn string) (store.Store, error) {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
 	}
-	return nil, errors.New("database url must start with postgres:// or sqlite:")
+	return nil, errors.New("database url must be a postgres:// or sqlite: URL")
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -69,7 +70,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		}
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 		otel.SetTracerProvider(tp)
-		defer func() { _ = tp.Shutdown(context.Background()) }()
+		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }() // flush spans after ctx ends
 		log.Info("exporting traces over OTLP")
 	}
 
@@ -92,11 +93,14 @@ func openStore(ctx context.Context, dsn string, maxConns int) (store.Store, erro
 	switch {
 	case isPostgresURL(dsn):
 		// pgxpool's default (max(4, CPUs)) serialises a busy gateway's commits on 2 cores.
-		return postgres.Open(ctx, dsn, postgres.WithMaxConns(int32(maxConns)))
+		if maxConns > math.MaxInt32 {
+			return nil, fmt.Errorf("--database-max-conns %d is too large", maxConns)
+		}
+		return postgres.Open(ctx, dsn, postgres.WithMaxConns(int32(maxConns))) //nolint:gosec // G115: bounded just above
 	case strings.HasPrefix(dsn, "sqlite:"):
 		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
 	}
-	return nil, errors.New("--database-url must start with postgres://, postgresql:// or sqlite:")
+	return nil, errors.New("--database-url must be a postgres://, postgresql:// or sqlite: URL")
 }
 
 // serve runs the gateway on st until ctx ends, then drains it. Every goroutine it starts (the

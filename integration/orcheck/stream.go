@@ -41,7 +41,6 @@ type Stream struct {
 	terminal   string
 	done       bool // [DONE] seen
 	items      []*streamItem
-	lastDone   int // output_index of the last closed item
 	incomplete bool
 }
 

@@ -140,7 +140,7 @@ func AppendQuote(dst []byte, s string) []byte {
 func AppendQuoteBytes(dst, b []byte) []byte { return AppendQuote(dst, BytesString(b)) }
 
 // BytesString views b as a string for read-only use within a call; b must not change meanwhile.
-func BytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+func BytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) } //nolint:gosec // G103: a deliberate zero-copy view; the doc comment states the caller's guarantee
 
 // AppendCompact appends a validated JSON value without insignificant white space, so that raw
 // JSON passed through stays on one SSE data line.
