@@ -32,14 +32,6 @@ func skipWS(b []byte, i int) int { return jsonscan.SkipWS(b, i) }
 // newObjIter walks the object at b[i], a value already validated (so depth counts from it).
 func newObjIter(b []byte, i int) jsonscan.Obj { return jsonscan.NewObj(b, i, 0) }
 
-// newArrIter walks the array at sp, a value already validated; anything else is an error.
-func newArrIter(b []byte, sp span) jsonscan.Arr {
-	if sp.Kind(b) != '[' {
-		return jsonscan.NewArr(nil, 0, 0)
-	}
-	return jsonscan.NewArr(b, sp.S, 0)
-}
-
 // keyBytes returns the member's key, unescaped. Switch on string(keyBytes(b, m)): that conversion
 // costs no allocation (the compiler compares in place), which matters because every member of
 // every stored item goes through it on every turn.

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -41,7 +42,8 @@ func TestDecodeCreateRequestKeepsTheSpellingAndFillsDefaults(t *testing.T) {
 }
 
 func TestDecodeMetadataNamesTheParam(t *testing.T) {
-	if _, err := DecodeMetadata(json.RawMessage(`{"k":1}`), "metadata"); err == nil || err.(*APIError).Param != "metadata" {
+	var ae *APIError
+	if _, err := DecodeMetadata(json.RawMessage(`{"k":1}`), "metadata"); !errors.As(err, &ae) || ae.Param != "metadata" {
 		t.Fatalf("err = %v", err)
 	}
 	if v, err := DecodeMetadata(json.RawMessage(`null`), "metadata"); v != nil || err != nil {

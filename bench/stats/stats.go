@@ -93,8 +93,10 @@ func NewSpread(v []float64) Spread {
 // Diff is x[i] − y[i] for each round both have: arms measured in the same round are compared with
 // each other, never across rounds.
 func Diff(x, y []float64) []float64 {
-	d := make([]float64, 0, min(len(x), len(y)))
-	for i := range min(len(x), len(y)) {
+	n := min(len(x), len(y))
+	x, y = x[:n], y[:n]
+	d := make([]float64, 0, n)
+	for i := range x {
 		d = append(d, x[i]-y[i])
 	}
 	return d
@@ -102,8 +104,10 @@ func Diff(x, y []float64) []float64 {
 
 // Ratio is x[i] / y[i] for each round both have, leaving out rounds where y[i] is 0.
 func Ratio(x, y []float64) []float64 {
-	d := make([]float64, 0, min(len(x), len(y)))
-	for i := range min(len(x), len(y)) {
+	n := min(len(x), len(y))
+	x, y = x[:n], y[:n]
+	d := make([]float64, 0, n)
+	for i := range x {
 		if y[i] != 0 {
 			d = append(d, x[i]/y[i])
 		}
