@@ -150,56 +150,75 @@ func normalize(it wire.Item, newID func(string) string, w where) (wire.Item, err
 }
 
 func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (wire.Item, error) {
-	b := v.b
 	id, err := idOf(&it, v, w)
 	if err != nil {
 		return wire.Item{}, err
 	}
-	var typ, role string
-	easy, addStatus := false, false
-	switch v.kind {
-	case kindReference:
-		return wire.Item{}, wire.Invalid(w.param(""), CodeReferenceNotStorable,
-			"%s is an item_reference; only the item it references can be stored.", upperFirst(w.name("")))
-	case kindMessage:
-		typ = wire.TypeMessage
-		if role, err = checkRole(v, w); err != nil {
-			return wire.Item{}, err
-		}
-		if err := checkContent(v, w); err != nil {
-			return wire.Item{}, err
-		}
-		easy = !v.typ.Present() || v.content.IsStr(b)
-		addStatus = v.status.Absent(b)
-	default:
-		typ = str(b, v.typ)
+	p, err := planNormalize(v, w)
+	if err != nil {
+		return wire.Item{}, err
 	}
-	if id != "" && !easy && !addStatus && !v.typ.Absent(b) {
-		it.ID, it.Type = id, typ
+	if id != "" && !p.easy && !p.addStatus && !v.typ.Absent(v.b) {
+		it.ID, it.Type = id, p.typ
 		return it, nil
 	}
+	p.id = id
+	if id == "" {
+		p.mint = true
+		p.id = newID(wire.PrefixForType(p.typ))
+	}
+	return wire.Item{ID: p.id, Type: p.typ, JSON: p.write(v)}, nil
+}
 
-	mint := id == ""
-	if mint {
-		id = newID(wire.PrefixForType(typ))
-	}
-	out := make([]byte, 0, len(b)+len(id)+96)
-	out = append(out, '{')
-	n := 0
-	sep := func() {
-		if n > 0 {
-			out = append(out, ',')
+// normPlan is what normalizeView decided about one item before rewriting it.
+type normPlan struct {
+	typ, role string
+	id        string // the item's id, minted when mint
+	mint      bool   // the item had no usable id: drop its id member and write id first
+	easy      bool   // an easy-form message: no type, or string content
+	addStatus bool   // a message without status: drop a null status and append "completed"
+}
+
+// planNormalize validates what normalising needs of the classified item v and decides its type and
+// how it must be rewritten.
+func planNormalize(v *view, w where) (normPlan, error) {
+	b := v.b
+	var p normPlan
+	switch v.kind {
+	case kindReference:
+		return p, wire.Invalid(w.param(""), CodeReferenceNotStorable,
+			"%s is an item_reference; only the item it references can be stored.", upperFirst(w.name("")))
+	case kindMessage:
+		p.typ = wire.TypeMessage
+		var err error
+		if p.role, err = checkRole(v, w); err != nil {
+			return p, err
 		}
-		n++
+		if err := checkContent(v, w); err != nil {
+			return p, err
+		}
+		p.easy = !v.typ.Present() || v.content.IsStr(b)
+		p.addStatus = v.status.Absent(b)
+	default:
+		p.typ = str(b, v.typ)
 	}
+	return p, nil
+}
+
+// write returns v's storable JSON: type and minted id first, every other member verbatim and in
+// order, string content as one text part, and the added status last.
+func (p *normPlan) write(v *view) []byte {
+	b := v.b
+	ow := objWriter{out: make([]byte, 0, len(b)+len(p.id)+96)}
+	ow.out = append(ow.out, '{')
 	if v.typ.Absent(b) {
-		sep()
-		out = append(out, `"type":"message"`...)
+		ow.sep()
+		ow.out = append(ow.out, `"type":"message"`...)
 	}
-	if mint {
-		sep()
-		out = append(out, `"id":`...)
-		out = appendQuoted(out, id)
+	if p.mint {
+		ow.sep()
+		ow.out = append(ow.out, `"id":`...)
+		ow.out = appendQuoted(ow.out, p.id)
 	}
 	o := scanTop(b)
 	for {
@@ -208,32 +227,50 @@ func normalizeView(it wire.Item, v *view, newID func(string) string, w where) (w
 			break
 		}
 		switch {
-		case keyIs(b, m, "id") && mint, keyIs(b, m, "type") && v.typ.Absent(b), keyIs(b, m, "status") && addStatus:
+		case keyIs(b, m, "id") && p.mint, keyIs(b, m, "type") && v.typ.Absent(b), keyIs(b, m, "status") && p.addStatus:
 			continue // replaced (or a null we re-add)
 		case keyIs(b, m, "content") && m.Val.S == v.content.S && v.content.IsStr(b):
-			sep()
-			part := `[{"type":"input_text","text":`
-			if role == "assistant" {
-				part = `[{"type":"output_text","text":`
-			}
-			out = append(out, `"content":`...)
-			out = append(out, part...)
-			out = appendStr(out, b, v.content)
-			if role == "assistant" {
-				out = append(out, `,"annotations":[]`...)
-			}
-			out = append(out, "}]"...)
+			ow.sep()
+			ow.out = appendTextContent(ow.out, b, v.content, p.role)
 			continue
 		}
-		sep()
-		out = append(out, b[m.Key.S:m.Val.E]...) // key, colon, value: verbatim
+		ow.sep()
+		ow.out = append(ow.out, b[m.Key.S:m.Val.E]...) // key, colon, value: verbatim
 	}
-	if addStatus {
-		sep()
-		out = append(out, `"status":"completed"`...)
+	if p.addStatus {
+		ow.sep()
+		ow.out = append(ow.out, `"status":"completed"`...)
 	}
-	out = append(out, '}')
-	return wire.Item{ID: id, Type: typ, JSON: out}, nil
+	return append(ow.out, '}')
+}
+
+// objWriter appends the members of one JSON object, with a comma before all but the first.
+type objWriter struct {
+	out []byte
+	n   int // members written
+}
+
+func (ow *objWriter) sep() {
+	if ow.n > 0 {
+		ow.out = append(ow.out, ',')
+	}
+	ow.n++
+}
+
+// appendTextContent appends the "content" member for a string content (at sp in b) as one text part:
+// output_text with empty annotations for the assistant, input_text otherwise.
+func appendTextContent(out, b []byte, sp span, role string) []byte {
+	part := `[{"type":"input_text","text":`
+	if role == "assistant" {
+		part = `[{"type":"output_text","text":`
+	}
+	out = append(out, `"content":`...)
+	out = append(out, part...)
+	out = appendStr(out, b, sp)
+	if role == "assistant" {
+		out = append(out, `,"annotations":[]`...)
+	}
+	return append(out, "}]"...)
 }
 
 func upperFirst(s string) string {

@@ -83,25 +83,12 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 			i++
 			break
 		}
-		if n > 0 {
-			if b[i] != ',' {
-				return v, parts, jsonscan.ErrSyntax
-			}
-			i = skipWS(b, i+1)
-		}
-		if i >= len(b) || b[i] != '"' {
-			return v, parts, jsonscan.ErrSyntax
-		}
-		ke, kf, err := jsonscan.ScanString(b, i)
+		var m member
+		var err error
+		m.Key, i, err = scanKey(b, i, n)
 		if err != nil {
 			return v, parts, err
 		}
-		m := member{Key: span{S: i, E: ke, F: kf}}
-		i = skipWS(b, ke)
-		if i >= len(b) || b[i] != ':' {
-			return v, parts, jsonscan.ErrSyntax
-		}
-		i = skipWS(b, i+1)
 		key := keyBytes(b, m)
 		var ve int
 		var vf jsonscan.Flags
@@ -119,34 +106,8 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 		if err != nil {
 			return v, parts, err
 		}
-		m.Val = span{S: i, E: ve, F: vf}
+		v.set(key, span{S: i, E: ve, F: vf})
 		i = ve
-		switch string(key) {
-		case "type":
-			v.typ = m.Val
-		case "id":
-			v.id = m.Val
-		case "role":
-			v.role = m.Val
-		case "content":
-			v.content = m.Val
-		case "status":
-			v.status = m.Val
-		case "call_id":
-			v.callID = m.Val
-		case "name":
-			v.name = m.Val
-		case "arguments":
-			v.arguments = m.Val
-		case "output":
-			v.output = m.Val
-		case "summary":
-			v.summary = m.Val
-		case "encrypted_content":
-			v.encrypted = m.Val
-		case "namespace":
-			v.namespace = m.Val
-		}
 	}
 	if skipWS(b, i) != len(b) {
 		return v, parts, jsonscan.ErrSyntax
@@ -158,6 +119,61 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 		v.outputParts = parts[ps:pe:pe]
 	}
 	return v, parts, nil
+}
+
+// scanKey scans the n-th member's comma (for n > 0), key and colon, starting at b[i], which is not
+// whitespace. It returns the key's span and the index of the value, whitespace skipped.
+func scanKey(b []byte, i, n int) (span, int, error) {
+	if n > 0 {
+		if b[i] != ',' {
+			return span{}, i, jsonscan.ErrSyntax
+		}
+		i = skipWS(b, i+1)
+	}
+	if i >= len(b) || b[i] != '"' {
+		return span{}, i, jsonscan.ErrSyntax
+	}
+	ke, kf, err := jsonscan.ScanString(b, i)
+	if err != nil {
+		return span{}, i, err
+	}
+	k := span{S: i, E: ke, F: kf}
+	i = skipWS(b, ke)
+	if i >= len(b) || b[i] != ':' {
+		return span{}, i, jsonscan.ErrSyntax
+	}
+	return k, skipWS(b, i+1), nil
+}
+
+// set records val as the value of the member named key, if rehydration reads it; a later duplicate
+// overwrites an earlier one.
+func (v *view) set(key []byte, val span) {
+	switch string(key) {
+	case "type":
+		v.typ = val
+	case "id":
+		v.id = val
+	case "role":
+		v.role = val
+	case "content":
+		v.content = val
+	case "status":
+		v.status = val
+	case "call_id":
+		v.callID = val
+	case "name":
+		v.name = val
+	case "arguments":
+		v.arguments = val
+	case "output":
+		v.output = val
+	case "summary":
+		v.summary = val
+	case "encrypted_content":
+		v.encrypted = val
+	case "namespace":
+		v.namespace = val
+	}
 }
 
 // scanParts validates the array at b[i] (a member of the item object) and appends one part per

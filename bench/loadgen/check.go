@@ -113,54 +113,22 @@ func isTerminal(typ string) bool {
 // Feed checks one SSE event: name is its "event:" field (may be empty), data its data. It
 // returns the event's type ("" if unreadable, "[DONE]" for the end marker).
 func (c *Checker) Feed(name string, data []byte) string {
-	r := &c.res
 	if string(data) == "[DONE]" {
-		if r.Done {
-			r.Duplicated++
-			r.problem("second [DONE]")
-		} else if !c.terminal {
-			r.Reordered++
-			r.problem("[DONE] before the terminal event")
-		}
-		r.Done = true
+		c.feedDone()
 		return "[DONE]"
 	}
-	if r.Done {
-		r.Invalid++
-		r.problem("event after [DONE]")
-	}
-	r.Events++
-	if err := scanEvent(data, &c.f); err != nil {
-		r.Invalid++
-		r.problem("event %d: not a JSON object", r.Events)
-		return ""
-	}
-	f := &c.f
-	typ, ok := jsonString(f.typ)
+	typ, seq, ok := c.readHead(name, data)
 	if !ok {
-		r.Invalid++
-		r.problem("event %d: no type", r.Events)
-		return ""
-	}
-	if name != "" && name != typ {
-		r.Invalid++
-		r.problem("event %d: SSE event %q carries type %q", r.Events, name, typ)
-	}
-	seq, ok := jsonInt(f.seq)
-	if !ok || seq < 0 || seq >= maxSeq {
-		r.Invalid++
-		r.problem("event %d (%s): bad sequence_number %q", r.Events, typ, f.seq)
 		return typ
 	}
 	c.sequence(seq, typ)
 
-	if c.terminal {
+	r, f := &c.res, &c.f
+	if c.terminal && !isTerminal(typ) {
 		// Anything after the terminal event is out of place (a second terminal event is
 		// counted as duplicated below).
-		if !isTerminal(typ) {
-			r.Reordered++
-			r.problem("%s (seq %d) after the terminal event", typ, seq)
-		}
+		r.Reordered++
+		r.problem("%s (seq %d) after the terminal event", typ, seq)
 	}
 	switch {
 	case typ == "response.created":
@@ -173,44 +141,105 @@ func (c *Checker) Feed(name string, data []byte) string {
 			c.announced[id] = true
 		}
 	case strings.HasSuffix(typ, ".delta"):
-		r.Deltas++
-		id, _ := jsonString(f.itemID)
-		if !c.announced[id] {
-			r.Unannounced++
-			r.problem("%s (seq %d) for unannounced item %q", typ, seq, id)
-		}
-		var k partKey
-		switch typ {
-		case "response.output_text.delta", "response.reasoning_text.delta":
-			ci, _ := jsonInt(f.contentIndex)
-			k = partKey{id, ci}
-		case "response.function_call_arguments.delta":
-			k = partKey{id, -1}
-		default:
-			return typ
-		}
-		if c.parts == nil {
-			c.parts = make(map[partKey][]byte, 4)
-		}
-		b, ok := appendJSONString(c.parts[k], f.delta)
-		if !ok {
-			r.Invalid++
-			r.problem("%s (seq %d): delta is not a string", typ, seq)
-		}
-		c.parts[k] = b
+		c.delta(typ, seq)
 	case isTerminal(typ):
-		if c.terminal {
-			r.Duplicated++
-			r.problem("second terminal event %s (seq %d)", typ, seq)
-			return typ
-		}
-		c.terminal = true
-		if c.KeepTerminal {
-			r.Terminal = append([]byte(nil), f.response...)
-		}
-		c.checkTerminal(f.response)
+		c.terminate(typ, seq)
 	}
 	return typ
+}
+
+// feedDone checks the "data: [DONE]" end marker: once, and after the terminal event.
+func (c *Checker) feedDone() {
+	r := &c.res
+	if r.Done {
+		r.Duplicated++
+		r.problem("second [DONE]")
+	} else if !c.terminal {
+		r.Reordered++
+		r.problem("[DONE] before the terminal event")
+	}
+	r.Done = true
+}
+
+// readHead counts the event in data and scans it into c.f, returning its type and sequence number.
+// ok is false when the event is unreadable (typ is then "") or its sequence number is bad.
+func (c *Checker) readHead(name string, data []byte) (typ string, seq int64, ok bool) {
+	r := &c.res
+	if r.Done {
+		r.Invalid++
+		r.problem("event after [DONE]")
+	}
+	r.Events++
+	if err := scanEvent(data, &c.f); err != nil {
+		r.Invalid++
+		r.problem("event %d: not a JSON object", r.Events)
+		return "", 0, false
+	}
+	f := &c.f
+	typ, ok = jsonString(f.typ)
+	if !ok {
+		r.Invalid++
+		r.problem("event %d: no type", r.Events)
+		return "", 0, false
+	}
+	if name != "" && name != typ {
+		r.Invalid++
+		r.problem("event %d: SSE event %q carries type %q", r.Events, name, typ)
+	}
+	seq, ok = jsonInt(f.seq)
+	if !ok || seq < 0 || seq >= maxSeq {
+		r.Invalid++
+		r.problem("event %d (%s): bad sequence_number %q", r.Events, typ, f.seq)
+		return typ, 0, false
+	}
+	return typ, seq, true
+}
+
+// delta checks a delta event against the items announced so far and adds its text or arguments to
+// its item part.
+func (c *Checker) delta(typ string, seq int64) {
+	r, f := &c.res, &c.f
+	r.Deltas++
+	id, _ := jsonString(f.itemID)
+	if !c.announced[id] {
+		r.Unannounced++
+		r.problem("%s (seq %d) for unannounced item %q", typ, seq, id)
+	}
+	var k partKey
+	switch typ {
+	case "response.output_text.delta", "response.reasoning_text.delta":
+		ci, _ := jsonInt(f.contentIndex)
+		k = partKey{id, ci}
+	case "response.function_call_arguments.delta":
+		k = partKey{id, -1}
+	default:
+		return
+	}
+	if c.parts == nil {
+		c.parts = make(map[partKey][]byte, 4)
+	}
+	b, ok := appendJSONString(c.parts[k], f.delta)
+	if !ok {
+		r.Invalid++
+		r.problem("%s (seq %d): delta is not a string", typ, seq)
+	}
+	c.parts[k] = b
+}
+
+// terminate checks a terminal event: the first one ends the stream and is compared with the
+// deltas; any other is a duplicate.
+func (c *Checker) terminate(typ string, seq int64) {
+	r, f := &c.res, &c.f
+	if c.terminal {
+		r.Duplicated++
+		r.problem("second terminal event %s (seq %d)", typ, seq)
+		return
+	}
+	c.terminal = true
+	if c.KeepTerminal {
+		r.Terminal = append([]byte(nil), f.response...)
+	}
+	c.checkTerminal(f.response)
 }
 
 func (c *Checker) sequence(seq int64, typ string) {

@@ -265,28 +265,17 @@ func checkJSON(s *Sample, b []byte, expect string) {
 func readStream(s *Sample, br *bufio.Reader, cfg *Config, t0 time.Time) {
 	c := NewChecker(cfg.ExpectStatus, cfg.RequireDone)
 	c.KeepTerminal = cfg.KeepTerminal
-	var name string
-	var data, long []byte
-	hasData, inFrame := false, false
-	var prev time.Time
+	sr := streamReader{s: s, cfg: cfg, t0: t0, c: c}
 	var readErr error
 	if cfg.KeepGaps {
 		s.Gaps = make([]time.Duration, 0, 300)
 	}
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long[:0], line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = br.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
+		line, err := sr.readLine(br)
 		s.Bytes += int64(len(line))
 		if err != nil {
 			if len(line) > 0 {
-				inFrame = true
+				sr.inFrame = true
 			}
 			if !errors.Is(err, io.EOF) {
 				readErr = err
@@ -295,51 +284,93 @@ func readStream(s *Sample, br *bufio.Reader, cfg *Config, t0 time.Time) {
 		}
 		line = bytes.TrimSuffix(line[:len(line)-1], []byte{'\r'})
 		if len(line) == 0 {
-			if hasData {
-				now := time.Now()
-				typ := c.Feed(name, data)
-				if !prev.IsZero() {
-					g := now.Sub(prev)
-					if cfg.KeepGaps {
-						s.Gaps = append(s.Gaps, g)
-					}
-					if g > s.MaxGap {
-						s.MaxGap, s.MaxGapBefore = g, typ
-					}
-				}
-				prev = now
-				if strings.HasSuffix(typ, ".delta") {
-					if s.TTFD == 0 {
-						s.TTFD = now.Sub(t0)
-					}
-					if cfg.KeepDeltaTimes {
-						s.DeltaTimes = append(s.DeltaTimes, now.UnixNano())
-					}
-				}
+			if sr.hasData {
+				sr.feed()
 			}
-			name, data, hasData, inFrame = "", data[:0], false, false
+			sr.name, sr.data, sr.hasData, sr.inFrame = "", sr.data[:0], false, false
 			continue
 		}
-		inFrame = true
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte{':'})
-		value = bytes.TrimPrefix(value, []byte{' '})
-		switch string(field) {
-		case "event":
-			name = string(value)
-		case "data":
-			if hasData {
-				data = append(data, '\n')
-			}
-			data = append(data, value...)
-			hasData = true
-		}
+		sr.inFrame = true
+		sr.field(line)
 	}
 	s.E2E = time.Since(t0)
-	s.Check = c.Finish(readErr, inFrame)
+	s.Check = c.Finish(readErr, sr.inFrame)
 	if readErr != nil {
 		s.Err = readErr.Error()
+	}
+}
+
+// streamReader is readStream's state: the frame being read and the timing of the events fed so far.
+type streamReader struct {
+	s   *Sample
+	cfg *Config
+	t0  time.Time
+	c   *Checker
+
+	name       string // the frame's event field
+	data, long []byte // the frame's data; a line longer than br's buffer
+	hasData    bool   // the frame has a data field
+	inFrame    bool   // a frame has started and not ended
+	prev       time.Time
+}
+
+// readLine returns the next line, its '\n' included, even when it is longer than br's buffer (it is
+// then copied, and valid until the next call).
+func (sr *streamReader) readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	sr.long = append(sr.long[:0], line...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		line, err = br.ReadSlice('\n')
+		sr.long = append(sr.long, line...)
+	}
+	return sr.long, err
+}
+
+// field reads one non-empty line of a frame: a comment, or a field of which only event and data
+// count.
+func (sr *streamReader) field(line []byte) {
+	if line[0] == ':' {
+		return
+	}
+	field, value, _ := bytes.Cut(line, []byte{':'})
+	value = bytes.TrimPrefix(value, []byte{' '})
+	switch string(field) {
+	case "event":
+		sr.name = string(value)
+	case "data":
+		if sr.hasData {
+			sr.data = append(sr.data, '\n')
+		}
+		sr.data = append(sr.data, value...)
+		sr.hasData = true
+	}
+}
+
+// feed hands the completed frame's event to the Checker and records its gap to the previous event
+// and, for a delta, the time to first delta.
+func (sr *streamReader) feed() {
+	s, cfg := sr.s, sr.cfg
+	now := time.Now()
+	typ := sr.c.Feed(sr.name, sr.data)
+	if !sr.prev.IsZero() {
+		g := now.Sub(sr.prev)
+		if cfg.KeepGaps {
+			s.Gaps = append(s.Gaps, g)
+		}
+		if g > s.MaxGap {
+			s.MaxGap, s.MaxGapBefore = g, typ
+		}
+	}
+	sr.prev = now
+	if strings.HasSuffix(typ, ".delta") {
+		if s.TTFD == 0 {
+			s.TTFD = now.Sub(sr.t0)
+		}
+		if cfg.KeepDeltaTimes {
+			s.DeltaTimes = append(s.DeltaTimes, now.UnixNano())
+		}
 	}
 }

@@ -265,68 +265,124 @@ func buildChain(ctx context.Context, st store.Store, tenant string, t *template,
 	return ids, nil
 }
 
+// chainArm is one respgate arm of the chain scenario: its store, opened in this process, and the
+// chains built in it.
+type chainArm struct {
+	name   string
+	a      *arm
+	st     store.Store
+	tenant string
+	ids    []string // the 1 KiB-per-item chain
+	big    []string // the 2 MB chain
+	// Copies of both, for more cold samples: each copy's first request is a first load.
+	idsCopies, bigCopies [][]string
+}
+
+// chainLevel is one measured point: a depth of the 1 KiB chain, or the 2 MB chain.
+type chainLevel struct {
+	label string
+	depth int
+	tip   func(x *chainArm) string
+	tips  func(x *chainArm) []string // the tip of every copy, the main chain's first
+}
+
+// chainRun is what every level of the chain scenario shares.
+type chainRun struct {
+	b           *bench
+	backs       []string
+	bk          map[string]*chainArm
+	A           *arm
+	mdl, input  string
+	parsedInput []wire.Item
+}
+
 func (b *bench) scenarioChain(ctx context.Context) error {
 	p := b.p
 	res := &chainResult{}
 	b.rep.Chain = res
-	backs := []string{"D", "E"}
-	type backend struct {
-		a      *arm
-		st     store.Store
-		tenant string
-		ids    []string // the 1 KiB-per-item chain
-		big    []string // the 2 MB chain
-		// Copies of both, for more cold samples: each copy's first request is a first load.
-		idsCopies, bigCopies [][]string
-	}
-	bk := map[string]*backend{}
+	cr := &chainRun{b: b, backs: []string{"D", "E"}, bk: map[string]*chainArm{}}
 	maxDepth := 0
 	for _, d := range p.Depths {
 		maxDepth = max(maxDepth, d)
 	}
-	for _, name := range backs {
-		st, tenant, err := b.backendStore(ctx, name)
+	for _, name := range cr.backs {
+		x, err := b.openChainArm(ctx, name, maxDepth)
 		if err != nil {
 			return err
 		}
-		defer st.Close()
-		x := &backend{a: b.armByKey[name], st: st, tenant: tenant}
-		t, err := b.templateTurn(ctx, x.a, st, tenant)
+		defer x.st.Close()
+		cr.bk[name] = x
+	}
+	levels := chainLevels(p)
+
+	cr.mdl = model(0, 2, "reasoning=0")
+	cr.input = "next question " + noncePlaceholder
+	var err error
+	if cr.parsedInput, err = rehydrate.ParseInput(json.RawMessage(`"` + cr.input + `"`)); err != nil {
+		return err
+	}
+	cr.A = b.arms[0]
+	for _, lv := range levels {
+		cd := &chainDepth{Label: lv.label, Depth: lv.depth, Backends: map[string]*chainBackend{}}
+		res.Depths = append(res.Depths, cd)
+		if err := cr.measureLevel(ctx, lv, cd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openChainArm opens the store of arm name and builds its chains there. The caller closes x.st.
+func (b *bench) openChainArm(ctx context.Context, name string, maxDepth int) (*chainArm, error) {
+	st, tenant, err := b.backendStore(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	x := &chainArm{name: name, a: b.armByKey[name], st: st, tenant: tenant}
+	if err := b.buildChains(ctx, x, maxDepth); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// buildChains builds x's 1 KiB-per-item chain of maxDepth turns and its 2 MB chain, and
+// ColdChains − 1 copies of each, from one real template turn.
+func (b *bench) buildChains(ctx context.Context, x *chainArm, maxDepth int) error {
+	p := b.p
+	t, err := b.templateTurn(ctx, x.a, x.st, x.tenant)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if x.ids, err = buildChain(ctx, x.st, x.tenant, t, maxDepth, p.ItemBytes); err != nil {
+		return err
+	}
+	if x.big, err = buildChain(ctx, x.st, x.tenant, t, p.BigDepth, p.BigItem); err != nil {
+		return err
+	}
+	x.idsCopies, x.bigCopies = [][]string{x.ids}, [][]string{x.big}
+	for range p.ColdChains - 1 {
+		ids, err := buildChain(ctx, x.st, x.tenant, t, maxDepth, p.ItemBytes)
 		if err != nil {
 			return err
 		}
-		t0 := time.Now()
-		if x.ids, err = buildChain(ctx, st, tenant, t, maxDepth, p.ItemBytes); err != nil {
+		big, err := buildChain(ctx, x.st, x.tenant, t, p.BigDepth, p.BigItem)
+		if err != nil {
 			return err
 		}
-		if x.big, err = buildChain(ctx, st, tenant, t, p.BigDepth, p.BigItem); err != nil {
-			return err
-		}
-		x.idsCopies, x.bigCopies = [][]string{x.ids}, [][]string{x.big}
-		for range p.ColdChains - 1 {
-			ids, err := buildChain(ctx, st, tenant, t, maxDepth, p.ItemBytes)
-			if err != nil {
-				return err
-			}
-			big, err := buildChain(ctx, st, tenant, t, p.BigDepth, p.BigItem)
-			if err != nil {
-				return err
-			}
-			x.idsCopies, x.bigCopies = append(x.idsCopies, ids), append(x.bigCopies, big)
-		}
-		b.log.Info("chains built", "backend", name, "took", time.Since(t0).Round(time.Millisecond))
-		bk[name] = x
+		x.idsCopies, x.bigCopies = append(x.idsCopies, ids), append(x.bigCopies, big)
 	}
-	type level struct {
-		label string
-		depth int
-		tip   func(x *backend) string
-		tips  func(x *backend) []string // the tip of every copy, the main chain's first
-	}
-	var levels []level
+	b.log.Info("chains built", "backend", x.name, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// chainLevels lists the measured points: each of p.Depths on the 1 KiB chain, then the 2 MB chain.
+func chainLevels(p params) []chainLevel {
+	var levels []chainLevel
 	for _, d := range p.Depths {
-		levels = append(levels, level{fmt.Sprintf("%d", d), d, func(x *backend) string { return x.ids[d-1] },
-			func(x *backend) []string {
+		levels = append(levels, chainLevel{fmt.Sprintf("%d", d), d, func(x *chainArm) string { return x.ids[d-1] },
+			func(x *chainArm) []string {
 				var out []string
 				for _, c := range x.idsCopies {
 					out = append(out, c[d-1])
@@ -334,102 +390,121 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 				return out
 			}})
 	}
-	levels = append(levels, level{fmt.Sprintf("%d turns × 2 × %d KiB (2 MB)", p.BigDepth, p.BigItem>>10), p.BigDepth,
-		func(x *backend) string { return x.big[len(x.big)-1] },
-		func(x *backend) []string {
+	return append(levels, chainLevel{fmt.Sprintf("%d turns × 2 × %d KiB (2 MB)", p.BigDepth, p.BigItem>>10), p.BigDepth,
+		func(x *chainArm) string { return x.big[len(x.big)-1] },
+		func(x *chainArm) []string {
 			var out []string
 			for _, c := range x.bigCopies {
 				out = append(out, c[len(c)-1])
 			}
 			return out
 		}})
+}
 
-	mdl := model(0, 2, "reasoning=0")
-	input := "next question " + noncePlaceholder
-	parsedInput, err := rehydrate.ParseInput(json.RawMessage(`"` + input + `"`))
+// measureLevel measures one level into cd: cold loads of every copy, then ChainN rounds of A and
+// the warm arms, interleaved.
+func (cr *chainRun) measureLevel(ctx context.Context, lv chainLevel, cd *chainDepth) error {
+	aBody, err := cr.armABody(ctx, lv, cd)
 	if err != nil {
 		return err
 	}
-	A := b.arms[0]
-	for _, lv := range levels {
-		cd := &chainDepth{Label: lv.label, Depth: lv.depth, Backends: map[string]*chainBackend{}}
-		res.Depths = append(res.Depths, cd)
-		// Arm A gets the very body respgate sends upstream for this chain (rehydrate.Build over
-		// the stored history): what a stateless client would have to send itself.
-		d := bk["D"]
-		chain, err := d.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: d.tenant, ID: lv.tip(d)})
-		if err != nil {
-			return err
+	bodies := map[string][]byte{"A": aBody}
+	for _, name := range cr.backs {
+		x := cr.bk[name]
+		bodies[name] = x.a.body(cr.mdl, cr.input, true, map[string]any{"previous_response_id": lv.tip(x)})
+		cd.Backends[name] = &chainBackend{}
+	}
+	if err := cr.measureCold(ctx, lv, cd); err != nil {
+		return err
+	}
+	if err := cr.measureWarm(ctx, lv, cd, bodies); err != nil {
+		return err
+	}
+	cd.summarize()
+	cr.b.log.Info("chain depth measured", "depth", lv.label, "added_ttfb_p50_D", fmtUS(cd.Backends["D"].AddedWarmP50),
+		"added_to_upstream_p50_D", fmtUS(cd.Backends["D"].AddedUpP50), "raw_query_p50_D", fmtUS(cd.Backends["D"].RawP50))
+	return nil
+}
+
+// armABody is the body arm A gets for the level: the very body respgate sends upstream for this
+// chain (rehydrate.Build over the stored history), what a stateless client would have to send
+// itself. It also records the history's and that body's sizes in cd.
+func (cr *chainRun) armABody(ctx context.Context, lv chainLevel, cd *chainDepth) ([]byte, error) {
+	d := cr.bk["D"]
+	chain, err := d.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: d.tenant, ID: lv.tip(d)})
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range chain.Items() {
+		cd.HistoryBytes += len(it.JSON)
+	}
+	raw := map[string]json.RawMessage{}
+	for k, v := range map[string]any{"model": cr.mdl, "input": cr.input, "stream": true} {
+		raw[k], _ = json.Marshal(v)
+	}
+	req, err := wire.DecodeCreateRequest(raw)
+	if err != nil {
+		return nil, fmt.Errorf("decode the arm A request: %w", err)
+	}
+	built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items(), Input: cr.parsedInput, Request: req, NewID: wire.NewID})
+	if err != nil {
+		return nil, fmt.Errorf("rehydrate chain for arm A: %w", err)
+	}
+	cd.UpstreamBytes = len(built.Body)
+	return built.Body, nil
+}
+
+// measureCold measures the first load of a chain by the respgate process (it has no chain cache,
+// and the database pages are warm: they were just written), once per copy of the chain.
+func (cr *chainRun) measureCold(ctx context.Context, lv chainLevel, cd *chainDepth) error {
+	b := cr.b
+	for k := range b.p.ColdChains {
+		for _, name := range cr.backs {
+			x := cr.bk[name]
+			nonce := b.nextNonce()
+			body := x.a.body(cr.mdl, cr.input, true, map[string]any{"previous_response_id": lv.tips(x)[k]})
+			s, up, err := b.oneTagged(ctx, x.a, retag(body, nonce), nonce, false)
+			if err != nil {
+				return err
+			}
+			cb := cd.Backends[name]
+			cb.ColdAll, cb.UpColdAll = append(cb.ColdAll, stats.Micros(s.TTFB)), append(cb.UpColdAll, up)
 		}
-		for _, it := range chain.Items() {
-			cd.HistoryBytes += len(it.JSON)
-		}
-		raw := map[string]json.RawMessage{}
-		for k, v := range map[string]any{"model": mdl, "input": input, "stream": true} {
-			raw[k], _ = json.Marshal(v)
-		}
-		req, err := wire.DecodeCreateRequest(raw)
-		if err != nil {
-			return fmt.Errorf("decode the arm A request: %w", err)
-		}
-		built, err := rehydrate.Build(&rehydrate.Params{History: chain.Items(), Input: parsedInput, Request: req, NewID: wire.NewID})
-		if err != nil {
-			return fmt.Errorf("rehydrate chain for arm A: %w", err)
-		}
-		aBody := built.Body
-		cd.UpstreamBytes = len(aBody)
-		bodies := map[string][]byte{}
-		for _, name := range backs {
-			x := bk[name]
-			bodies[name] = x.a.body(mdl, input, true, map[string]any{"previous_response_id": lv.tip(x)})
-			cd.Backends[name] = &chainBackend{}
-		}
-		// Cold: the first load of a chain by the respgate process (it has no chain cache, and
-		// the database pages are warm: they were just written), once per copy of the chain.
-		for k := range p.ColdChains {
-			for _, name := range backs {
-				x := bk[name]
-				nonce := b.nextNonce()
-				body := x.a.body(mdl, input, true, map[string]any{"previous_response_id": lv.tips(x)[k]})
-				s, up, err := b.oneTagged(ctx, x.a, retag(body, nonce), nonce, false)
+	}
+	return nil
+}
+
+// measureWarm sends ChainN rounds of the level's bodies (by arm: A and the backends), rotating the
+// order, and after each backend request times the raw chain query on its store.
+func (cr *chainRun) measureWarm(ctx context.Context, lv chainLevel, cd *chainDepth, bodies map[string][]byte) error {
+	b := cr.b
+	order := append([]string{"A"}, cr.backs...)
+	for i := range b.p.ChainN {
+		for _, name := range rotate(order, i) {
+			nonce := b.nextNonce()
+			if name == "A" {
+				s, up, err := b.oneTagged(ctx, cr.A, retag(bodies["A"], nonce), nonce, false)
 				if err != nil {
 					return err
 				}
-				cb := cd.Backends[name]
-				cb.ColdAll, cb.UpColdAll = append(cb.ColdAll, stats.Micros(s.TTFB)), append(cb.UpColdAll, up)
+				cd.A = append(cd.A, stats.Micros(s.TTFB))
+				cd.AUp = append(cd.AUp, up)
+				continue
 			}
-		}
-		order := append([]string{"A"}, backs...)
-		for i := range p.ChainN {
-			for _, name := range rotate(order, i) {
-				nonce := b.nextNonce()
-				if name == "A" {
-					s, up, err := b.oneTagged(ctx, A, retag(aBody, nonce), nonce, false)
-					if err != nil {
-						return err
-					}
-					cd.A = append(cd.A, stats.Micros(s.TTFB))
-					cd.AUp = append(cd.AUp, up)
-					continue
-				}
-				x := bk[name]
-				s, up, err := b.oneTagged(ctx, x.a, retag(bodies[name], nonce), nonce, false)
-				if err != nil {
-					return err
-				}
-				cb := cd.Backends[name]
-				cb.Warm = append(cb.Warm, stats.Micros(s.TTFB))
-				cb.Up = append(cb.Up, up)
-				t0 := time.Now()
-				if _, err := x.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: x.tenant, ID: lv.tip(x)}); err != nil {
-					return err
-				}
-				cb.Raw = append(cb.Raw, stats.Micros(time.Since(t0)))
+			x := cr.bk[name]
+			s, up, err := b.oneTagged(ctx, x.a, retag(bodies[name], nonce), nonce, false)
+			if err != nil {
+				return err
 			}
+			cb := cd.Backends[name]
+			cb.Warm = append(cb.Warm, stats.Micros(s.TTFB))
+			cb.Up = append(cb.Up, up)
+			t0 := time.Now()
+			if _, err := x.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: x.tenant, ID: lv.tip(x)}); err != nil {
+				return err
+			}
+			cb.Raw = append(cb.Raw, stats.Micros(time.Since(t0)))
 		}
-		cd.summarize()
-		b.log.Info("chain depth measured", "depth", lv.label, "added_ttfb_p50_D", fmtUS(cd.Backends["D"].AddedWarmP50),
-			"added_to_upstream_p50_D", fmtUS(cd.Backends["D"].AddedUpP50), "raw_query_p50_D", fmtUS(cd.Backends["D"].RawP50))
 	}
 	return nil
 }
@@ -507,143 +582,216 @@ func (b *bench) scenarioAgent(ctx context.Context) error {
 	res := &agentResult{Turns: n, Backends: map[string]*agentBackend{}}
 	b.rep.Agent = res
 	for _, name := range []string{"D", "E"} {
-		a := b.armByKey[name]
-		ab := &agentBackend{}
-		res.Backends[name] = ab
-		var conn *pgx.Conn
-		var st store.Store
-		var tenant string
-		var sizeBefore int64
+		as := &agentSession{b: b, a: b.armByKey[name], ab: &agentBackend{}, n: n}
+		res.Backends[name] = as.ab
 		if name == "D" {
-			var err error
-			conn, err = pgx.Connect(ctx, b.pgDSN)
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			if st, tenant, err = b.backendStore(ctx, "D"); err != nil {
-				return err
-			}
-			defer st.Close()
-			if err := conn.QueryRow(ctx, relSizeSQL).Scan(&sizeBefore); err != nil {
+			defer as.closeDB(ctx)
+			if err := as.openDB(ctx); err != nil {
 				return err
 			}
 		}
-		ids := make([]string, n)
-		calls := make([]string, n)
-		prev, call := "", ""
-		for turn := 1; turn <= n; turn++ {
-			body := b.agentBody(a, turn, prev, call, "")
-			s, err := b.one(ctx, a, body, true)
-			if err != nil {
-				return fmt.Errorf("turn %d: %w", turn, err)
-			}
-			var term struct {
-				Output []json.RawMessage `json:"output"`
-			}
-			if err := json.Unmarshal(s.Check.Terminal, &term); err != nil {
-				return fmt.Errorf("turn %d: terminal response: %w", turn, err)
-			}
-			var req struct {
-				Input json.RawMessage `json:"input"`
-			}
-			_ = json.Unmarshal(body, &req)
-			at := agentTurn{TTFBUS: stats.Micros(s.TTFB), RequestB: len(body), NewBytes: len(req.Input)}
-			call = ""
-			for _, o := range term.Output {
-				at.NewBytes += len(o)
-				var it struct {
-					Type   string `json:"type"`
-					CallID string `json:"call_id"`
-				}
-				if json.Unmarshal(o, &it) == nil && it.Type == "function_call" && call == "" {
-					call = it.CallID
-				}
-			}
-			if turn%2 == 1 && call == "" {
-				return fmt.Errorf("turn %d: the model made no tool call", turn)
-			}
-			ids[turn-1], calls[turn-1] = s.Check.ResponseID, call
-			prev = s.Check.ResponseID
-			ab.Turns = append(ab.Turns, at)
+		if err := as.runTurns(ctx); err != nil {
+			return err
 		}
-		if conn != nil {
-			var sizeAfter int64
-			if err := conn.QueryRow(ctx, relSizeSQL).Scan(&sizeAfter); err != nil {
+		if as.conn != nil {
+			if err := as.measureStorage(ctx); err != nil {
 				return err
 			}
-			ab.RelationGrowth = float64(sizeAfter-sizeBefore) / float64(n)
-			var perNew, first, last []float64
-			for i, id := range ids {
-				var rowBytes, itemBytes, items int64
-				if err := conn.QueryRow(ctx, `SELECT pg_column_size(r.*) FROM responses r WHERE r.tenant = $1 AND r.id = $2`,
-					tenant, id).Scan(&rowBytes); err != nil {
-					return fmt.Errorf("stored bytes of turn %d: %w", i+1, err)
-				}
-				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(pg_column_size(i.*)), 0)::bigint, count(*) FROM items i
-					WHERE i.tenant = $1 AND i.response_id = $2`, tenant, id).Scan(&itemBytes, &items); err != nil {
-					return err
-				}
-				t := &ab.Turns[i]
-				t.StoredBytes, t.Items = rowBytes+itemBytes, int(items)
-				perNew = append(perNew, float64(t.StoredBytes)/float64(max(t.NewBytes, 1)))
-				if i < 10 {
-					first = append(first, float64(t.StoredBytes))
-				}
-				if i >= n-10 {
-					last = append(last, float64(t.StoredBytes))
-				}
-			}
-			ab.StoredFirst10, ab.StoredLast10 = stats.MedianOf(first), stats.MedianOf(last)
-			ab.StoredPerNew = stats.NewSpread(perNew)
 		}
-		// Probes: turn 1 (a new session) against turn n (continuing the stored session),
-		// interleaved; on D also arm A with the same upstream bodies (what a stateless client
-		// sends), to separate what the history costs upstream from what respgate adds.
-		A := b.arms[0]
-		type probe struct {
-			name     string
-			a        *arm
-			body     []byte
-			ttfb, up *[]float64
+		if err := as.runProbes(ctx); err != nil {
+			return err
 		}
-		ph := noncePlaceholder
-		probes := []probe{
-			{"x1", a, b.agentBody(a, 1, "", "", ph), &ab.ProbeFirst, &ab.UpFirst},
-			{"xn", a, b.agentBody(a, n, ids[n-2], calls[n-2], ph), &ab.ProbeLast, &ab.UpLast},
-		}
-		if st != nil {
-			chain, err := st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenant, ID: ids[n-2]})
-			if err != nil {
-				return err
-			}
-			first, err := upstreamBody(b.agentBody(A, 1, "", "", ph), nil)
-			if err != nil {
-				return err
-			}
-			last, err := upstreamBody(b.agentBody(A, n, "", calls[n-2], ph), chain.Items())
-			if err != nil {
-				return err
-			}
-			probes = append(probes, probe{"a1", A, first, &ab.AFirst, &ab.AUpFirst}, probe{"an", A, last, &ab.ALast, &ab.AUpLast})
-		}
-		for i := range p.AgentProbes {
-			for _, pr := range rotate(probes, i) {
-				nonce := b.nextNonce()
-				s, up, err := b.oneTagged(ctx, pr.a, retag(pr.body, nonce), nonce, false)
-				if err != nil {
-					return fmt.Errorf("probe %s: %w", pr.name, err)
-				}
-				*pr.ttfb = append(*pr.ttfb, stats.Micros(s.TTFB))
-				*pr.up = append(*pr.up, up)
-			}
-		}
+		ab := as.ab
 		ab.RatioP50 = stats.MedianOf(ab.ProbeLast) / stats.MedianOf(ab.ProbeFirst)
 		ab.RatioP99 = stats.QuantileOf(ab.ProbeLast, 0.99) / stats.QuantileOf(ab.ProbeFirst, 0.99)
 		if len(ab.AFirst) > 0 {
 			ab.ARatioP50 = stats.MedianOf(ab.ALast) / stats.MedianOf(ab.AFirst)
 		}
 		b.log.Info("agent session measured", "backend", name, "ttfb_ratio_p50", fmt.Sprintf("%.2f", ab.RatioP50))
+	}
+	return nil
+}
+
+// agentSession is one arm's agent session: n turns, then the probes. On D it also holds a Postgres
+// connection (for sizes) and the arm's store (for arm A's bodies).
+type agentSession struct {
+	b  *bench
+	a  *arm
+	ab *agentBackend
+	n  int
+
+	conn       *pgx.Conn // nil but on D
+	st         store.Store
+	tenant     string
+	sizeBefore int64 // responses + items before the session
+
+	ids, calls []string // by turn − 1: response id, and the tool call it made ("" if none)
+}
+
+// openDB connects to D's database and store and notes the relations' size before the session.
+// closeDB closes what it opened, even when it fails.
+func (as *agentSession) openDB(ctx context.Context) error {
+	var err error
+	if as.conn, err = pgx.Connect(ctx, as.b.pgDSN); err != nil {
+		as.conn = nil
+		return err
+	}
+	if as.st, as.tenant, err = as.b.backendStore(ctx, "D"); err != nil {
+		return err
+	}
+	return as.conn.QueryRow(ctx, relSizeSQL).Scan(&as.sizeBefore)
+}
+
+func (as *agentSession) closeDB(ctx context.Context) {
+	if as.st != nil {
+		as.st.Close()
+	}
+	if as.conn != nil {
+		as.conn.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// runTurns plays the session's n turns, each continuing the previous one, recording each turn's
+// figures and the response ids and tool calls.
+func (as *agentSession) runTurns(ctx context.Context) error {
+	as.ids, as.calls = make([]string, as.n), make([]string, as.n)
+	prev, call := "", ""
+	for turn := 1; turn <= as.n; turn++ {
+		body := as.b.agentBody(as.a, turn, prev, call, "")
+		s, err := as.b.one(ctx, as.a, body, true)
+		if err != nil {
+			return fmt.Errorf("turn %d: %w", turn, err)
+		}
+		at, c, err := agentTurnOf(body, s)
+		if err != nil {
+			return fmt.Errorf("turn %d: terminal response: %w", turn, err)
+		}
+		call = c
+		if turn%2 == 1 && call == "" {
+			return fmt.Errorf("turn %d: the model made no tool call", turn)
+		}
+		as.ids[turn-1], as.calls[turn-1] = s.Check.ResponseID, call
+		prev = s.Check.ResponseID
+		as.ab.Turns = append(as.ab.Turns, at)
+	}
+	return nil
+}
+
+// agentTurnOf is the figures of the turn that sent body and got s, and the call_id of the first
+// function call in its output ("" if none).
+func agentTurnOf(body []byte, s loadgen.Sample) (agentTurn, string, error) {
+	var term struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal(s.Check.Terminal, &term); err != nil {
+		return agentTurn{}, "", err
+	}
+	var req struct {
+		Input json.RawMessage `json:"input"`
+	}
+	_ = json.Unmarshal(body, &req)
+	at := agentTurn{TTFBUS: stats.Micros(s.TTFB), RequestB: len(body), NewBytes: len(req.Input)}
+	call := ""
+	for _, o := range term.Output {
+		at.NewBytes += len(o)
+		var it struct {
+			Type   string `json:"type"`
+			CallID string `json:"call_id"`
+		}
+		if json.Unmarshal(o, &it) == nil && it.Type == "function_call" && call == "" {
+			call = it.CallID
+		}
+	}
+	return at, call, nil
+}
+
+// measureStorage records what the session stored in Postgres: relation growth per turn and each
+// turn's stored bytes, summarised over the first and last ten turns.
+func (as *agentSession) measureStorage(ctx context.Context) error {
+	ab, n := as.ab, as.n
+	var sizeAfter int64
+	if err := as.conn.QueryRow(ctx, relSizeSQL).Scan(&sizeAfter); err != nil {
+		return err
+	}
+	ab.RelationGrowth = float64(sizeAfter-as.sizeBefore) / float64(n)
+	var perNew, first, last []float64
+	for i, id := range as.ids {
+		t := &ab.Turns[i]
+		if err := as.storedBytes(ctx, i, id, t); err != nil {
+			return err
+		}
+		perNew = append(perNew, float64(t.StoredBytes)/float64(max(t.NewBytes, 1)))
+		if i < 10 {
+			first = append(first, float64(t.StoredBytes))
+		}
+		if i >= n-10 {
+			last = append(last, float64(t.StoredBytes))
+		}
+	}
+	ab.StoredFirst10, ab.StoredLast10 = stats.MedianOf(first), stats.MedianOf(last)
+	ab.StoredPerNew = stats.NewSpread(perNew)
+	return nil
+}
+
+// storedBytes sets t's stored bytes and item count from response id's row and item rows (turn i+1).
+func (as *agentSession) storedBytes(ctx context.Context, i int, id string, t *agentTurn) error {
+	var rowBytes, itemBytes, items int64
+	if err := as.conn.QueryRow(ctx, `SELECT pg_column_size(r.*) FROM responses r WHERE r.tenant = $1 AND r.id = $2`,
+		as.tenant, id).Scan(&rowBytes); err != nil {
+		return fmt.Errorf("stored bytes of turn %d: %w", i+1, err)
+	}
+	if err := as.conn.QueryRow(ctx, `SELECT coalesce(sum(pg_column_size(i.*)), 0)::bigint, count(*) FROM items i
+					WHERE i.tenant = $1 AND i.response_id = $2`, as.tenant, id).Scan(&itemBytes, &items); err != nil {
+		return err
+	}
+	t.StoredBytes, t.Items = rowBytes+itemBytes, int(items)
+	return nil
+}
+
+// agentProbe is one probe request of the agent scenario, and where its figures go.
+type agentProbe struct {
+	name     string
+	a        *arm
+	body     []byte
+	ttfb, up *[]float64
+}
+
+// runProbes measures turn 1 (a new session) against turn n (continuing the stored session),
+// interleaved; on D also arm A with the same upstream bodies (what a stateless client sends), to
+// separate what the history costs upstream from what respgate adds.
+func (as *agentSession) runProbes(ctx context.Context) error {
+	b, a, ab, n := as.b, as.a, as.ab, as.n
+	A := b.arms[0]
+	ph := noncePlaceholder
+	probes := []agentProbe{
+		{"x1", a, b.agentBody(a, 1, "", "", ph), &ab.ProbeFirst, &ab.UpFirst},
+		{"xn", a, b.agentBody(a, n, as.ids[n-2], as.calls[n-2], ph), &ab.ProbeLast, &ab.UpLast},
+	}
+	if as.st != nil {
+		chain, err := as.st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: as.tenant, ID: as.ids[n-2]})
+		if err != nil {
+			return err
+		}
+		first, err := upstreamBody(b.agentBody(A, 1, "", "", ph), nil)
+		if err != nil {
+			return err
+		}
+		last, err := upstreamBody(b.agentBody(A, n, "", as.calls[n-2], ph), chain.Items())
+		if err != nil {
+			return err
+		}
+		probes = append(probes, agentProbe{"a1", A, first, &ab.AFirst, &ab.AUpFirst}, agentProbe{"an", A, last, &ab.ALast, &ab.AUpLast})
+	}
+	for i := range b.p.AgentProbes {
+		for _, pr := range rotate(probes, i) {
+			nonce := b.nextNonce()
+			s, up, err := b.oneTagged(ctx, pr.a, retag(pr.body, nonce), nonce, false)
+			if err != nil {
+				return fmt.Errorf("probe %s: %w", pr.name, err)
+			}
+			*pr.ttfb = append(*pr.ttfb, stats.Micros(s.TTFB))
+			*pr.up = append(*pr.up, up)
+		}
 	}
 	return nil
 }

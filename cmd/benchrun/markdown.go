@@ -33,88 +33,100 @@ func (r *report) summaryMarkdown() string {
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rows := []string{"A", "A′", "B", "C", "D", "D*", "E"}
 	for _, a := range rows {
-		label := a
-		for _, x := range r.Arms {
-			if x.Name == a {
-				label = a + " " + x.Label
-			}
-		}
-		if a == "A′" {
-			label = "A′ direct again (noise floor)"
-		}
-		cells := []string{label}
-		lat := func(m1, m2 string) string {
-			if r.Latency == nil || a == "A" {
-				return "—"
-			}
-			ad := r.Latency.Added[a]
-			return pair(ad[m1].Median, ad[m2].Median)
-		}
-		cells = append(cells, lat("ttfb_p50", "ttfb_p99"), lat("ttfd_p50", "ttfd_p99"), lat("gap_p50", "gap_p99"), lat("relay_p50", "relay_p99"))
-		if r.Latency == nil || a == "A" {
-			cells = append(cells, "—")
-		} else {
-			cells = append(cells, fmtUS(r.Latency.Added[a]["jitter_p99"].Median))
-		}
-		c := func(m1, m2 string) string {
-			if r.C256 == nil || a == "A" || a == "A′" {
-				return "—"
-			}
-			ad := r.C256.Added[a]
-			return pair(ad[m1].Median, ad[m2].Median)
-		}
-		cells = append(cells, c("ttfb_p50", "ttfb_p99"), c("relay_p50", "relay_p99"))
-		if r.C256 != nil && a != "A′" {
-			if a == "A" {
-				cells = append(cells, fmt.Sprintf("— (simulator %.1f)", r.C256.PerRound.stat("A", "sim_cpu_us_per_event").Median), "—")
-			} else {
-				cells = append(cells, fmt.Sprintf("%.1f", r.C256.PerRound.stat(a, "cpu_us_per_event").Median),
-					fmt.Sprintf("%.2f×", r.C256.CPURatio[a].Median))
-			}
-		} else {
-			cells = append(cells, "—", "—")
-		}
-		if aa := r.allocFor(a); aa != nil {
-			cells = append(cells, fmt.Sprintf("%.2f", aa.AllocsPerEvent), fmt.Sprintf("%.2f", aa.MarginalAllocsPerDelt))
-		} else {
-			cells = append(cells, "—", "—")
-		}
-		if r.C256 != nil && a != "A" && a != "A′" {
-			cells = append(cells, fmt.Sprintf("%.1f", r.C256.PerRound.stat(a, "rss_kib_per_stream_from_idle").Median))
-		} else {
-			cells = append(cells, "—")
-		}
-		if r.NonStream != nil && a != "A′" {
-			cells = append(cells, fmt.Sprintf("%.0f", r.NonStream.PerRound.stat(a, "rps").Median))
-		} else {
-			cells = append(cells, "—")
-		}
-		failed := 0
-		if r.Latency != nil {
-			failed += r.Latency.Failed[a]
-		}
-		if r.C256 != nil {
-			failed += r.C256.Failed[a]
-		}
-		if r.NonStream != nil {
-			failed += r.NonStream.Failed[a]
-		}
-		cells = append(cells, fmt.Sprint(failed))
-		w("| %s |\n", strings.Join(cells, " | "))
+		w("| %s |\n", strings.Join(r.summaryRow(a), " | "))
 	}
 	w("\n")
 	w("| target | limit | figure | met | note |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
-		met := "not measured"
-		if strings.HasPrefix(t.Note, unresolved) {
-			met = "**not resolvable here**"
-		}
-		if t.Met != nil {
-			met = map[bool]string{true: "**met**", false: "**not met**"}[*t.Met]
-		}
-		w("| %s | %s | %s | %s | %s |\n", t.Name, t.Limit, t.Figure, met, t.Note)
+		w("| %s | %s | %s | %s | %s |\n", t.Name, t.Limit, t.Figure, t.metCell(), t.Note)
 	}
 	return sb.String()
+}
+
+// metCell is the target's verdict as the summary table shows it.
+func (t target) metCell() string {
+	met := "not measured"
+	if strings.HasPrefix(t.Note, unresolved) {
+		met = "**not resolvable here**"
+	}
+	if t.Met != nil {
+		met = map[bool]string{true: "**met**", false: "**not met**"}[*t.Met]
+	}
+	return met
+}
+
+// summaryRow is arm a's cells of the summary table, its label first; "—" where the arm has no
+// figure or the scenario did not run.
+func (r *report) summaryRow(a string) []string {
+	cells := []string{r.armLabel(a)}
+	cells = append(cells, r.latencyCells(a)...)
+	cells = append(cells, r.c256Cells(a)...)
+	if aa := r.allocFor(a); aa != nil {
+		cells = append(cells, fmt.Sprintf("%.2f", aa.AllocsPerEvent), fmt.Sprintf("%.2f", aa.MarginalAllocsPerDelt))
+	} else {
+		cells = append(cells, "—", "—")
+	}
+	if r.C256 != nil && a != "A" && a != "A′" {
+		cells = append(cells, fmt.Sprintf("%.1f", r.C256.PerRound.stat(a, "rss_kib_per_stream_from_idle").Median))
+	} else {
+		cells = append(cells, "—")
+	}
+	if r.NonStream != nil && a != "A′" {
+		cells = append(cells, fmt.Sprintf("%.0f", r.NonStream.PerRound.stat(a, "rps").Median))
+	} else {
+		cells = append(cells, "—")
+	}
+	failed := 0
+	if r.Latency != nil {
+		failed += r.Latency.Failed[a]
+	}
+	if r.C256 != nil {
+		failed += r.C256.Failed[a]
+	}
+	if r.NonStream != nil {
+		failed += r.NonStream.Failed[a]
+	}
+	return append(cells, fmt.Sprint(failed))
+}
+
+// armLabel is arm a's name and label; A′ is described as the noise floor.
+func (r *report) armLabel(a string) string {
+	label := a
+	for _, x := range r.Arms {
+		if x.Name == a {
+			label = a + " " + x.Label
+		}
+	}
+	if a == "A′" {
+		label = "A′ direct again (noise floor)"
+	}
+	return label
+}
+
+// latencyCells is arm a's c=1 cells: added TTFB, TTFD, gap and relay latency (p50 / p99), and
+// gap jitter p99.
+func (r *report) latencyCells(a string) []string {
+	if r.Latency == nil || a == "A" {
+		return []string{"—", "—", "—", "—", "—"}
+	}
+	ad := r.Latency.Added[a]
+	lat := func(m1, m2 string) string { return pair(ad[m1].Median, ad[m2].Median) }
+	return []string{lat("ttfb_p50", "ttfb_p99"), lat("ttfd_p50", "ttfd_p99"), lat("gap_p50", "gap_p99"), lat("relay_p50", "relay_p99"),
+		fmtUS(ad["jitter_p99"].Median)}
+}
+
+// c256Cells is arm a's c=256 cells: added TTFB and relay latency (p50 / p99), CPU per relayed
+// event, and CPU over B's.
+func (r *report) c256Cells(a string) []string {
+	if r.C256 == nil || a == "A′" {
+		return []string{"—", "—", "—", "—"}
+	}
+	if a == "A" {
+		return []string{"—", "—", fmt.Sprintf("— (simulator %.1f)", r.C256.PerRound.stat("A", "sim_cpu_us_per_event").Median), "—"}
+	}
+	ad := r.C256.Added[a]
+	return []string{pair(ad["ttfb_p50"].Median, ad["ttfb_p99"].Median), pair(ad["relay_p50"].Median, ad["relay_p99"].Median),
+		fmt.Sprintf("%.1f", r.C256.PerRound.stat(a, "cpu_us_per_event").Median), fmt.Sprintf("%.2f×", r.C256.CPURatio[a].Median)}
 }
 
 func (r *report) markdown() string {

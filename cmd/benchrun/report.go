@@ -79,114 +79,171 @@ func loadavg() string {
 
 func boolp(v bool) *bool { return &v }
 
-// targets judges the targets from the figures measured.
+// targets judges the targets from the figures measured, scenario by scenario.
 func (r *report) targets() []target {
 	var ts []target
-	add := func(name, limit, figure string, met *bool, note string) {
-		ts = append(ts, target{name, limit, figure, met, note})
-	}
-	nan := math.IsNaN
-	if r.Chain != nil && len(r.Chain.Depths) > 0 && r.Chain.Depths[0].Depth == 1 {
-		cb := r.Chain.Depths[0].Backends["D"]
-		note := "D − A with the same upstream body; warm samples"
-		if r.Latency != nil {
-			ad := r.Latency.Added
-			note += fmt.Sprintf(". Without history at c=1 (scenario 1) TTFB p50 adds: D %s, D* (synchronous_commit=off) %s, E %s, C (store:false) %s, B %s",
-				fmtUS(ad["D"]["ttfb_p50"].Median), fmtUS(ad["D*"]["ttfb_p50"].Median), fmtUS(ad["E"]["ttfb_p50"].Median),
-				fmtUS(ad["C"]["ttfb_p50"].Median), fmtUS(ad["B"]["ttfb_p50"].Median))
-		}
-		add("Added TTFB, Postgres, chain depth 1, p50", "≤ 0.3 ms", fmtUS(cb.AddedWarmP50), boolp(cb.AddedWarmP50 <= 300), note)
-		add("Added TTFB, Postgres, chain depth 1, p99", "≤ 1 ms", fmtUS(cb.AddedWarmP99), boolp(cb.AddedWarmP99 <= 1000), "")
-	}
-	if r.Latency != nil {
-		ad := r.Latency.Added
-		j := ad["D"]["jitter_p99"]
-		met := boolp(!nan(j.Median) && j.Median <= 10)
-		prefix := ""
-		// The limit is resolvable only if the null comparison (A′ − A) is within it.
-		if floor := ad["A′"]["jitter_p99"].Median; !nan(floor) && math.Abs(floor) > 10 {
-			met, prefix = nil, unresolved+fmt.Sprintf(" (|A′ − A| = %s > 10 µs). ", fmtUS(math.Abs(floor)))
-		}
-		add("Added inter-event gap p99 at c=1 (D)", "≤ 10 µs", fmtStatUS(j), met, prefix+
-			fmt.Sprintf("gap jitter from simulator-stamped deltas; noise floor A′ − A %s; C %s, B %s. Client-side gap p99 D − A: %s (noise floor %s)",
-				fmtStatUS(ad["A′"]["jitter_p99"]), fmtStatUS(ad["C"]["jitter_p99"]), fmtStatUS(ad["B"]["jitter_p99"]),
-				fmtStatUS(ad["D"]["gap_p99"]), fmtStatUS(ad["A′"]["gap_p99"])))
-	}
-	if r.C256 != nil {
-		for _, a := range []string{"C", "D", "E"} {
-			s := r.C256.CPURatio[a]
-			add("CPU per relayed event vs bare proxy ("+a+", c=256)", "≤ 1.5×", fmtStat(s, "%.2f×"), boolp(!nan(s.Median) && s.Median <= 1.5),
-				fmt.Sprintf("%s µs/event vs B %s µs/event", fmtStat(r.C256.PerRound.stat(a, "cpu_us_per_event"), "%.1f"),
-					fmtStat(r.C256.PerRound.stat("B", "cpu_us_per_event"), "%.1f")))
-		}
-	}
-	if r.Allocs != nil {
-		for _, aa := range r.Allocs.Arms {
-			if aa.Arm != "D" && aa.Arm != "C" {
-				continue
-			}
-			add("Heap allocations per delta event ("+aa.Arm+" twin)", "≤ 0.5", fmt.Sprintf("%.2f", aa.MarginalAllocsPerDelt),
-				boolp(aa.MarginalAllocsPerDelt <= 0.5),
-				fmt.Sprintf("marginal, between %d- and %d-token answers; %.2f allocs per relayed event all in",
-					r.Allocs.Short, r.Allocs.Long, aa.AllocsPerEvent))
-		}
-	}
-	if r.Capacity != nil {
-		if n, ok := r.Capacity.MaxPassed["D"]; ok || hasArm(r.Capacity, "D") {
-			add("Concurrent streams at 25 tokens/s, zero lost events (D)", "≥ 1,024", fmt.Sprintf("%d passed", n), boolp(n >= 1024),
-				fmt.Sprintf("ramp %v; direct (A) passed %d, D* (synchronous_commit=off) %d", rampOf(r.Capacity), r.Capacity.MaxPassed["A"], r.Capacity.MaxPassed["D*"]))
-		}
-		st := capStepAt(r.Capacity, "D", 1024)
-		if st == nil {
-			st = largestStep(r.Capacity, "D")
-		}
-		if st != nil {
-			beyond := st.RSSPerStreamKiB - st.OutputBytes/1024
-			note := fmt.Sprintf("at %d streams: %.1f KiB per stream from the fresh process's idle RSS, minus %.1f KiB accumulated output", st.Streams, st.RSSPerStreamKiB, st.OutputBytes/1024)
-			if r.C256 != nil {
-				note += fmt.Sprintf("; at c=%d (peak − RSS at start): %s KiB", r.Params.Conc, fmtStat(r.C256.PerRound.stat("D", "rss_kib_per_stream_from_idle"), "%.1f"))
-			}
-			if r.Allocs != nil && r.Allocs.Hold != nil {
-				h := r.Allocs.Hold
-				note += fmt.Sprintf("; runtime counters of the twin at %d streams: %.1f goroutines, %.1f KiB stacks, %.1f KiB live heap per stream (RSS %.1f KiB)",
-					r.Allocs.HoldStreams, h.GoroutinesPerStream, h.StackKiBPerStream, h.LiveKiBPerStream, h.RSSKiBPerStream)
-			}
-			add("RSS per open stream beyond its output (D)", "≤ 64 KiB", fmt.Sprintf("%.1f KiB", beyond), boolp(beyond <= 64), note)
-		}
-	}
-	if r.Chain != nil {
-		for _, cd := range r.Chain.Depths {
-			if cd.Depth != 1000 {
-				continue
-			}
-			cb := cd.Backends["D"]
-			lim := 1.2 * cb.RawP50
-			add("Rehydration depth 1,000 cold (D)", "≤ 1.2 × raw query", fmt.Sprintf("%s vs 1.2 × %s = %s", fmtUS(cb.AddedUpCold), fmtUS(cb.RawP50), fmtUS(lim)),
-				boolp(cb.AddedUpCold <= lim), fmt.Sprintf("added time to upstream of the first request on a chain (X − A, simulator-stamped; median of %d chains: %s); raw query = ResponseChainGet alone, in process. Added TTFB cold: %s",
-					len(cb.UpColdAll), fmtList(cb.UpColdAll, cd.AUpP50), fmtUS(cb.AddedCold)))
-			add("Rehydration depth 1,000 warm (D)", "≤ 1 ms", fmtUS(cb.AddedUpP50), boolp(cb.AddedUpP50 <= 1000),
-				fmt.Sprintf("added time to upstream, p50 of repeats; respgate has no chain cache, so a repeat reloads the chain (raw query p50 %s). Added TTFB warm p50: %s", fmtUS(cb.RawP50), fmtUS(cb.AddedWarmP50)))
-		}
-	}
-	if r.Agent != nil {
-		if ab := r.Agent.Backends["D"]; ab != nil {
-			add(fmt.Sprintf("TTFB turn %d over turn 1 (D)", r.Agent.Turns), "≤ 1.5×", fmt.Sprintf("%.2f× (p99 %.2f×)", ab.RatioP50, ab.RatioP99),
-				boolp(ab.RatioP50 <= 1.5), fmt.Sprintf("medians %s vs %s; direct A with the same upstream bodies: %.2f× (%s vs %s); respgate's added time to upstream: %s at turn 1, %s at turn %d",
-					fmtUS(stats.MedianOf(ab.ProbeLast)), fmtUS(stats.MedianOf(ab.ProbeFirst)), ab.ARatioP50, fmtUS(stats.MedianOf(ab.ALast)), fmtUS(stats.MedianOf(ab.AFirst)),
-					fmtUS(stats.MedianOf(ab.UpFirst)-stats.MedianOf(ab.AUpFirst)), fmtUS(stats.MedianOf(ab.UpLast)-stats.MedianOf(ab.AUpLast)), r.Agent.Turns))
-			flat := ab.StoredLast10 / ab.StoredFirst10
-			add("Bytes stored per turn flat across the session (D)", "proportional to the turn", fmt.Sprintf("last 10 / first 10 turns = %.2f; %s stored bytes per byte of the turn's items",
-				flat, fmtStat(ab.StoredPerNew, "%.2f")), boolp(flat <= 1.25 && flat >= 0.8), "")
-		}
-	}
-	if r.NonStream != nil {
-		s := r.NonStream.PerRound.stat("D", "rps")
-		add(fmt.Sprintf("Non-streaming req/s with Postgres at c=%d (D)", r.Params.NSConc), "≥ 1,500/s", fmtStat(s, "%.0f/s"), boolp(s.Median >= 1500),
-			fmt.Sprintf("direct A: %s; p99 D %s; D* (synchronous_commit=off): %s; C (store:false): %s", fmtStat(r.NonStream.PerRound.stat("A", "rps"), "%.0f/s"),
-				fmtStatUS(r.NonStream.PerRound.stat("D", "p99")), fmtStat(r.NonStream.PerRound.stat("D*", "rps"), "%.0f/s"),
-				fmtStat(r.NonStream.PerRound.stat("C", "rps"), "%.0f/s")))
+	for _, judge := range []func() []target{
+		r.chainShallowTargets, r.latencyTargets, r.c256Targets, r.allocsTargets,
+		r.capacityTargets, r.chainDeepTargets, r.agentTargets, r.nonStreamTargets,
+	} {
+		ts = append(ts, judge()...)
 	}
 	return ts
+}
+
+// chainShallowTargets judges the added TTFB at chain depth 1 (D).
+func (r *report) chainShallowTargets() []target {
+	if r.Chain == nil || len(r.Chain.Depths) == 0 || r.Chain.Depths[0].Depth != 1 {
+		return nil
+	}
+	cb := r.Chain.Depths[0].Backends["D"]
+	note := "D − A with the same upstream body; warm samples"
+	if r.Latency != nil {
+		ad := r.Latency.Added
+		note += fmt.Sprintf(". Without history at c=1 (scenario 1) TTFB p50 adds: D %s, D* (synchronous_commit=off) %s, E %s, C (store:false) %s, B %s",
+			fmtUS(ad["D"]["ttfb_p50"].Median), fmtUS(ad["D*"]["ttfb_p50"].Median), fmtUS(ad["E"]["ttfb_p50"].Median),
+			fmtUS(ad["C"]["ttfb_p50"].Median), fmtUS(ad["B"]["ttfb_p50"].Median))
+	}
+	return []target{
+		{Name: "Added TTFB, Postgres, chain depth 1, p50", Limit: "≤ 0.3 ms", Figure: fmtUS(cb.AddedWarmP50), Met: boolp(cb.AddedWarmP50 <= 300), Note: note},
+		{Name: "Added TTFB, Postgres, chain depth 1, p99", Limit: "≤ 1 ms", Figure: fmtUS(cb.AddedWarmP99), Met: boolp(cb.AddedWarmP99 <= 1000)},
+	}
+}
+
+// latencyTargets judges the added inter-event gap at c=1 (D) against the run's noise floor.
+func (r *report) latencyTargets() []target {
+	if r.Latency == nil {
+		return nil
+	}
+	ad := r.Latency.Added
+	j := ad["D"]["jitter_p99"]
+	met := boolp(!math.IsNaN(j.Median) && j.Median <= 10)
+	prefix := ""
+	// The limit is resolvable only if the null comparison (A′ − A) is within it.
+	if floor := ad["A′"]["jitter_p99"].Median; !math.IsNaN(floor) && math.Abs(floor) > 10 {
+		met, prefix = nil, unresolved+fmt.Sprintf(" (|A′ − A| = %s > 10 µs). ", fmtUS(math.Abs(floor)))
+	}
+	return []target{{Name: "Added inter-event gap p99 at c=1 (D)", Limit: "≤ 10 µs", Figure: fmtStatUS(j), Met: met, Note: prefix +
+		fmt.Sprintf("gap jitter from simulator-stamped deltas; noise floor A′ − A %s; C %s, B %s. Client-side gap p99 D − A: %s (noise floor %s)",
+			fmtStatUS(ad["A′"]["jitter_p99"]), fmtStatUS(ad["C"]["jitter_p99"]), fmtStatUS(ad["B"]["jitter_p99"]),
+			fmtStatUS(ad["D"]["gap_p99"]), fmtStatUS(ad["A′"]["gap_p99"]))}}
+}
+
+// c256Targets judges the CPU per relayed event against the bare proxy at c=256 (C, D, E).
+func (r *report) c256Targets() []target {
+	if r.C256 == nil {
+		return nil
+	}
+	var ts []target
+	for _, a := range []string{"C", "D", "E"} {
+		s := r.C256.CPURatio[a]
+		ts = append(ts, target{Name: "CPU per relayed event vs bare proxy (" + a + ", c=256)", Limit: "≤ 1.5×", Figure: fmtStat(s, "%.2f×"),
+			Met: boolp(!math.IsNaN(s.Median) && s.Median <= 1.5),
+			Note: fmt.Sprintf("%s µs/event vs B %s µs/event", fmtStat(r.C256.PerRound.stat(a, "cpu_us_per_event"), "%.1f"),
+				fmtStat(r.C256.PerRound.stat("B", "cpu_us_per_event"), "%.1f"))})
+	}
+	return ts
+}
+
+// allocsTargets judges the heap allocations per delta event of the D and C twins.
+func (r *report) allocsTargets() []target {
+	if r.Allocs == nil {
+		return nil
+	}
+	var ts []target
+	for _, aa := range r.Allocs.Arms {
+		if aa.Arm != "D" && aa.Arm != "C" {
+			continue
+		}
+		ts = append(ts, target{Name: "Heap allocations per delta event (" + aa.Arm + " twin)", Limit: "≤ 0.5",
+			Figure: fmt.Sprintf("%.2f", aa.MarginalAllocsPerDelt), Met: boolp(aa.MarginalAllocsPerDelt <= 0.5),
+			Note: fmt.Sprintf("marginal, between %d- and %d-token answers; %.2f allocs per relayed event all in",
+				r.Allocs.Short, r.Allocs.Long, aa.AllocsPerEvent)})
+	}
+	return ts
+}
+
+// capacityTargets judges the concurrent streams D held and its RSS per open stream.
+func (r *report) capacityTargets() []target {
+	if r.Capacity == nil {
+		return nil
+	}
+	var ts []target
+	if n, ok := r.Capacity.MaxPassed["D"]; ok || hasArm(r.Capacity, "D") {
+		ts = append(ts, target{Name: "Concurrent streams at 25 tokens/s, zero lost events (D)", Limit: "≥ 1,024",
+			Figure: fmt.Sprintf("%d passed", n), Met: boolp(n >= 1024),
+			Note: fmt.Sprintf("ramp %v; direct (A) passed %d, D* (synchronous_commit=off) %d", rampOf(r.Capacity), r.Capacity.MaxPassed["A"], r.Capacity.MaxPassed["D*"])})
+	}
+	st := capStepAt(r.Capacity, "D", 1024)
+	if st == nil {
+		st = largestStep(r.Capacity, "D")
+	}
+	if st == nil {
+		return ts
+	}
+	beyond := st.RSSPerStreamKiB - st.OutputBytes/1024
+	note := fmt.Sprintf("at %d streams: %.1f KiB per stream from the fresh process's idle RSS, minus %.1f KiB accumulated output", st.Streams, st.RSSPerStreamKiB, st.OutputBytes/1024)
+	if r.C256 != nil {
+		note += fmt.Sprintf("; at c=%d (peak − RSS at start): %s KiB", r.Params.Conc, fmtStat(r.C256.PerRound.stat("D", "rss_kib_per_stream_from_idle"), "%.1f"))
+	}
+	if r.Allocs != nil && r.Allocs.Hold != nil {
+		h := r.Allocs.Hold
+		note += fmt.Sprintf("; runtime counters of the twin at %d streams: %.1f goroutines, %.1f KiB stacks, %.1f KiB live heap per stream (RSS %.1f KiB)",
+			r.Allocs.HoldStreams, h.GoroutinesPerStream, h.StackKiBPerStream, h.LiveKiBPerStream, h.RSSKiBPerStream)
+	}
+	return append(ts, target{Name: "RSS per open stream beyond its output (D)", Limit: "≤ 64 KiB", Figure: fmt.Sprintf("%.1f KiB", beyond),
+		Met: boolp(beyond <= 64), Note: note})
+}
+
+// chainDeepTargets judges rehydration at depth 1,000 (D), cold and warm.
+func (r *report) chainDeepTargets() []target {
+	if r.Chain == nil {
+		return nil
+	}
+	var ts []target
+	for _, cd := range r.Chain.Depths {
+		if cd.Depth != 1000 {
+			continue
+		}
+		cb := cd.Backends["D"]
+		lim := 1.2 * cb.RawP50
+		ts = append(ts, target{Name: "Rehydration depth 1,000 cold (D)", Limit: "≤ 1.2 × raw query",
+			Figure: fmt.Sprintf("%s vs 1.2 × %s = %s", fmtUS(cb.AddedUpCold), fmtUS(cb.RawP50), fmtUS(lim)), Met: boolp(cb.AddedUpCold <= lim),
+			Note: fmt.Sprintf("added time to upstream of the first request on a chain (X − A, simulator-stamped; median of %d chains: %s); raw query = ResponseChainGet alone, in process. Added TTFB cold: %s",
+				len(cb.UpColdAll), fmtList(cb.UpColdAll, cd.AUpP50), fmtUS(cb.AddedCold))},
+			target{Name: "Rehydration depth 1,000 warm (D)", Limit: "≤ 1 ms", Figure: fmtUS(cb.AddedUpP50), Met: boolp(cb.AddedUpP50 <= 1000),
+				Note: fmt.Sprintf("added time to upstream, p50 of repeats; respgate has no chain cache, so a repeat reloads the chain (raw query p50 %s). Added TTFB warm p50: %s", fmtUS(cb.RawP50), fmtUS(cb.AddedWarmP50))})
+	}
+	return ts
+}
+
+// agentTargets judges the agent session on D: TTFB at turn n over turn 1, and bytes stored per turn.
+func (r *report) agentTargets() []target {
+	if r.Agent == nil || r.Agent.Backends["D"] == nil {
+		return nil
+	}
+	ab := r.Agent.Backends["D"]
+	flat := ab.StoredLast10 / ab.StoredFirst10
+	return []target{
+		{Name: fmt.Sprintf("TTFB turn %d over turn 1 (D)", r.Agent.Turns), Limit: "≤ 1.5×", Figure: fmt.Sprintf("%.2f× (p99 %.2f×)", ab.RatioP50, ab.RatioP99),
+			Met: boolp(ab.RatioP50 <= 1.5), Note: fmt.Sprintf("medians %s vs %s; direct A with the same upstream bodies: %.2f× (%s vs %s); respgate's added time to upstream: %s at turn 1, %s at turn %d",
+				fmtUS(stats.MedianOf(ab.ProbeLast)), fmtUS(stats.MedianOf(ab.ProbeFirst)), ab.ARatioP50, fmtUS(stats.MedianOf(ab.ALast)), fmtUS(stats.MedianOf(ab.AFirst)),
+				fmtUS(stats.MedianOf(ab.UpFirst)-stats.MedianOf(ab.AUpFirst)), fmtUS(stats.MedianOf(ab.UpLast)-stats.MedianOf(ab.AUpLast)), r.Agent.Turns)},
+		{Name: "Bytes stored per turn flat across the session (D)", Limit: "proportional to the turn", Figure: fmt.Sprintf("last 10 / first 10 turns = %.2f; %s stored bytes per byte of the turn's items",
+			flat, fmtStat(ab.StoredPerNew, "%.2f")), Met: boolp(flat <= 1.25 && flat >= 0.8)},
+	}
+}
+
+// nonStreamTargets judges non-streaming requests per second with Postgres (D).
+func (r *report) nonStreamTargets() []target {
+	if r.NonStream == nil {
+		return nil
+	}
+	s := r.NonStream.PerRound.stat("D", "rps")
+	return []target{{Name: fmt.Sprintf("Non-streaming req/s with Postgres at c=%d (D)", r.Params.NSConc), Limit: "≥ 1,500/s", Figure: fmtStat(s, "%.0f/s"), Met: boolp(s.Median >= 1500),
+		Note: fmt.Sprintf("direct A: %s; p99 D %s; D* (synchronous_commit=off): %s; C (store:false): %s", fmtStat(r.NonStream.PerRound.stat("A", "rps"), "%.0f/s"),
+			fmtStatUS(r.NonStream.PerRound.stat("D", "p99")), fmtStat(r.NonStream.PerRound.stat("D*", "rps"), "%.0f/s"),
+			fmtStat(r.NonStream.PerRound.stat("C", "rps"), "%.0f/s"))}}
 }
 
 func hasArm(c *capResult, a string) bool {

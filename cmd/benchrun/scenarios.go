@@ -440,7 +440,6 @@ type capStep struct {
 }
 
 func (b *bench) scenarioCapacity(ctx context.Context) error {
-	p := b.p
 	res := &capResult{MaxPassed: map[string]int{}, IdleRSS: map[string]int64{}}
 	b.rep.Capacity = res
 	var arms []*arm
@@ -450,17 +449,12 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 			return fmt.Errorf("-ramp-arms: unknown arm %q", name)
 		}
 		if name == "D" {
-			// A fresh process: its idle RSS is the baseline of the RSS per stream.
-			respgate, _ := filepath.Abs(filepath.Join(b.opt.binDir, "respgate"))
-			c, err := startChild(ctx, b.logDir, "respgate-D-capacity", respgate,
-				[]string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", b.pgDSN}, "/readyz")
+			c, fresh, err := b.freshCapacityArm(ctx, a)
 			if err != nil {
 				return err
 			}
 			defer c.stop()
-			fresh := *a
-			fresh.URL, fresh.proc = c.baseURL(), c
-			a = &fresh
+			a = fresh
 		}
 		if a.proc != nil {
 			st, err := loadgen.ReadProc(a.proc.pid())
@@ -472,41 +466,14 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 		arms = append(arms, a)
 	}
 	failed := map[string]bool{}
-	limit := float64(10*p.RampPaceMS) * 1000
 	for _, n := range b.opt.ramp {
 		for _, a := range arms {
 			if failed[a.Name] {
 				continue
 			}
-			rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: n, Requests: n, Spread: p.RampSpread,
-				KeepGaps: true, Body: constBody(a.body(model(p.RampPaceMS, p.RampTokens, ""), benchInput, true, nil))})
+			st, err := b.capacityStep(ctx, a, n, res.IdleRSS[a.Name])
 			if err != nil {
 				return err
-			}
-			s := rs.Summary
-			st := capStep{Arm: a.Name, Streams: n, Failed: s.Failed, Lost: s.Lost, MaxGapUS: s.MaxGap.Max, GapP99US: s.Gap.P99,
-				TTFBP99US: s.TTFB.P99, OutputBytes: rs.OutputBytes, Problems: s.Problems}
-			st.Passed = s.Failed == 0 && s.OK == n && s.MaxGap.Max <= limit
-			var top time.Duration
-			for _, x := range rs.samples {
-				if x.MaxGap > top {
-					top, st.MaxGapBefore = x.MaxGap, x.MaxGapBefore
-				}
-				if stats.Micros(x.MaxGap) > limit {
-					if st.OverLimit == nil {
-						st.OverLimit = map[string]int{}
-					}
-					st.OverLimit[x.MaxGapBefore]++
-				}
-			}
-			if s.Events > 0 {
-				st.CPUPerEventUS = rs.GatewayCPU / float64(s.Events)
-				st.SimCPUPerEvent = rs.SimCPU / float64(s.Events)
-				st.ClientCPUPerEvt = rs.ClientCPU / float64(s.Events)
-			}
-			if a.proc != nil {
-				st.RSSPerStreamKiB = float64(rs.RSSPeak-res.IdleRSS[a.Name]) / float64(n) / 1024
-				st.PeakRSSMiB = float64(rs.RSSPeak) / (1 << 20)
 			}
 			res.Steps = append(res.Steps, st)
 			if st.Passed {
@@ -514,11 +481,69 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 			} else {
 				failed[a.Name] = true
 			}
-			b.log.Info("capacity step", "arm", a.Name, "streams", n, "passed", st.Passed, "failed", s.Failed,
-				"max_gap", time.Duration(s.MaxGap.Max*1e3).Round(time.Millisecond))
 		}
 	}
 	return nil
+}
+
+// freshCapacityArm starts a fresh respgate process for arm a (D): its idle RSS is the baseline of
+// the RSS per stream. It returns the process, which the caller stops, and a copy of a that uses it.
+func (b *bench) freshCapacityArm(ctx context.Context, a *arm) (*child, *arm, error) {
+	respgate, _ := filepath.Abs(filepath.Join(b.opt.binDir, "respgate"))
+	c, err := startChild(ctx, b.logDir, "respgate-D-capacity", respgate,
+		[]string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", b.pgDSN}, "/readyz")
+	if err != nil {
+		return nil, nil, err
+	}
+	fresh := *a
+	fresh.URL, fresh.proc = c.baseURL(), c
+	return c, &fresh, nil
+}
+
+// capacityStep holds n paced streams open on arm a at once and judges the step: it passes when
+// every stream is whole and no gap exceeds 10× the pace. idleRSS is the arm's RSS before the ramp.
+func (b *bench) capacityStep(ctx context.Context, a *arm, n int, idleRSS int64) (capStep, error) {
+	p := b.p
+	limit := float64(10*p.RampPaceMS) * 1000
+	rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: n, Requests: n, Spread: p.RampSpread,
+		KeepGaps: true, Body: constBody(a.body(model(p.RampPaceMS, p.RampTokens, ""), benchInput, true, nil))})
+	if err != nil {
+		return capStep{}, err
+	}
+	s := rs.Summary
+	st := capStep{Arm: a.Name, Streams: n, Failed: s.Failed, Lost: s.Lost, MaxGapUS: s.MaxGap.Max, GapP99US: s.Gap.P99,
+		TTFBP99US: s.TTFB.P99, OutputBytes: rs.OutputBytes, Problems: s.Problems}
+	st.Passed = s.Failed == 0 && s.OK == n && s.MaxGap.Max <= limit
+	st.noteGaps(rs.samples, limit)
+	if s.Events > 0 {
+		st.CPUPerEventUS = rs.GatewayCPU / float64(s.Events)
+		st.SimCPUPerEvent = rs.SimCPU / float64(s.Events)
+		st.ClientCPUPerEvt = rs.ClientCPU / float64(s.Events)
+	}
+	if a.proc != nil {
+		st.RSSPerStreamKiB = float64(rs.RSSPeak-idleRSS) / float64(n) / 1024
+		st.PeakRSSMiB = float64(rs.RSSPeak) / (1 << 20)
+	}
+	b.log.Info("capacity step", "arm", a.Name, "streams", n, "passed", st.Passed, "failed", s.Failed,
+		"max_gap", time.Duration(s.MaxGap.Max*1e3).Round(time.Millisecond))
+	return st, nil
+}
+
+// noteGaps records the event that ended the largest gap of all samples, and counts the streams
+// whose largest gap exceeded limit (µs) by the event that ended it.
+func (st *capStep) noteGaps(samples []loadgen.Sample, limit float64) {
+	var top time.Duration
+	for _, x := range samples {
+		if x.MaxGap > top {
+			top, st.MaxGapBefore = x.MaxGap, x.MaxGapBefore
+		}
+		if stats.Micros(x.MaxGap) > limit {
+			if st.OverLimit == nil {
+				st.OverLimit = map[string]int{}
+			}
+			st.OverLimit[x.MaxGapBefore]++
+		}
+	}
 }
 
 // noteProblems records the first problems of failed runs in the report.

@@ -53,51 +53,59 @@ func main() {
 	}
 }
 
-func run() error {
-	url := flag.String("url", "http://127.0.0.1:8080/v1", "base URL (…/v1) or the full …/responses URL")
-	conc := flag.Int("c", 1, "concurrency: requests in flight")
-	n := flag.Int("n", 0, "total requests (0: until -duration)")
-	dur := flag.Duration("duration", 0, "stop issuing requests after this long (0: until -n)")
-	spread := flag.Duration("spread", 0, "spread the workers' first requests over this interval")
-	stream := flag.Bool("stream", true, "stream the answers (SSE) and check every event")
-	body := flag.String("body", "", "request body: JSON, or @file; default built from -model, -input and -store")
-	model := flag.String("model", "openai/gpt-oss-sim?delay_ms=20&tokens=256&quirks=none", "model (with the simulator's fault query, if any)")
-	input := flag.String("input", "Hello! remember: the sky is green", "input text")
-	storeFlag := flag.String("store", "", `"true" or "false" to send "store"; empty: omit it`)
-	key := flag.String("key", "bench", "bearer key")
-	expect := flag.String("expect-status", "completed", "status every response must have (empty: any)")
-	requireDone := flag.Bool("require-done", false, "demand data: [DONE] after the terminal event (respgate sends it, vLLM does not)")
-	pids := flag.String("pid", "", "comma-separated pids whose CPU time and RSS to report (from /proc)")
-	samples := flag.Bool("samples", false, "include every request's sample in the output")
-	out := flag.String("o", "-", "write the JSON report here (- is stdout)")
-	timeout := flag.Duration("timeout", 5*time.Minute, "per-request timeout")
-	flag.Parse()
-	if *n <= 0 && *dur <= 0 {
-		*n = *conc
-	}
+// options are the command-line flags.
+type options struct {
+	url, body, model, input, store, key, expect, pids, out string
 
-	target := strings.TrimSuffix(*url, "/")
+	conc, n                      int
+	dur, spread, timeout         time.Duration
+	stream, requireDone, samples bool
+}
+
+func parseFlags() *options {
+	o := &options{}
+	flag.StringVar(&o.url, "url", "http://127.0.0.1:8080/v1", "base URL (…/v1) or the full …/responses URL")
+	flag.IntVar(&o.conc, "c", 1, "concurrency: requests in flight")
+	flag.IntVar(&o.n, "n", 0, "total requests (0: until -duration)")
+	flag.DurationVar(&o.dur, "duration", 0, "stop issuing requests after this long (0: until -n)")
+	flag.DurationVar(&o.spread, "spread", 0, "spread the workers' first requests over this interval")
+	flag.BoolVar(&o.stream, "stream", true, "stream the answers (SSE) and check every event")
+	flag.StringVar(&o.body, "body", "", "request body: JSON, or @file; default built from -model, -input and -store")
+	flag.StringVar(&o.model, "model", "openai/gpt-oss-sim?delay_ms=20&tokens=256&quirks=none", "model (with the simulator's fault query, if any)")
+	flag.StringVar(&o.input, "input", "Hello! remember: the sky is green", "input text")
+	flag.StringVar(&o.store, "store", "", `"true" or "false" to send "store"; empty: omit it`)
+	flag.StringVar(&o.key, "key", "bench", "bearer key")
+	flag.StringVar(&o.expect, "expect-status", "completed", "status every response must have (empty: any)")
+	flag.BoolVar(&o.requireDone, "require-done", false, "demand data: [DONE] after the terminal event (respgate sends it, vLLM does not)")
+	flag.StringVar(&o.pids, "pid", "", "comma-separated pids whose CPU time and RSS to report (from /proc)")
+	flag.BoolVar(&o.samples, "samples", false, "include every request's sample in the output")
+	flag.StringVar(&o.out, "o", "-", "write the JSON report here (- is stdout)")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "per-request timeout")
+	flag.Parse()
+	if o.n <= 0 && o.dur <= 0 {
+		o.n = o.conc
+	}
+	return o
+}
+
+func run() error {
+	o := parseFlags()
+	target := strings.TrimSuffix(o.url, "/")
 	if !strings.HasSuffix(target, "/responses") {
 		target += "/responses"
 	}
-	payload, err := buildBody(*body, *model, *input, *storeFlag, *stream)
+	payload, err := buildBody(o.body, o.model, o.input, o.store, o.stream)
 	if err != nil {
 		return err
 	}
-	var procs []int
-	for _, p := range strings.Split(*pids, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			id, err := strconv.Atoi(p)
-			if err != nil {
-				return fmt.Errorf("-pid: %w", err)
-			}
-			procs = append(procs, id)
-		}
+	procs, err := parsePIDs(o.pids)
+	if err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep := &report{URL: target, Stream: *stream, Concurrency: *conc, Procs: map[string]*procReport{}}
+	rep := &report{URL: target, Stream: o.stream, Concurrency: o.conc, Procs: map[string]*procReport{}}
 	for _, p := range procs {
 		st, err := loadgen.ReadProc(p)
 		if err != nil {
@@ -107,16 +115,50 @@ func run() error {
 	}
 	sampler := loadgen.StartSampler(procs, 100*time.Millisecond)
 	res, err := loadgen.Run(ctx, loadgen.Config{
-		URL: target, Body: func(int) []byte { return payload }, Stream: *stream, Concurrency: *conc,
-		Requests: *n, Duration: *dur, Spread: *spread, ExpectStatus: *expect, RequireDone: *requireDone,
-		KeepGaps: true, Timeout: *timeout,
-		Header: map[string][]string{"Authorization": {"Bearer " + *key}},
+		URL: target, Body: func(int) []byte { return payload }, Stream: o.stream, Concurrency: o.conc,
+		Requests: o.n, Duration: o.dur, Spread: o.spread, ExpectStatus: o.expect, RequireDone: o.requireDone,
+		KeepGaps: true, Timeout: o.timeout,
+		Header: map[string][]string{"Authorization": {"Bearer " + o.key}},
 	})
 	peaks := sampler.Stop()
 	if err != nil && res == nil {
 		return err
 	}
 	rep.Summary = loadgen.Summarize(res)
+	rep.finishProcs(procs, peaks)
+	if o.samples {
+		rep.Samples = res.Samples
+	}
+	if err := writeReport(o.out, rep); err != nil {
+		return err
+	}
+	s := rep.Summary
+	fmt.Fprintf(os.Stderr, "loadgen: %d requests, %d ok, %d failed; ttfb p50 %.0fµs p99 %.0fµs; gap p50 %.0fµs p99 %.0fµs; %.1f req/s\n",
+		s.Requests, s.OK, s.Failed, s.TTFB.P50, s.TTFB.P99, s.Gap.P50, s.Gap.P99, s.RPS)
+	if s.Failed > 0 {
+		return errors.New("some requests failed or streams were not whole (see summary.problems)")
+	}
+	return nil
+}
+
+// parsePIDs parses -pid: comma-separated pids, blanks ignored.
+func parsePIDs(list string) ([]int, error) {
+	var procs []int
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			id, err := strconv.Atoi(p)
+			if err != nil {
+				return nil, fmt.Errorf("-pid: %w", err)
+			}
+			procs = append(procs, id)
+		}
+	}
+	return procs, nil
+}
+
+// finishProcs reads each process's counters again after the run and fills in what it used; peaks are
+// the sampled peak RSS by pid. The summary must already be set (for CPU per event).
+func (rep *report) finishProcs(procs []int, peaks map[int]int64) {
 	for _, p := range procs {
 		pr := rep.Procs[strconv.Itoa(p)]
 		if st, err := loadgen.ReadProc(p); err == nil {
@@ -128,12 +170,13 @@ func run() error {
 		}
 		pr.PeakRSS = peaks[p]
 	}
-	if *samples {
-		rep.Samples = res.Samples
-	}
+}
+
+// writeReport writes rep as indented JSON to the file out, or to stdout for "-".
+func writeReport(out string, rep *report) error {
 	w := os.Stdout
-	if *out != "-" {
-		f, err := os.Create(*out)
+	if out != "-" {
+		f, err := os.Create(out)
 		if err != nil {
 			return err
 		}
@@ -142,16 +185,7 @@ func run() error {
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(rep); err != nil {
-		return err
-	}
-	s := rep.Summary
-	fmt.Fprintf(os.Stderr, "loadgen: %d requests, %d ok, %d failed; ttfb p50 %.0fµs p99 %.0fµs; gap p50 %.0fµs p99 %.0fµs; %.1f req/s\n",
-		s.Requests, s.OK, s.Failed, s.TTFB.P50, s.TTFB.P99, s.Gap.P50, s.Gap.P99, s.RPS)
-	if s.Failed > 0 {
-		return errors.New("some requests failed or streams were not whole (see summary.problems)")
-	}
-	return nil
+	return enc.Encode(rep)
 }
 
 // buildBody returns the request body: -body verbatim (or from @file), else one built from the flags.

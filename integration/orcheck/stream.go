@@ -174,6 +174,30 @@ func (st *Stream) check(event string, data []byte) {
 		st.fail("%s: %v", event, err)
 		return
 	}
+	st.checkHead(event, &e, top)
+	switch e.Type {
+	case "response.created", "response.queued", "response.in_progress":
+		st.lifecycle(&e)
+	case "response.completed", "response.incomplete", "response.failed":
+		st.lifecycle(&e)
+		st.terminal = e.Type
+		st.closeStream(&e)
+	case "response.output_item.added":
+		st.added(&e)
+	case "response.output_item.done":
+		st.itemDone(&e)
+	case "response.content_part.added", "response.reasoning_summary_part.added":
+		st.partAdded(&e)
+	case "error":
+	default:
+		st.partEvent(&e)
+	}
+}
+
+// checkHead checks what every event must satisfy whatever its type: its SSE event name, no stray
+// top-level error member, its sequence_number, response.created first and nothing after the terminal
+// event.
+func (st *Stream) checkHead(event string, e *envelope, top map[string]json.RawMessage) {
 	if event != e.Type {
 		st.fail("SSE event %q but data type %q (Open Responses: event MUST equal type)", event, e.Type)
 	}
@@ -189,62 +213,62 @@ func (st *Stream) check(event string, data []byte) {
 	if st.terminal != "" {
 		st.fail("%s after the terminal event %s", e.Type, st.terminal)
 	}
-	switch e.Type {
-	case "response.created", "response.queued", "response.in_progress":
-		st.lifecycle(&e)
-	case "response.completed", "response.incomplete", "response.failed":
-		st.lifecycle(&e)
-		st.terminal = e.Type
-		st.closeStream(&e)
-	case "response.output_item.added":
-		st.added(&e)
-	case "response.output_item.done":
-		it := st.item(&e, false)
-		if it == nil {
-			return
-		}
-		var item struct {
-			ID     string `json:"id"`
-			Status string `json:"status"`
-		}
-		_ = json.Unmarshal(e.Item, &item)
-		if item.ID != it.id {
-			st.fail("output_item.done item id %q, announced %q", item.ID, it.id)
-		}
-		if item.Status != "completed" && item.Status != "incomplete" {
-			st.fail("output_item.done with item status %q", item.Status)
-		}
-		if st.incomplete {
-			st.fail("an item after an incomplete item (Open Responses: an incomplete item is the last)")
-		}
-		st.incomplete = item.Status == "incomplete"
-		it.closed, it.status = true, item.Status
-	case "response.content_part.added", "response.reasoning_summary_part.added":
-		it := st.item(&e, true)
-		if it == nil {
-			return
-		}
-		sum := e.Type == "response.reasoning_summary_part.added"
-		idx, count := e.ContentIndex, &it.parts
-		if sum {
-			idx, count = e.SummaryIndex, &it.sums
-		}
-		if idx == nil || *idx != *count {
-			st.fail("%s index %v, want %d (dense, from 0 in each item)", e.Type, deref(idx), *count)
-		}
-		*count++
-	case "error":
-	default:
-		it := st.item(&e, true)
-		if it == nil {
-			return
-		}
-		switch {
-		case e.ContentIndex != nil && *e.ContentIndex >= it.parts:
-			st.fail("%s for content part %d, only %d announced", e.Type, *e.ContentIndex, it.parts)
-		case e.SummaryIndex != nil && *e.SummaryIndex >= it.sums:
-			st.fail("%s for summary part %d, only %d announced", e.Type, *e.SummaryIndex, it.sums)
-		}
+}
+
+// itemDone checks response.output_item.done: the announced id, a final status, and nothing after an
+// incomplete item.
+func (st *Stream) itemDone(e *envelope) {
+	it := st.item(e, false)
+	if it == nil {
+		return
+	}
+	var item struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(e.Item, &item)
+	if item.ID != it.id {
+		st.fail("output_item.done item id %q, announced %q", item.ID, it.id)
+	}
+	if item.Status != "completed" && item.Status != "incomplete" {
+		st.fail("output_item.done with item status %q", item.Status)
+	}
+	if st.incomplete {
+		st.fail("an item after an incomplete item (Open Responses: an incomplete item is the last)")
+	}
+	st.incomplete = item.Status == "incomplete"
+	it.closed, it.status = true, item.Status
+}
+
+// partAdded checks a content_part.added or reasoning_summary_part.added: its index is dense from 0
+// in its item.
+func (st *Stream) partAdded(e *envelope) {
+	it := st.item(e, true)
+	if it == nil {
+		return
+	}
+	sum := e.Type == "response.reasoning_summary_part.added"
+	idx, count := e.ContentIndex, &it.parts
+	if sum {
+		idx, count = e.SummaryIndex, &it.sums
+	}
+	if idx == nil || *idx != *count {
+		st.fail("%s index %v, want %d (dense, from 0 in each item)", e.Type, deref(idx), *count)
+	}
+	*count++
+}
+
+// partEvent checks any other event of an open item: the part it names was announced.
+func (st *Stream) partEvent(e *envelope) {
+	it := st.item(e, true)
+	if it == nil {
+		return
+	}
+	switch {
+	case e.ContentIndex != nil && *e.ContentIndex >= it.parts:
+		st.fail("%s for content part %d, only %d announced", e.Type, *e.ContentIndex, it.parts)
+	case e.SummaryIndex != nil && *e.SummaryIndex >= it.sums:
+		st.fail("%s for summary part %d, only %d announced", e.Type, *e.SummaryIndex, it.sums)
 	}
 }
 

@@ -202,92 +202,123 @@ func readInput(d Dialect, input json.RawMessage) (*conversation, *vllmError) {
 	if json.Unmarshal(input, &raws) != nil {
 		return nil, validationError("body.input", "list_type", "Input should be a valid list")
 	}
-	calls := make(map[string]bool) // call_ids of the function_call items seen so far (harmony)
-	lastUserAt := -1
+	r := inputReader{d: d, c: c, calls: make(map[string]bool), lastUserAt: -1}
 	for i, raw := range raws {
 		var it inputItem
 		if err := json.Unmarshal(raw, &it); err != nil {
 			return nil, validationError("body.input", "model_type", "Input should be a valid input item")
 		}
-		typ := wire.TypeMessage
-		if it.Type != nil {
-			typ = *it.Type
-		}
-		c.items++
-		switch typ {
-		case wire.TypeMessage:
-			text := joinText(it.Content)
-			c.words += len(strings.Fields(text))
-			if d == Harmony && (it.Role == "system" || it.Role == "developer") && text == "" {
-				continue // harmony drops an empty system/developer message (harmony.py)
-			}
-			c.messages++
-			if it.Role == "user" || it.Role == "" {
-				c.addUser(text)
-				lastUserAt = i
-			}
-		case wire.TypeReasoning:
-			var parts []textPart
-			_ = json.Unmarshal(it.Content, &parts)
-			text, ok := "", false
-			if d == Harmony {
-				// Harmony joins every content text into the analysis channel; summary and
-				// encrypted_content are ignored; no content means the item is skipped (harmony.py).
-				if len(parts) > 0 {
-					texts := make([]string, len(parts))
-					for j, p := range parts {
-						texts[j] = p.text()
-					}
-					text, ok = strings.Join(texts, "\n"), true
-				}
-			} else {
-				// The chat-template path: encrypted content is refused, then content[0], then
-				// summary[0] (construct_chat_messages_with_tool_call in responses/utils.py).
-				if it.EncryptedContent != nil && *it.EncryptedContent != "" {
-					return nil, badRequest("Encrypted content is not supported.")
-				}
-				switch {
-				case len(parts) > 0:
-					text = parts[0].text()
-				case len(it.Summary) > 0:
-					text = it.Summary[0].text()
-				}
-				ok = true
-			}
-			c.words += len(strings.Fields(text))
-			if ok {
-				c.reasoning++
-				c.lastReason = &text
-			}
-		case wire.TypeFunctionCall:
-			calls[it.CallID] = true
-			c.words += len(strings.Fields(it.Arguments))
-		case wire.TypeFunctionCallOutput:
-			if d == Harmony && !calls[it.CallID] {
-				return nil, badRequest("No call message found for %s", it.CallID)
-			}
-			c.toolOutputs++
-			c.words += len(strings.Fields(joinText(it.Output)))
-		default:
-			if d == Harmony {
-				return nil, badRequest("Unknown input type: %s", typ)
-			}
-			// The parser path hands other items to the chat template unchanged; they carry no
-			// text the simulated model reads.
+		if err := r.read(i, &it); err != nil {
+			return nil, err
 		}
 	}
-	// The input ends with tool outputs: echo every output after the last user message.
-	if n := len(raws); n > 0 && itemType(raws[n-1]) == wire.TypeFunctionCallOutput {
-		for _, raw := range raws[lastUserAt+1:] {
-			if itemType(raw) != wire.TypeFunctionCallOutput {
-				continue
-			}
-			var it inputItem
-			_ = json.Unmarshal(raw, &it)
-			c.toolSaid = append(c.toolSaid, joinText(it.Output))
-		}
-	}
+	c.collectToolSaid(raws, r.lastUserAt)
 	return c, nil
+}
+
+// inputReader is readInput's state while it walks an input array.
+type inputReader struct {
+	d          Dialect
+	c          *conversation
+	calls      map[string]bool // call_ids of the function_call items seen so far (harmony)
+	lastUserAt int             // index of the last user message, -1 if none
+}
+
+// read adds the input item at index i to the conversation.
+func (r *inputReader) read(i int, it *inputItem) *vllmError {
+	c, d := r.c, r.d
+	typ := wire.TypeMessage
+	if it.Type != nil {
+		typ = *it.Type
+	}
+	c.items++
+	switch typ {
+	case wire.TypeMessage:
+		text := joinText(it.Content)
+		c.words += len(strings.Fields(text))
+		if d == Harmony && (it.Role == "system" || it.Role == "developer") && text == "" {
+			return nil // harmony drops an empty system/developer message (harmony.py)
+		}
+		c.messages++
+		if it.Role == "user" || it.Role == "" {
+			c.addUser(text)
+			r.lastUserAt = i
+		}
+	case wire.TypeReasoning:
+		text, ok, err := inputReasoningText(d, it)
+		if err != nil {
+			return err
+		}
+		c.words += len(strings.Fields(text))
+		if ok {
+			c.reasoning++
+			c.lastReason = &text
+		}
+	case wire.TypeFunctionCall:
+		r.calls[it.CallID] = true
+		c.words += len(strings.Fields(it.Arguments))
+	case wire.TypeFunctionCallOutput:
+		if d == Harmony && !r.calls[it.CallID] {
+			return badRequest("No call message found for %s", it.CallID)
+		}
+		c.toolOutputs++
+		c.words += len(strings.Fields(joinText(it.Output)))
+	default:
+		if d == Harmony {
+			return badRequest("Unknown input type: %s", typ)
+		}
+		// The parser path hands other items to the chat template unchanged; they carry no
+		// text the simulated model reads.
+	}
+	return nil
+}
+
+// inputReasoningText is the text a reasoning input item gives the model in dialect d, and whether the item
+// reaches the model at all.
+func inputReasoningText(d Dialect, it *inputItem) (string, bool, *vllmError) {
+	var parts []textPart
+	_ = json.Unmarshal(it.Content, &parts)
+	if d == Harmony {
+		// Harmony joins every content text into the analysis channel; summary and
+		// encrypted_content are ignored; no content means the item is skipped (harmony.py).
+		if len(parts) == 0 {
+			return "", false, nil
+		}
+		texts := make([]string, len(parts))
+		for j, p := range parts {
+			texts[j] = p.text()
+		}
+		return strings.Join(texts, "\n"), true, nil
+	}
+	// The chat-template path: encrypted content is refused, then content[0], then
+	// summary[0] (construct_chat_messages_with_tool_call in responses/utils.py).
+	if it.EncryptedContent != nil && *it.EncryptedContent != "" {
+		return "", false, badRequest("Encrypted content is not supported.")
+	}
+	switch {
+	case len(parts) > 0:
+		return parts[0].text(), true, nil
+	case len(it.Summary) > 0:
+		return it.Summary[0].text(), true, nil
+	}
+	return "", true, nil
+}
+
+// collectToolSaid records what the tools said when the input ends with tool outputs: every output after
+// the last user message (at lastUserAt, -1 if none), to be echoed.
+func (c *conversation) collectToolSaid(raws []json.RawMessage, lastUserAt int) {
+	n := len(raws)
+	if n == 0 || itemType(raws[n-1]) != wire.TypeFunctionCallOutput {
+		return
+	}
+	for _, raw := range raws[lastUserAt+1:] {
+		if itemType(raw) != wire.TypeFunctionCallOutput {
+			continue
+		}
+		var it inputItem
+		_ = json.Unmarshal(raw, &it)
+		c.toolSaid = append(c.toolSaid, joinText(it.Output))
+	}
 }
 
 func (c *conversation) addUser(text string) {

@@ -134,76 +134,93 @@ func (t *turn) status() string {
 
 // appendResponse appends the response object: in progress (no output, no usage) or final.
 func (t *turn) appendResponse(b []byte, final bool) []byte {
-	status := "in_progress"
+	h := responseHead{final: final, status: "in_progress", incomplete: "null"}
 	if final {
-		status = t.status()
+		h.status = t.status()
 	}
-	incomplete := "null"
 	if final && t.incomplete {
-		incomplete = `{"reason":"max_output_tokens"}`
+		h.incomplete = `{"reason":"max_output_tokens"}`
 	}
-	r := t.req
 	if t.has(QuirkFields) {
-		// ResponsesResponse in responses/protocol.py, in its field order (docs/wire.md §6.2).
-		b = append(b, `{"id":`...)
-		b = appendStr(b, t.respID)
-		b = append(b, `,"created_at":`...)
-		b = strconv.AppendInt(b, t.createdAt, 10)
-		b = append(b, `,"incomplete_details":`...)
-		b = append(b, incomplete...)
-		b = append(b, `,"instructions":`...)
-		b = appendRaw(b, r.Instructions, "null")
-		b = append(b, `,"metadata":`...)
-		b = appendRaw(b, r.Metadata, "null")
-		b = append(b, `,"model":`...)
-		b = appendStr(b, t.model.Name)
-		b = append(b, `,"object":"response","output":`...)
-		b = t.appendOutput(b, final)
-		b = append(b, `,"parallel_tool_calls":`...)
-		b = appendBool(b, r.ParallelToolCalls == nil || *r.ParallelToolCalls)
-		b = append(b, `,"temperature":`...)
-		b = appendPyFloat(b, floatOr(r.Temperature, 1))
-		b = append(b, `,"tool_choice":`...)
-		b = appendRaw(b, nonNull(r.ToolChoice), `"auto"`)
-		b = append(b, `,"tools":`...)
-		b = appendRaw(b, nonNull(r.Tools), "[]")
-		b = append(b, `,"top_p":`...)
-		b = appendPyFloat(b, floatOr(r.TopP, 1))
-		b = append(b, `,"background":false,"max_output_tokens":`...)
-		b = appendInt(b, t.limit)
-		b = append(b, `,"max_tool_calls":`...)
-		b = appendRaw(b, r.MaxToolCalls, "null")
-		b = append(b, `,"previous_response_id":null,"prompt":null,"reasoning":`...)
-		b = appendRaw(b, r.Reasoning, "null")
-		b = append(b, `,"service_tier":`...)
-		b = appendRaw(b, nonNull(r.ServiceTier), `"auto"`)
-		b = append(b, `,"status":"`...)
-		b = append(b, status...)
-		b = append(b, `","text":`...)
-		b = appendRaw(b, r.Text, "null")
-		b = append(b, `,"top_logprobs":null,"truncation":`...)
-		b = appendRaw(b, nonNull(r.Truncation), `"disabled"`)
-		b = append(b, `,"usage":`...)
-		b = t.appendUsage(b, final)
-		b = append(b, `,"user":`...)
-		b = appendRaw(b, r.User, "null")
-		return append(b, `,"input_messages":null,"output_messages":null}`...)
+		return t.appendVLLMResponse(b, h)
 	}
-	// OpenAI's field set (docs/wire.md §3).
+	return t.appendOpenAIResponse(b, h)
+}
+
+// responseHead is what appendResponse decides once for either field set: whether the response is final,
+// its status and its incomplete_details.
+type responseHead struct {
+	final      bool
+	status     string
+	incomplete string // raw JSON
+}
+
+// appendVLLMResponse appends the response with vLLM's own field set (the fields quirk).
+func (t *turn) appendVLLMResponse(b []byte, h responseHead) []byte {
+	r := t.req
+	// ResponsesResponse in responses/protocol.py, in its field order (docs/wire.md §6.2).
+	b = append(b, `{"id":`...)
+	b = appendStr(b, t.respID)
+	b = append(b, `,"created_at":`...)
+	b = strconv.AppendInt(b, t.createdAt, 10)
+	b = append(b, `,"incomplete_details":`...)
+	b = append(b, h.incomplete...)
+	b = append(b, `,"instructions":`...)
+	b = appendRaw(b, r.Instructions, "null")
+	b = append(b, `,"metadata":`...)
+	b = appendRaw(b, r.Metadata, "null")
+	b = append(b, `,"model":`...)
+	b = appendStr(b, t.model.Name)
+	b = append(b, `,"object":"response","output":`...)
+	b = t.appendOutput(b, h.final)
+	b = append(b, `,"parallel_tool_calls":`...)
+	b = appendBool(b, r.ParallelToolCalls == nil || *r.ParallelToolCalls)
+	b = append(b, `,"temperature":`...)
+	b = appendPyFloat(b, floatOr(r.Temperature, 1))
+	b = append(b, `,"tool_choice":`...)
+	b = appendRaw(b, nonNull(r.ToolChoice), `"auto"`)
+	b = append(b, `,"tools":`...)
+	b = appendRaw(b, nonNull(r.Tools), "[]")
+	b = append(b, `,"top_p":`...)
+	b = appendPyFloat(b, floatOr(r.TopP, 1))
+	b = append(b, `,"background":false,"max_output_tokens":`...)
+	b = appendInt(b, t.limit)
+	b = append(b, `,"max_tool_calls":`...)
+	b = appendRaw(b, r.MaxToolCalls, "null")
+	b = append(b, `,"previous_response_id":null,"prompt":null,"reasoning":`...)
+	b = appendRaw(b, r.Reasoning, "null")
+	b = append(b, `,"service_tier":`...)
+	b = appendRaw(b, nonNull(r.ServiceTier), `"auto"`)
+	b = append(b, `,"status":"`...)
+	b = append(b, h.status...)
+	b = append(b, `","text":`...)
+	b = appendRaw(b, r.Text, "null")
+	b = append(b, `,"top_logprobs":null,"truncation":`...)
+	b = appendRaw(b, nonNull(r.Truncation), `"disabled"`)
+	b = append(b, `,"usage":`...)
+	b = t.appendUsage(b, h.final)
+	b = append(b, `,"user":`...)
+	b = appendRaw(b, r.User, "null")
+	return append(b, `,"input_messages":null,"output_messages":null}`...)
+}
+
+// appendOpenAIResponse appends the response with OpenAI's field set (docs/wire.md §3).
+func (t *turn) appendOpenAIResponse(b []byte, h responseHead) []byte {
+	r := t.req
 	b = append(b, `{"id":`...)
 	b = appendStr(b, t.respID)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = strconv.AppendInt(b, t.createdAt, 10)
 	b = append(b, `,"status":"`...)
-	b = append(b, status...)
+	b = append(b, h.status...)
 	b = append(b, `","background":false,"completed_at":`...)
-	if final && !t.incomplete {
+	if h.final && !t.incomplete {
 		b = strconv.AppendInt(b, t.sim.opts.Now().Unix(), 10)
 	} else {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"error":null,"incomplete_details":`...)
-	b = append(b, incomplete...)
+	b = append(b, h.incomplete...)
 	b = append(b, `,"instructions":`...)
 	b = appendRaw(b, r.Instructions, "null")
 	b = append(b, `,"max_output_tokens":`...)
@@ -218,7 +235,7 @@ func (t *turn) appendResponse(b []byte, final bool) []byte {
 	b = append(b, `,"model":`...)
 	b = appendStr(b, t.model.Name)
 	b = append(b, `,"output":`...)
-	b = t.appendOutput(b, final)
+	b = t.appendOutput(b, h.final)
 	b = append(b, `,"parallel_tool_calls":`...)
 	b = appendBool(b, r.ParallelToolCalls == nil || *r.ParallelToolCalls)
 	b = append(b, `,"presence_penalty":0.0,"frequency_penalty":0.0,"previous_response_id":null,"prompt_cache_key":`...)
@@ -240,7 +257,7 @@ func (t *turn) appendResponse(b []byte, final bool) []byte {
 	b = append(b, `,"truncation":`...)
 	b = appendRaw(b, nonNull(r.Truncation), `"disabled"`)
 	b = append(b, `,"usage":`...)
-	b = t.appendUsage(b, final)
+	b = t.appendUsage(b, h.final)
 	b = append(b, `,"user":`...)
 	b = appendRaw(b, r.User, "null")
 	b = append(b, `,"metadata":`...)
