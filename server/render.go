@@ -71,10 +71,7 @@ func validItems(items []wire.Item) []wire.Item {
 
 // errorJSON is the response's error member {"code","message"}.
 func errorJSON(code, message string) json.RawMessage {
-	b, _ := json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{code, message})
+	b, _ := json.Marshal(wire.ErrorObject{Code: code, Message: message})
 	return b
 }
 

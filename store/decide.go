@@ -65,13 +65,18 @@ func CommitDecision(stored wire.Status, p *ResponseCommitParams) (CommitAction, 
 	return CommitNoop, nil
 }
 
-// TurnAcquireDecision is ConversationTurnAcquire's result from whether the conversation exists
-// and whether the lease was taken.
-func TurnAcquireDecision(exists, taken bool) error {
+// TurnAcquireResult is what ConversationTurnAcquire's statement found.
+type TurnAcquireResult struct {
+	Exists bool // the conversation exists for the tenant
+	Taken  bool // the lease is now the caller's
+}
+
+// TurnAcquireDecision is ConversationTurnAcquire's result from what its statement found.
+func TurnAcquireDecision(r TurnAcquireResult) error {
 	switch {
-	case !exists:
+	case !r.Exists:
 		return ErrNotFound
-	case !taken:
+	case !r.Taken:
 		return ErrConflict
 	}
 	return nil
@@ -79,8 +84,5 @@ func TurnAcquireDecision(exists, taken bool) error {
 
 // sweepError is the error object ResponseSweep stores on a response it fails.
 func sweepError(message string) (json.RawMessage, error) {
-	return json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{"server_error", message})
+	return json.Marshal(wire.ErrorObject{Code: wire.ErrServer, Message: message})
 }

@@ -267,7 +267,7 @@ func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.Conversati
 	var exists, taken bool
 	err := s.pool.QueryRow(ctx, turnAcquireSQL, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UTC(), time.Now().UTC()).Scan(&exists, &taken)
 	if err == nil {
-		err = store.TurnAcquireDecision(exists, taken)
+		err = store.TurnAcquireDecision(store.TurnAcquireResult{Exists: exists, Taken: taken})
 	}
 	if err != nil {
 		return fmt.Errorf("acquire conversation turn: %w", interpretError(err))

@@ -291,7 +291,7 @@ func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.Conversati
 				return err
 			}
 		}
-		return store.TurnAcquireDecision(found, n > 0)
+		return store.TurnAcquireDecision(store.TurnAcquireResult{Exists: found, Taken: n > 0})
 	})
 	if err != nil {
 		return fmt.Errorf("acquire conversation turn: %w", err)
