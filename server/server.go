@@ -87,6 +87,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig is the configuration every zero field of a Config stands for. The command's flags
+// show these defaults, so each is written once, here.
+func DefaultConfig() Config {
+	var c Config
+	c.defaults()
+	c.Logger = nil
+	return c
+}
+
 func (c *Config) defaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 32 << 20

@@ -48,6 +48,25 @@ type setting struct {
 	show func(v string) any
 }
 
+// serverDefaults are the server's own defaults (server.DefaultConfig): the rows of server
+// settings show them rather than repeat them.
+var serverDefaults = server.DefaultConfig()
+
+// durDef writes a default duration in the flag's shortest syntax (1m, not 1m0s).
+func durDef(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// intDef writes a default number.
+func intDef[T int | int64](n T) string { return strconv.FormatInt(int64(n), 10) }
+
 // settings is respgate's configuration, in the order of -h and docs/configuration.md.
 var settings = []setting{
 	{flag: "listen", def: ":8080", help: "address to listen on",
@@ -71,35 +90,35 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.logLevel }},
 	{flag: "shutdown-timeout", def: "30s", help: "on SIGTERM, in-flight requests may finish this long; remaining streams then end with `response.failed`",
 		bind: func(c *config) any { return &c.shutdownTimeout }},
-	{flag: "keepalive", def: "15s", help: "SSE comment keepalive interval during upstream silence",
+	{flag: "keepalive", def: durDef(serverDefaults.KeepAlive), help: "SSE comment keepalive interval during upstream silence",
 		bind: func(c *config) any { return &c.server.KeepAlive }},
 	{flag: "upstream-connect-timeout", def: "10s", help: "connect timeout toward vLLM, and for a streamed request the wait for its response headers",
 		bind: func(c *config) any { return &c.upstream.ConnectTimeout }},
 	{flag: "upstream-idle-timeout", def: "2m", help: "longest silence of a vLLM stream before the turn fails",
 		bind: func(c *config) any { return &c.upstream.IdleTimeout }},
-	{flag: "sync-timeout", def: "10m", help: "longest wait for vLLM's answer to a non-streamed request (vLLM sends it only once generation ends); beyond it 504",
+	{flag: "sync-timeout", def: durDef(serverDefaults.SyncTimeout), help: "longest wait for vLLM's answer to a non-streamed request (vLLM sends it only once generation ends); beyond it 504",
 		bind: func(c *config) any { return &c.server.SyncTimeout }},
-	{flag: "commit-timeout", def: "15s", help: "longest time to store a finished turn; beyond it the response is `failed`",
+	{flag: "commit-timeout", def: durDef(serverDefaults.CommitTimeout), help: "longest time to store a finished turn; beyond it the response is `failed`",
 		bind: func(c *config) any { return &c.server.CommitTimeout }},
-	{flag: "write-timeout", def: "30s", help: "longest time one event may take to reach a client; a client that stops reading is dropped",
+	{flag: "write-timeout", def: durDef(serverDefaults.WriteTimeout), help: "longest time one event may take to reach a client; a client that stops reading is dropped",
 		bind: func(c *config) any { return &c.server.WriteTimeout }},
-	{flag: "body-read-timeout", def: "30s", help: "longest time to read a request body (408 beyond)",
+	{flag: "body-read-timeout", def: durDef(serverDefaults.BodyReadTimeout), help: "longest time to read a request body (408 beyond)",
 		bind: func(c *config) any { return &c.server.BodyReadTimeout }},
-	{flag: "lease-ttl", def: "1m", help: "lease of an in-progress response, renewed while it streams; after a crash the sweeper marks it `failed` once expired; must be longer than `--write-timeout`",
+	{flag: "lease-ttl", def: durDef(serverDefaults.LeaseTTL), help: "lease of an in-progress response, renewed while it streams; after a crash the sweeper marks it `failed` once expired; must be longer than `--write-timeout`",
 		bind: func(c *config) any { return &c.server.LeaseTTL }},
-	{flag: "sweep-interval", def: "30s", help: "how often expired leases are swept and retention applied (also once at start)",
+	{flag: "sweep-interval", def: durDef(serverDefaults.SweepInterval), help: "how often expired leases are swept and retention applied (also once at start)",
 		bind: func(c *config) any { return &c.server.SweepInterval }},
 	{flag: "retention", def: "0", zeroOK: true, help: "delete finished responses older than this (e.g. `720h`), with their items except those a conversation lists; `0` keeps everything",
 		bind: func(c *config) any { return &c.server.Retention }},
-	{flag: "max-body-bytes", def: "33554432", help: "largest request body (413 beyond)",
+	{flag: "max-body-bytes", def: intDef(serverDefaults.MaxBodyBytes), help: "largest request body (413 beyond)",
 		bind: func(c *config) any { return &c.server.MaxBodyBytes }},
 	{flag: "max-body-bytes-in-flight", def: "0", zeroOK: true, help: "bytes of all request bodies being read or held at once; beyond it 503 with `Retry-After`; `0` is 4 × `--max-body-bytes`",
 		bind: func(c *config) any { return &c.server.MaxBodyBytesInFlight }},
-	{flag: "max-header-bytes", def: "65536", help: "largest request line and headers (431 beyond)",
+	{flag: "max-header-bytes", def: intDef(serverDefaults.MaxHeaderBytes), help: "largest request line and headers (431 beyond)",
 		bind: func(c *config) any { return &c.server.MaxHeaderBytes }},
-	{flag: "max-input-items", def: "10000", help: "most items in one request's `input` (400 beyond)",
+	{flag: "max-input-items", def: intDef(serverDefaults.MaxInputItems), help: "most items in one request's `input` (400 beyond)",
 		bind: func(c *config) any { return &c.server.MaxInputItems }},
-	{flag: "max-json-depth", def: "64", help: "deepest nesting of a request body's JSON (400 beyond)",
+	{flag: "max-json-depth", def: intDef(serverDefaults.MaxJSONDepth), help: "deepest nesting of a request body's JSON (400 beyond)",
 		bind: func(c *config) any { return &c.server.MaxJSONDepth }},
 	{flag: "upstream-max-event-bytes", def: "16777216", help: "largest SSE event from vLLM, and largest non-streamed answer; beyond it the turn fails",
 		bind: func(c *config) any { return &c.upstream.MaxEventBytes }},

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respgate/respgate/server"
 	"go.uber.org/goleak"
 )
 
@@ -337,5 +338,20 @@ func TestStrayArgumentIsAStartupErrorThatDoesNotEchoIt(t *testing.T) {
 	_, err := parseConfig([]string{"--api-keys", "key-one", "SECRETRIGHT"}, env(nil), io.Discard)
 	if err == nil || leaks(err.Error()) || !strings.Contains(err.Error(), "only flags") {
 		t.Errorf("error %v", err)
+	}
+}
+
+func TestServerSettingsDefaultToTheServersOwnDefaults(t *testing.T) {
+	c, d := mustParse(t, nil, nil).server, server.DefaultConfig()
+	if c.KeepAlive != d.KeepAlive || c.SyncTimeout != d.SyncTimeout || c.CommitTimeout != d.CommitTimeout ||
+		c.WriteTimeout != d.WriteTimeout || c.BodyReadTimeout != d.BodyReadTimeout || c.LeaseTTL != d.LeaseTTL ||
+		c.SweepInterval != d.SweepInterval || c.MaxBodyBytes != d.MaxBodyBytes || c.MaxHeaderBytes != d.MaxHeaderBytes ||
+		c.MaxInputItems != d.MaxInputItems || c.MaxJSONDepth != d.MaxJSONDepth {
+		t.Errorf("flag defaults %+v differ from the server's %+v", c, d)
+	}
+	for d, want := range map[time.Duration]string{time.Minute: "1m", 10 * time.Minute: "10m", 30 * time.Second: "30s", 2 * time.Hour: "2h", 90 * time.Second: "1m30s"} {
+		if got := durDef(d); got != want {
+			t.Errorf("durDef(%v) = %q, want %q", d, got, want)
+		}
 	}
 }
