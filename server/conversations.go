@@ -117,6 +117,19 @@ func (s *Server) loadConversation(c echo.Context) (*store.Conversation, error) {
 	return cv, err
 }
 
+// requiredMember reads the JSON body and returns its member key (400 when it is missing).
+func (s *Server) requiredMember(c echo.Context, key string) (json.RawMessage, error) {
+	body, err := s.readJSONBody(c)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := body[key]
+	if !ok {
+		return nil, wire.Invalid(key, "missing_required_parameter", "Missing required parameter: '%s'.", key)
+	}
+	return raw, nil
+}
+
 func (s *Server) getConversation(c echo.Context) error {
 	cv, err := s.loadConversation(c)
 	if err != nil {
@@ -126,13 +139,9 @@ func (s *Server) getConversation(c echo.Context) error {
 }
 
 func (s *Server) updateConversation(c echo.Context) error {
-	body, err := s.readJSONBody(c)
+	raw, err := s.requiredMember(c, "metadata")
 	if err != nil {
 		return err
-	}
-	raw, ok := body["metadata"]
-	if !ok {
-		return wire.Invalid("metadata", "missing_required_parameter", "Missing required parameter: 'metadata'.")
 	}
 	md, err := validMetadata(raw, "metadata")
 	if err != nil {
@@ -186,13 +195,9 @@ func (s *Server) listConversationItems(c echo.Context) error {
 }
 
 func (s *Server) addConversationItems(c echo.Context) error {
-	body, err := s.readJSONBody(c)
+	raw, err := s.requiredMember(c, "items")
 	if err != nil {
 		return err
-	}
-	raw, ok := body["items"]
-	if !ok {
-		return wire.Invalid("items", "missing_required_parameter", "Missing required parameter: 'items'.")
 	}
 	items, err := conversationItems(raw)
 	if err != nil {

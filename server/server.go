@@ -97,47 +97,30 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) defaults() {
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = 32 << 20
-	}
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = 64 << 10
-	}
-	if c.MaxInputItems <= 0 {
-		c.MaxInputItems = 10000
-	}
-	if c.KeepAlive <= 0 {
-		c.KeepAlive = 15 * time.Second
-	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 60 * time.Second
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = 30 * time.Second
-	}
-	if c.SyncTimeout <= 0 {
-		c.SyncTimeout = 10 * time.Minute
-	}
-	if c.CommitTimeout <= 0 {
-		c.CommitTimeout = 15 * time.Second
-	}
+	setDefault(&c.MaxBodyBytes, 32<<20)
+	setDefault(&c.MaxHeaderBytes, 64<<10)
+	setDefault(&c.MaxInputItems, 10000)
+	setDefault(&c.KeepAlive, 15*time.Second)
+	setDefault(&c.LeaseTTL, 60*time.Second)
+	setDefault(&c.SweepInterval, 30*time.Second)
+	setDefault(&c.SyncTimeout, 10*time.Minute)
+	setDefault(&c.CommitTimeout, 15*time.Second)
+	setDefault(&c.WriteTimeout, 30*time.Second)
+	setDefault(&c.BodyReadTimeout, 30*time.Second)
+	setDefault(&c.MaxBodyBytesInFlight, 4*c.MaxBodyBytes)
+	setDefault(&c.MaxJSONDepth, 64)
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 30 * time.Second
-	}
-	if c.BodyReadTimeout <= 0 {
-		c.BodyReadTimeout = 30 * time.Second
-	}
-	if c.MaxBodyBytesInFlight <= 0 {
-		c.MaxBodyBytesInFlight = 4 * c.MaxBodyBytes
-	}
-	if c.MaxJSONDepth <= 0 {
-		c.MaxJSONDepth = 64
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+}
+
+// setDefault sets *v to def when it is zero or negative (unset).
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
