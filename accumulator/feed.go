@@ -523,18 +523,27 @@ func (a *Accumulator) onAnnotation(dst []byte, typ wire.EventType, d []byte) ([]
 	return a.emitAnnotation(dst, it, pos, p.nAnn-1, ann), nil
 }
 
+// itemEvent parses the envelope of an output_item.added/done event and its item (ok false: the
+// item is absent or malformed), refusing an item over MaxItemBytes.
+func (a *Accumulator) itemEvent(typ wire.EventType, d []byte) (parsedItem, bool, error) {
+	if err := a.parseEnv(typ, d); err != nil {
+		return parsedItem{}, false, err
+	}
+	if len(a.env.item) > a.opts.MaxItemBytes {
+		return parsedItem{}, false, fail(typ, ErrLimit, "output item over %d bytes", a.opts.MaxItemBytes)
+	}
+	pi, ok := parseItem(a.env.item)
+	return pi, ok, nil
+}
+
 // onItemAdded announces an item. An added for an item already known (created by an earlier
 // delta) is a duplicate and dropped.
 func (a *Accumulator) onItemAdded(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
-	if err := a.parseEnv(typ, d); err != nil {
+	pi, ok, err := a.itemEvent(typ, d)
+	if err != nil {
 		return dst, err
 	}
 	e := &a.env
-	raw := e.item
-	if len(raw) > a.opts.MaxItemBytes {
-		return dst, fail(typ, ErrLimit, "output item over %d bytes", a.opts.MaxItemBytes)
-	}
-	pi, ok := parseItem(raw)
 	if !ok { // Open Responses allows item:null here; later events create the item
 		a.dropped++
 		return dst, nil
@@ -575,15 +584,11 @@ func (a *Accumulator) adopt(it *item, pi *parsedItem) {
 // onItemDone closes an item. A successfully parsed done item is authoritative for the fields it
 // states; a malformed one keeps the delta-derived state (docs/design.md §4).
 func (a *Accumulator) onItemDone(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
-	if err := a.parseEnv(typ, d); err != nil {
+	pi, ok, err := a.itemEvent(typ, d)
+	if err != nil {
 		return dst, err
 	}
 	e := &a.env
-	raw := e.item
-	if len(raw) > a.opts.MaxItemBytes {
-		return dst, fail(typ, ErrLimit, "output item over %d bytes", a.opts.MaxItemBytes)
-	}
-	pi, ok := parseItem(raw)
 	upID := e.itemID
 	if len(upID) == 0 && ok {
 		upID = []byte(pi.id)
@@ -760,15 +765,7 @@ func (a *Accumulator) onError(dst []byte, typ wire.EventType, d []byte) ([]byte,
 	e := &a.env
 	code, msg := e.code, e.msg
 	if e.errObj != nil && e.errObj[0] == '{' { // Open Responses' nested form
-		o := newObjIter(e.errObj, 1)
-		for k, v, more := o.next(); more; k, v, more = o.next() {
-			switch string(k) {
-			case "code":
-				code = v
-			case "message":
-				msg = v
-			}
-		}
+		code, msg = errorMembers(e.errObj, code, msg)
 	}
 	a.failure = upstreamError(code, msg, msgUpstreamError)
 	return dst, fmt.Errorf("accumulator: upstream error event (code %s): %w", a.failure.Code, ErrUpstream)

@@ -81,16 +81,7 @@ func parseResponse(evType wire.EventType, raw []byte, opts *Options) (*terminal,
 	if t.status == wire.StatusFailed && t.err == nil {
 		t.err = &wire.ErrorObject{Code: wire.ErrServer, Message: msgFailed}
 		if errRaw != nil {
-			var code, msg []byte
-			o := newObjIter(errRaw, 1)
-			for k, v, more := o.next(); more; k, v, more = o.next() {
-				switch string(k) {
-				case "code":
-					code = v
-				case "message":
-					msg = v
-				}
-			}
+			code, msg := errorMembers(errRaw, nil, nil)
 			t.err = upstreamError(code, msg, msgFailed)
 		}
 	}
@@ -338,4 +329,19 @@ func FromResponse(opts Options, raw []byte) (*Result, error) {
 		r.Output = append(r.Output, wire.Item{ID: it.id, Type: it.typ, JSON: it.final})
 	}
 	return r, nil
+}
+
+// errorMembers reads the code and message of an error object (raw JSON), keeping code and msg for
+// members it lacks.
+func errorMembers(obj, code, msg []byte) ([]byte, []byte) {
+	o := newObjIter(obj, 1)
+	for k, v, more := o.next(); more; k, v, more = o.next() {
+		switch string(k) {
+		case "code":
+			code = v
+		case "message":
+			msg = v
+		}
+	}
+	return code, msg
 }
