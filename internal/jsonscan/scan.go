@@ -367,14 +367,51 @@ type Member struct {
 
 // Obj walks the members of one object, validating as it goes. The zero value is an exhausted
 // iterator; start one with NewObj. Not safe for concurrent use.
-type Obj struct {
+type Obj struct{ walk }
+
+// walk is what Obj and Arr share: the position in a container, the entries read, and the end or
+// the error that stopped it.
+type walk struct {
 	b     []byte
 	i     int
 	n     int
 	depth int
-	end   int // index after '}' once Next has returned false without error
+	end   int // index after the closing '}' or ']' once Next has returned false without error
 	err   error
 }
+
+// next moves to the start of the next entry and returns its index; false at closer (the end) or
+// at an error.
+func (w *walk) next(closer byte) (int, bool) {
+	if w.err != nil || w.end != 0 {
+		return 0, false
+	}
+	b := w.b
+	i := SkipWS(b, w.i)
+	if i >= len(b) {
+		w.err = ErrSyntax
+		return 0, false
+	}
+	if b[i] == closer {
+		w.end = i + 1
+		return 0, false
+	}
+	if w.n > 0 {
+		if b[i] != ',' {
+			w.err = ErrSyntax
+			return 0, false
+		}
+		i = SkipWS(b, i+1)
+	}
+	return i, true
+}
+
+// Err reports the syntax error that stopped Next, if any.
+func (w *walk) Err() error { return w.err }
+
+// End is the index after the container's closing '}' or ']', once Next has returned false
+// without error.
+func (w *walk) End() int { return w.end }
 
 // NewObj starts at the object at or after b[i] (white space skipped); depth is the number of
 // arrays and objects open around it (0 for a top-level object). A non-object is reported by Err
@@ -382,33 +419,18 @@ type Obj struct {
 func NewObj(b []byte, i, depth int) Obj {
 	i = SkipWS(b, i)
 	if i >= len(b) || b[i] != '{' || depth >= MaxDepth {
-		return Obj{b: b, err: ErrSyntax}
+		return Obj{walk{b: b, err: ErrSyntax}}
 	}
-	return Obj{b: b, i: i + 1, depth: depth}
+	return Obj{walk{b: b, i: i + 1, depth: depth}}
 }
 
 // Next returns the next member, or false at the end of the object or at the first error.
 func (o *Obj) Next() (Member, bool) {
-	if o.err != nil || o.end != 0 {
+	i, ok := o.next('}')
+	if !ok {
 		return Member{}, false
 	}
 	b := o.b
-	i := SkipWS(b, o.i)
-	if i >= len(b) {
-		o.err = ErrSyntax
-		return Member{}, false
-	}
-	if b[i] == '}' {
-		o.end = i + 1
-		return Member{}, false
-	}
-	if o.n > 0 {
-		if b[i] != ',' {
-			o.err = ErrSyntax
-			return Member{}, false
-		}
-		i = SkipWS(b, i+1)
-	}
 	if i >= len(b) || b[i] != '"' {
 		o.err = ErrSyntax
 		return Member{}, false
@@ -436,12 +458,6 @@ func (o *Obj) Next() (Member, bool) {
 	return m, true
 }
 
-// Err reports the syntax error that stopped Next, if any.
-func (o *Obj) Err() error { return o.err }
-
-// End is the index after the object's '}', once Next has returned false without error.
-func (o *Obj) End() int { return o.end }
-
 // Finish walks the members the caller did not read and checks that only white space follows the
 // object: after it, the whole input has been validated.
 func (o *Obj) Finish() error {
@@ -458,47 +474,24 @@ func (o *Obj) Finish() error {
 
 // Arr walks the elements of one array, validating as it goes. Start one with NewArr. Not safe for
 // concurrent use.
-type Arr struct {
-	b     []byte
-	i     int
-	n     int
-	depth int
-	end   int
-	err   error
-}
+type Arr struct{ walk }
 
 // NewArr starts at the array at or after b[i] (white space skipped); depth is as for NewObj.
 func NewArr(b []byte, i, depth int) Arr {
 	i = SkipWS(b, i)
 	if i >= len(b) || b[i] != '[' || depth >= MaxDepth {
-		return Arr{b: b, err: ErrSyntax}
+		return Arr{walk{b: b, err: ErrSyntax}}
 	}
-	return Arr{b: b, i: i + 1, depth: depth}
+	return Arr{walk{b: b, i: i + 1, depth: depth}}
 }
 
 // Next returns the next element, or false at the end of the array or at the first error.
 func (a *Arr) Next() (Span, bool) {
-	if a.err != nil || a.end != 0 {
+	i, ok := a.next(']')
+	if !ok {
 		return Span{}, false
 	}
-	b := a.b
-	i := SkipWS(b, a.i)
-	if i >= len(b) {
-		a.err = ErrSyntax
-		return Span{}, false
-	}
-	if b[i] == ']' {
-		a.end = i + 1
-		return Span{}, false
-	}
-	if a.n > 0 {
-		if b[i] != ',' {
-			a.err = ErrSyntax
-			return Span{}, false
-		}
-		i = SkipWS(b, i+1)
-	}
-	ve, vf, err := SkipValue(b, i, a.depth+1)
+	ve, vf, err := SkipValue(a.b, i, a.depth+1)
 	if err != nil {
 		a.err = err
 		return Span{}, false
@@ -507,9 +500,3 @@ func (a *Arr) Next() (Span, bool) {
 	a.n++
 	return Span{i, ve, vf}, true
 }
-
-// Err reports the syntax error that stopped Next, if any.
-func (a *Arr) Err() error { return a.err }
-
-// End is the index after the array's ']', once Next has returned false without error.
-func (a *Arr) End() int { return a.end }
