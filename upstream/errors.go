@@ -102,25 +102,13 @@ func (e *Error) Error() string {
 		b.WriteString(" status=")
 		b.WriteString(strconv.Itoa(e.Status))
 	}
-	if e.Type != "" {
-		b.WriteByte(' ')
-		b.WriteString(e.Type)
-	}
-	if e.Code != "" {
-		b.WriteString(" code=")
-		b.WriteString(e.Code)
-	}
-	if e.Param != "" {
-		b.WriteString(" param=")
-		b.WriteString(e.Param)
-	}
-	if e.RetryAfter != "" {
-		b.WriteString(" retry_after=")
-		b.WriteString(e.RetryAfter)
-	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
+	for _, f := range [...]struct{ sep, v string }{
+		{" ", e.Type}, {" code=", e.Code}, {" param=", e.Param}, {" retry_after=", e.RetryAfter}, {": ", e.Message},
+	} {
+		if f.v != "" {
+			b.WriteString(f.sep)
+			b.WriteString(f.v)
+		}
 	}
 	return b.String()
 }

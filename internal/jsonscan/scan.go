@@ -416,12 +416,15 @@ func (w *walk) End() int { return w.end }
 // NewObj starts at the object at or after b[i] (white space skipped); depth is the number of
 // arrays and objects open around it (0 for a top-level object). A non-object is reported by Err
 // after the first Next.
-func NewObj(b []byte, i, depth int) Obj {
+func NewObj(b []byte, i, depth int) Obj { return Obj{startWalk(b, i, depth, '{')} }
+
+// startWalk starts a walk inside the container that opener opens at or after b[i].
+func startWalk(b []byte, i, depth int, opener byte) walk {
 	i = SkipWS(b, i)
-	if i >= len(b) || b[i] != '{' || depth >= MaxDepth {
-		return Obj{walk{b: b, err: ErrSyntax}}
+	if i >= len(b) || b[i] != opener || depth >= MaxDepth {
+		return walk{b: b, err: ErrSyntax}
 	}
-	return Obj{walk{b: b, i: i + 1, depth: depth}}
+	return walk{b: b, i: i + 1, depth: depth}
 }
 
 // Next returns the next member, or false at the end of the object or at the first error.
@@ -477,13 +480,7 @@ func (o *Obj) Finish() error {
 type Arr struct{ walk }
 
 // NewArr starts at the array at or after b[i] (white space skipped); depth is as for NewObj.
-func NewArr(b []byte, i, depth int) Arr {
-	i = SkipWS(b, i)
-	if i >= len(b) || b[i] != '[' || depth >= MaxDepth {
-		return Arr{walk{b: b, err: ErrSyntax}}
-	}
-	return Arr{walk{b: b, i: i + 1, depth: depth}}
-}
+func NewArr(b []byte, i, depth int) Arr { return Arr{startWalk(b, i, depth, '[')} }
 
 // Next returns the next element, or false at the end of the array or at the first error.
 func (a *Arr) Next() (Span, bool) {
