@@ -2,13 +2,12 @@ package integration
 
 import (
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/respgate/respgate/internal/testnet"
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
@@ -55,7 +54,7 @@ func TestUpstreamRateLimitReachesTheClientWithRetryAfter(t *testing.T) {
 // (server.Config.SyncTimeout). The client gets one and the same envelope for both.
 func TestUpstreamTimeoutsLookTheSameStreamedOrNot(t *testing.T) {
 	g := newGateway(t, nil, respgatetest.Options{
-		UpstreamURL: silentUpstream(t) + "/v1",
+		UpstreamURL: testnet.SilentServer(t) + "/v1",
 		Upstream:    upstream.Config{ConnectTimeout: 100 * time.Millisecond},
 		Server:      server.Config{SyncTimeout: 300 * time.Millisecond},
 	})
@@ -74,40 +73,4 @@ func TestUpstreamTimeoutsLookTheSameStreamedOrNot(t *testing.T) {
 	if got[0] != want || got[1] != want {
 		t.Errorf("streamed %+v\nnot streamed %+v\nwant both %+v", got[0], got[1], want)
 	}
-}
-
-// silentUpstream accepts connections and never answers; it closes them when the test ends.
-func silentUpstream(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String()
 }

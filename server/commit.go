@@ -38,7 +38,7 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 	}
 	p := &store.ResponseCommitParams{Response: t.rec, Input: t.input, Output: r.Output, Begun: t.leased}
 	if t.events != nil {
-		p.Events = t.events.take()
+		p.Events = t.events.seal()
 	}
 	if t.convTurn.Load() && (r.Status == wire.StatusCompleted || r.Status == wire.StatusIncomplete) {
 		p.ConversationID = t.req.ConversationID

@@ -24,11 +24,15 @@ type eventLog struct {
 	closed  []store.Event // runs taken by a flush that failed, to retry as they are
 	open    store.Event   // the run being built (Data empty: none)
 	pending bool
+	sealed  bool // the commit took the log: later events (the terminal one) are not logged
 }
 
 func (l *eventLog) observe(seq int64, typ wire.EventType, data []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.sealed {
+		return
+	}
 	if !l.pending {
 		l.open = store.Event{Seq: seq, Data: make([]byte, 0, 1024)}
 		l.pending = true
@@ -41,6 +45,10 @@ func (l *eventLog) observe(seq int64, typ wire.EventType, data []byte) {
 func (l *eventLog) take() []store.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.takeLocked()
+}
+
+func (l *eventLog) takeLocked() []store.Event {
 	runs := l.closed
 	if l.pending {
 		runs = append(runs, l.open)
@@ -48,6 +56,15 @@ func (l *eventLog) take() []store.Event {
 	}
 	l.closed = nil
 	return runs
+}
+
+// seal takes the remaining runs for the commit and stops logging: the terminal event that follows
+// is rendered from the stored record on replay, so copying it (the whole response) would be waste.
+func (l *eventLog) seal() []store.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sealed = true
+	return l.takeLocked()
 }
 
 // putBack returns runs a failed flush took, to be written again unchanged.

@@ -275,3 +275,15 @@ func TestCommitRetriesStopWhenTheContextEnds(t *testing.T) {
 		t.Fatalf("commit under an expired deadline made %d attempts (err %v), want 1", down.calls.Load(), err)
 	}
 }
+
+func TestEventLogIgnoresEventsAfterTheCommitTookIt(t *testing.T) {
+	var l eventLog
+	l.observe(0, wire.EventCreated, []byte(`{"type":"response.created","sequence_number":0}`))
+	if runs := l.seal(); len(runs) != 1 || runs[0].Seq != 0 {
+		t.Fatalf("sealed runs %+v", runs)
+	}
+	l.observe(1, wire.EventCompleted, []byte(`{"type":"response.completed","sequence_number":1}`))
+	if runs := l.take(); len(runs) != 0 {
+		t.Fatalf("the terminal event was logged after the commit: %+v", runs)
+	}
+}

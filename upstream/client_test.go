@@ -19,6 +19,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/respgate/respgate/internal/testnet"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -681,7 +682,7 @@ func TestCancelledContext(t *testing.T) {
 // timeout (504), not a client that left.
 func TestCallerDeadlineDuringCreate(t *testing.T) {
 	t.Parallel()
-	base := silentListener(t)
+	base := testnet.SilentServer(t)
 	c := newTestClient(t, base, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()

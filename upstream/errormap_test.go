@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respgate/respgate/internal/testnet"
 	"github.com/respgate/respgate/upstream/vllmsim"
 	"github.com/respgate/respgate/wire"
 )
@@ -227,7 +228,7 @@ var mappingCases = []errorCase{
 	// Timeouts: one envelope whichever timer fired, streamed or not.
 	{
 		name: "a connect timeout on a stream is upstream_timeout", call: "stream",
-		server: func(t *testing.T) string { return silentListener(t) },
+		server: func(t *testing.T) string { return testnet.SilentServer(t) },
 		mod:    func(c *Config) { c.ConnectTimeout = 100 * time.Millisecond },
 		kind:   KindTimeout,
 		api:    wire.APIError{Status: 504, Type: "server_error", Code: "upstream_timeout", Message: msgTimeout},
