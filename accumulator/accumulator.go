@@ -251,45 +251,10 @@ func jsonType(d []byte) (wire.EventType, bool) {
 }
 
 func (a *Accumulator) feed(dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
+	if on, ok := handlers[typ]; ok {
+		return on(a, dst, typ, d)
+	}
 	switch typ {
-	case wire.EventTextDelta:
-		return a.onDelta(dst, typ, d, pOutputText)
-	case wire.EventReasoningDelta:
-		return a.onDelta(dst, typ, d, pReasoningText)
-	case wire.EventSummaryDelta:
-		return a.onDelta(dst, typ, d, pSummaryText)
-	case wire.EventRefusalDelta:
-		return a.onDelta(dst, typ, d, pRefusal)
-	case wire.EventArgsDelta:
-		return a.onArgs(dst, typ, d, false)
-	case wire.EventArgsDone:
-		return a.onArgs(dst, typ, d, true)
-	case wire.EventTextDone:
-		return a.onTextDone(dst, typ, d, pOutputText)
-	case wire.EventReasoningDone:
-		return a.onTextDone(dst, typ, d, pReasoningText)
-	case wire.EventSummaryTextDone:
-		return a.onTextDone(dst, typ, d, pSummaryText)
-	case wire.EventRefusalDone:
-		return a.onTextDone(dst, typ, d, pRefusal)
-	case wire.EventPartAdded, wire.EventVLLMReasoningPartAdded:
-		return a.onPart(dst, typ, d, false, partOpening)
-	case wire.EventPartDone, wire.EventVLLMReasoningPartDone:
-		return a.onPart(dst, typ, d, false, partClosing)
-	case wire.EventSummaryAdded:
-		return a.onPart(dst, typ, d, true, partOpening)
-	case wire.EventSummaryDone:
-		return a.onPart(dst, typ, d, true, partClosing)
-	case wire.EventItemAdded:
-		return a.onItemAdded(dst, typ, d)
-	case wire.EventItemDone:
-		return a.onItemDone(dst, typ, d)
-	case wire.EventAnnotation:
-		return a.onAnnotation(dst, typ, d)
-	case wire.EventCompleted, wire.EventIncomplete, wire.EventFailed:
-		return a.onTerminal(dst, typ, d)
-	case wire.EventError:
-		return a.onError(dst, typ, d)
 	case wire.EventCreated, wire.EventInProgress, wire.EventQueued:
 		// Ours went out in Start; vLLM's response object is never forwarded (docs/wire.md §6.2).
 		return dst, nil
@@ -297,6 +262,55 @@ func (a *Accumulator) feed(dst []byte, typ wire.EventType, d []byte) ([]byte, er
 	// Unknown and vendor events: the TS helper throws on them (docs/wire.md §5.4), so drop them.
 	a.dropped++
 	return dst, nil
+}
+
+// handler handles one upstream event type.
+type handler func(a *Accumulator, dst []byte, typ wire.EventType, d []byte) ([]byte, error)
+
+// handlers routes every event type the accumulator understands to its handler; vLLM's
+// reasoning_part.* are content_part.* by another name.
+var handlers = map[wire.EventType]handler{
+	wire.EventTextDelta:              textEvent((*Accumulator).onDelta, pOutputText),
+	wire.EventReasoningDelta:         textEvent((*Accumulator).onDelta, pReasoningText),
+	wire.EventSummaryDelta:           textEvent((*Accumulator).onDelta, pSummaryText),
+	wire.EventRefusalDelta:           textEvent((*Accumulator).onDelta, pRefusal),
+	wire.EventTextDone:               textEvent((*Accumulator).onTextDone, pOutputText),
+	wire.EventReasoningDone:          textEvent((*Accumulator).onTextDone, pReasoningText),
+	wire.EventSummaryTextDone:        textEvent((*Accumulator).onTextDone, pSummaryText),
+	wire.EventRefusalDone:            textEvent((*Accumulator).onTextDone, pRefusal),
+	wire.EventArgsDelta:              argsEvent(false),
+	wire.EventArgsDone:               argsEvent(true),
+	wire.EventPartAdded:              partEvent(false, partOpening),
+	wire.EventVLLMReasoningPartAdded: partEvent(false, partOpening),
+	wire.EventPartDone:               partEvent(false, partClosing),
+	wire.EventVLLMReasoningPartDone:  partEvent(false, partClosing),
+	wire.EventSummaryAdded:           partEvent(true, partOpening),
+	wire.EventSummaryDone:            partEvent(true, partClosing),
+	wire.EventItemAdded:              (*Accumulator).onItemAdded,
+	wire.EventItemDone:               (*Accumulator).onItemDone,
+	wire.EventAnnotation:             (*Accumulator).onAnnotation,
+	wire.EventCompleted:              (*Accumulator).onTerminal,
+	wire.EventIncomplete:             (*Accumulator).onTerminal,
+	wire.EventFailed:                 (*Accumulator).onTerminal,
+	wire.EventError:                  (*Accumulator).onError,
+}
+
+func textEvent(on func(*Accumulator, []byte, wire.EventType, []byte, pkind) ([]byte, error), pk pkind) handler {
+	return func(a *Accumulator, dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
+		return on(a, dst, typ, d, pk)
+	}
+}
+
+func argsEvent(done bool) handler {
+	return func(a *Accumulator, dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
+		return a.onArgs(dst, typ, d, done)
+	}
+}
+
+func partEvent(sum bool, edge partEdge) handler {
+	return func(a *Accumulator, dst []byte, typ wire.EventType, d []byte) ([]byte, error) {
+		return a.onPart(dst, typ, d, sum, edge)
+	}
 }
 
 // Safe messages for failures respgate detects itself.

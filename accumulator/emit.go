@@ -75,9 +75,7 @@ func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum bool, e
 	case done:
 		typ = wire.EventPartDone
 	}
-	b := a.head(typ)
-	b = appendLoc(b, it)
-	b = appendPartIndex(b, sum, i)
+	b := a.partHead(typ, it, sum, i)
 	b = append(b, `,"part":`...)
 	b = appendPart(b, p, !done)
 	return a.emit(dst, typ, b)
@@ -91,24 +89,26 @@ const (
 	partClosing                 // *.part.done
 )
 
-func deltaType(pk pkind) wire.EventType {
-	switch pk {
-	case pRefusal:
-		return wire.EventRefusalDelta
-	case pReasoningText:
-		return wire.EventReasoningDelta
-	case pSummaryText:
-		return wire.EventSummaryDelta
-	}
-	return wire.EventTextDelta
+// textEvents names the delta and done events of each kind of text part.
+var textEvents = [...]struct{ delta, done wire.EventType }{
+	pOutputText:    {wire.EventTextDelta, wire.EventTextDone},
+	pRefusal:       {wire.EventRefusalDelta, wire.EventRefusalDone},
+	pReasoningText: {wire.EventReasoningDelta, wire.EventReasoningDone},
+	pSummaryText:   {wire.EventSummaryDelta, wire.EventSummaryTextDone},
+}
+
+// partHead starts an event about part i of it: type, sequence number, item location and the
+// part's index (summary_index for summary parts, content_index otherwise).
+func (a *Accumulator) partHead(typ wire.EventType, it *item, sum bool, i int) []byte {
+	b := a.head(typ)
+	b = appendLoc(b, it)
+	return appendPartIndex(b, sum, i)
 }
 
 // emitDelta emits a text delta; tok is the delta as a JSON string token.
 func (a *Accumulator) emitDelta(dst []byte, it *item, pk pkind, i int, tok []byte) []byte {
-	typ := deltaType(pk)
-	b := a.head(typ)
-	b = appendLoc(b, it)
-	b = appendPartIndex(b, pk == pSummaryText, i)
+	typ := textEvents[pk].delta
+	b := a.partHead(typ, it, pk == pSummaryText, i)
 	b = append(b, `,"delta":`...)
 	b = append(b, tok...)
 	if pk == pOutputText {
@@ -118,18 +118,11 @@ func (a *Accumulator) emitDelta(dst []byte, it *item, pk pkind, i int, tok []byt
 }
 
 func (a *Accumulator) emitTextDone(dst []byte, it *item, pk pkind, i int, text []byte) []byte {
-	typ, field := wire.EventTextDone, `,"text":`
-	switch pk {
-	case pRefusal:
-		typ, field = wire.EventRefusalDone, `,"refusal":`
-	case pReasoningText:
-		typ = wire.EventReasoningDone
-	case pSummaryText:
-		typ = wire.EventSummaryTextDone
+	typ, field := textEvents[pk].done, `,"text":`
+	if pk == pRefusal {
+		field = `,"refusal":`
 	}
-	b := a.head(typ)
-	b = appendLoc(b, it)
-	b = appendPartIndex(b, pk == pSummaryText, i)
+	b := a.partHead(typ, it, pk == pSummaryText, i)
 	b = append(b, field...)
 	b = appendBytesString(b, text)
 	if pk == pOutputText {

@@ -290,13 +290,9 @@ func (a *Accumulator) onDelta(dst []byte, typ wire.EventType, d []byte, pk pkind
 		return dst, fail(typ, ErrMalformed, "delta is not a string")
 	}
 	sum := pk == pSummaryText
-	it, p, pos, skip, err := a.find(typ, pk, sum)
-	if err != nil {
+	it, p, pos, live, err := a.findText(typ, pk)
+	if err != nil || !live {
 		return dst, err
-	}
-	if skip || p != nil && (p.textDone || p.closed) {
-		a.dropped++ // a delta after its done: the done text is authoritative
-		return dst, nil
 	}
 	text := a.unescaped(c)
 	if err := a.checkSize(typ, it, len(text)); err != nil {
@@ -309,6 +305,20 @@ func (a *Accumulator) onDelta(dst []byte, typ wire.EventType, d []byte, pk pkind
 	a.grow(it, len(text))
 	// The delta token is forwarded as upstream wrote it (already validated, one line).
 	return a.emitDelta(dst, it, pk, pos, tok), nil
+}
+
+// findText finds the text part an event names. live is false when the event comes after the part's
+// done (the done text is authoritative) or names a part that is skipped: the event is dropped.
+func (a *Accumulator) findText(typ wire.EventType, pk pkind) (it *item, p *part, pos int, live bool, err error) {
+	it, p, pos, skip, err := a.find(typ, pk, pk == pSummaryText)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	if skip || p != nil && (p.textDone || p.closed) {
+		a.dropped++
+		return nil, nil, 0, false, nil
+	}
+	return it, p, pos, true, nil
 }
 
 // onTextDone handles output_text/refusal/reasoning_text/reasoning_summary_text done events: their
@@ -326,13 +336,9 @@ func (a *Accumulator) onTextDone(dst []byte, typ wire.EventType, d []byte, pk pk
 		return dst, fail(typ, ErrMalformed, "text is not a string")
 	}
 	sum := pk == pSummaryText
-	it, p, pos, skip, err := a.find(typ, pk, sum)
-	if err != nil {
+	it, p, pos, live, err := a.findText(typ, pk)
+	if err != nil || !live {
 		return dst, err
-	}
-	if skip || p != nil && (p.textDone || p.closed) {
-		a.dropped++
-		return dst, nil
 	}
 	var text []byte
 	if ok {

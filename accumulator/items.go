@@ -367,11 +367,7 @@ func appendItem(b []byte, it *item, final bool) []byte {
 	}
 	switch it.kind {
 	case kMessage:
-		b = append(b, `{"id":`...)
-		b = append(b, it.qid...)
-		b = append(b, `,"type":"message","status":"`...)
-		b = append(b, status...)
-		b = append(b, `","content":`...)
+		b = appendItemHead(b, it.qid, `message`, status, `content`)
 		if final {
 			b = appendParts(b, it.parts)
 		} else {
@@ -385,11 +381,7 @@ func appendItem(b []byte, it *item, final bool) []byte {
 		b = appendString(b, role)
 		return append(b, '}')
 	case kReasoning:
-		b = append(b, `{"id":`...)
-		b = append(b, it.qid...)
-		b = append(b, `,"type":"reasoning","status":"`...)
-		b = append(b, status...)
-		b = append(b, `","summary":`...)
+		b = appendItemHead(b, it.qid, `reasoning`, status, `summary`)
 		if !final {
 			return append(b, "[]}"...)
 		}
@@ -406,11 +398,7 @@ func appendItem(b []byte, it *item, final bool) []byte {
 		}
 		return append(b, '}')
 	case kFunctionCall:
-		b = append(b, `{"id":`...)
-		b = append(b, it.qid...)
-		b = append(b, `,"type":"function_call","status":"`...)
-		b = append(b, status...)
-		b = append(b, `","arguments":`...)
+		b = appendItemHead(b, it.qid, `function_call`, status, `arguments`)
 		if final {
 			b = appendBytesString(b, it.args)
 		} else {
@@ -431,6 +419,20 @@ func appendItem(b []byte, it *item, final bool) []byte {
 		return rewriteOther(b, it.raw, it.qid, it.rawStatus)
 	}
 	return rewriteOther(b, it.raw, it.qid, "in_progress")
+}
+
+// appendItemHead appends the members every rebuilt item starts with, up to the key of its first
+// own member: {"id":…,"type":typ,"status":status,"first":
+func appendItemHead(b, qid []byte, typ string, status wire.Status, first string) []byte {
+	b = append(b, `{"id":`...)
+	b = append(b, qid...)
+	b = append(b, `,"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","status":"`...)
+	b = append(b, status...)
+	b = append(b, `","`...)
+	b = append(b, first...)
+	return append(b, `":`...)
 }
 
 // rewriteOther appends an item of a type respgate does not rebuild, member order kept, with its id

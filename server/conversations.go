@@ -166,13 +166,13 @@ func (s *Server) deleteConversation(c echo.Context) error {
 	}
 	if errors.Is(err, store.ErrConflict) {
 		// A turn holds the conversation: deleting it now would fail that turn (docs/clients.md).
-		return &wire.APIError{Status: http.StatusConflict, Type: wire.ErrInvalidRequest, Code: "conversation_locked", Param: "conversation_id",
-			Message: "A response is in progress for conversation '" + id + "'; delete it when that response has finished."}
+		return wire.Conflict("conversation_id", "conversation_locked",
+			"A response is in progress for conversation '%s'; delete it when that response has finished.", id)
 	}
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"id": id, "object": "conversation.deleted", "deleted": true})
+	return deleted(c, id, "conversation.deleted")
 }
 
 func (s *Server) listConversationItems(c echo.Context) error {

@@ -84,13 +84,12 @@ func (s *Server) deleteResponse(c echo.Context) error {
 	if errors.Is(err, store.ErrConflict) {
 		// Deleting a response while it streams would let its commit bring it back; the delete is
 		// refused until it has finished (docs/clients.md).
-		return &wire.APIError{Status: http.StatusConflict, Type: wire.ErrInvalidRequest, Code: "response_in_progress", Param: "response_id",
-			Message: "Response '" + id + "' is in progress; delete it when it has finished."}
+		return wire.Conflict("response_id", "response_in_progress", "Response '%s' is in progress; delete it when it has finished.", id)
 	}
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"id": id, "object": "response.deleted", "deleted": true})
+	return deleted(c, id, "response.deleted")
 }
 
 func (s *Server) cancelResponse(c echo.Context) error {

@@ -61,11 +61,9 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	}
 	secs := metric.WithUnit("s")
 	lat := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
-	for _, c := range []struct {
-		dst  *metric.Int64Counter
-		name string
-		desc string
-	}{
+	if err := instruments(func(name, desc string) (metric.Int64Counter, error) {
+		return m.Int64Counter(name, metric.WithDescription(desc))
+	}, []instrument[metric.Int64Counter]{
 		{&t.requests, "respgate.http.requests", "HTTP requests by route and status"},
 		{&t.events, "respgate.stream.events", "events relayed to clients"},
 		{&t.droppedEvents, "respgate.stream.dropped_events", "unknown or vendor upstream events not relayed"},
@@ -78,29 +76,42 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 		{&t.idConflicts, "respgate.rehydrate.id_conflicts", "requests rejected for one id with two contents"},
 		{&t.sweeps, "respgate.sweeper.failed_responses", "in-progress responses failed by the lease sweeper"},
 		{&t.droppedTools, "respgate.tools.dropped", "request tools vLLM cannot serve, dropped, by type"},
-	} {
-		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
-			return nil, err
-		}
+	}); err != nil {
+		return nil, err
 	}
-	for _, h := range []struct {
-		dst  *metric.Float64Histogram
-		name string
-		desc string
-	}{
+	if err := instruments(func(name, desc string) (metric.Float64Histogram, error) {
+		return m.Float64Histogram(name, metric.WithDescription(desc), secs, lat)
+	}, []instrument[metric.Float64Histogram]{
 		{&t.requestDuration, "respgate.http.duration", "request duration by route"},
 		{&t.upstreamLatency, "respgate.upstream.latency", "time from sending a request to vLLM to its response headers"},
 		{&t.ttft, "respgate.upstream.time_to_first_token", "time from sending a request to vLLM to its first delta"},
 		{&t.storeLatency, "respgate.store.latency", "store operation latency by operation"},
-	} {
-		if *h.dst, err = m.Float64Histogram(h.name, metric.WithDescription(h.desc), secs, lat); err != nil {
-			return nil, err
-		}
+	}); err != nil {
+		return nil, err
 	}
 	if t.activeStreams, err = m.Int64UpDownCounter("respgate.stream.active", metric.WithDescription("streams in flight")); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// instrument names the field an instrument is created into.
+type instrument[I any] struct {
+	dst  *I
+	name string
+	desc string
+}
+
+// instruments creates each instrument with create.
+func instruments[I any](create func(name, desc string) (I, error), list []instrument[I]) error {
+	for _, in := range list {
+		v, err := create(in.name, in.desc)
+		if err != nil {
+			return err
+		}
+		*in.dst = v
+	}
+	return nil
 }
 
 func (t *telemetry) request(ctx context.Context, route string, status int, d time.Duration) {

@@ -225,8 +225,8 @@ func (s *Server) acquireConversation(ctx context.Context, t *turn) error {
 		Tenant: t.rec.Tenant, ConversationID: id, ResponseID: t.rec.ID, ExpiresAt: time.Now().Add(s.cfg.LeaseTTL)})
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		return &wire.APIError{Status: http.StatusConflict, Type: wire.ErrInvalidRequest, Code: "conversation_locked", Param: "conversation",
-			Message: "Another response is in progress for conversation '" + id + "'; retry when it has finished."}
+		return wire.Conflict("conversation", "conversation_locked",
+			"Another response is in progress for conversation '%s'; retry when it has finished.", id)
 	case errors.Is(err, store.ErrNotFound):
 		return conversationNotFound(id)
 	case err != nil:

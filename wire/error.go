@@ -54,6 +54,12 @@ func NotFound(param, format string, args ...any) *APIError {
 		Message: fmt.Sprintf(format, args...)}
 }
 
+// Conflict is a 409 invalid_request_error: the request clashes with work in progress.
+func Conflict(param, code, format string, args ...any) *APIError {
+	return &APIError{Status: http.StatusConflict, Type: ErrInvalidRequest, Param: param, Code: code,
+		Message: fmt.Sprintf(format, args...)}
+}
+
 // ErrorBody is the object inside the envelope.
 type ErrorBody struct {
 	Message string  `json:"message"`

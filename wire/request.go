@@ -287,61 +287,43 @@ func (m requestMembers) decodeObjects(r *CreateRequest) error {
 	return err
 }
 
-func (m requestMembers) str(k string) (Opt[string], error) {
+// member decodes the member k as a T; absent, it is def. what names T in the error
+// ("a string").
+func member[T any](m requestMembers, k string, def T, what string) (Opt[T], error) {
 	v := m.get(k)
 	if v == nil {
-		return Opt[string]{}, nil
+		return Opt[T]{Value: def}, nil
 	}
-	var s string
-	if json.Unmarshal(v, &s) != nil {
-		return Opt[string]{}, Invalid(k, "invalid_type", "'%s' must be a string.", k)
+	var x T
+	if json.Unmarshal(v, &x) != nil {
+		return Opt[T]{}, Invalid(k, "invalid_type", "'%s' must be %s.", k, what)
 	}
-	return Opt[string]{Value: s, JSON: v}, nil
+	return Opt[T]{Value: x, JSON: v}, nil
 }
 
+func (m requestMembers) str(k string) (Opt[string], error) { return member(m, k, "", "a string") }
+
 func (m requestMembers) boolean(k string, def bool) (Opt[bool], error) {
-	v := m.get(k)
-	if v == nil {
-		return Opt[bool]{Value: def}, nil
-	}
-	var b bool
-	if json.Unmarshal(v, &b) != nil {
-		return Opt[bool]{}, Invalid(k, "invalid_type", "'%s' must be a boolean.", k)
-	}
-	return Opt[bool]{Value: b, JSON: v}, nil
+	return member(m, k, def, "a boolean")
 }
 
 func (m requestMembers) integer(k string, lo, hi int64) (Opt[int64], error) {
-	v := m.get(k)
-	if v == nil {
-		return Opt[int64]{}, nil
-	}
-	var n int64
-	if json.Unmarshal(v, &n) != nil {
-		return Opt[int64]{}, Invalid(k, "invalid_type", "'%s' must be an integer.", k)
-	}
-	if n < lo || n > hi {
+	o, err := member(m, k, int64(0), "an integer")
+	if err == nil && o.JSON != nil && (o.Value < lo || o.Value > hi) {
 		return Opt[int64]{}, Invalid(k, "invalid_value", "'%s' must be between %d and %d.", k, lo, hi)
 	}
-	return Opt[int64]{Value: n, JSON: v}, nil
+	return o, err
 }
 
 // numRange is the accepted range of a number member and its default.
 type numRange struct{ lo, hi, def float64 }
 
 func (m requestMembers) number(k string, rg numRange) (Opt[float64], error) {
-	v := m.get(k)
-	if v == nil {
-		return Opt[float64]{Value: rg.def}, nil
-	}
-	var n float64
-	if json.Unmarshal(v, &n) != nil {
-		return Opt[float64]{}, Invalid(k, "invalid_type", "'%s' must be a number.", k)
-	}
-	if n < rg.lo || n > rg.hi {
+	o, err := member(m, k, rg.def, "a number")
+	if err == nil && o.JSON != nil && (o.Value < rg.lo || o.Value > rg.hi) {
 		return Opt[float64]{}, Invalid(k, "invalid_value", "'%s' must be between %g and %g.", k, rg.lo, rg.hi)
 	}
-	return Opt[float64]{Value: n, JSON: v}, nil
+	return o, err
 }
 
 func (m requestMembers) enum(k, def string, allowed ...string) (Opt[string], error) {

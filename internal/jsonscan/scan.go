@@ -186,19 +186,13 @@ func scanNumber(b []byte, i int) (int, error) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
+		i = digits(b, i)
 	default:
 		return 0, ErrSyntax
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := i + 1
+		if i = digits(b, d); i == d {
 			return 0, ErrSyntax
 		}
 	}
@@ -208,14 +202,19 @@ func scanNumber(b []byte, i int) (int, error) {
 			i++
 		}
 		d := i
-		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(b, d); i == d {
 			return 0, ErrSyntax
 		}
 	}
 	return i, nil
+}
+
+// digits returns the index of the first byte at or after i that is not an ASCII digit.
+func digits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 func scanLiteral(b []byte, i int, lit string) (int, error) {

@@ -159,7 +159,7 @@ var faultKeys = []struct {
 	set  func(f *fault, v string) error
 }{
 	{"delay_ms", func(f *fault, v string) error {
-		n, err := nonNegative(v)
+		n, err := atLeast(v, 0)
 		f.delay = time.Duration(n) * time.Millisecond
 		return err
 	}},
@@ -168,21 +168,9 @@ var faultKeys = []struct {
 		f.stall = d
 		return err
 	}},
-	{"stall_after", func(f *fault, v string) error {
-		n, err := nonNegative(v)
-		f.stallAfter = n
-		return err
-	}},
-	{"cut_after", func(f *fault, v string) error {
-		n, err := nonNegative(v)
-		f.cutAfter = n
-		return err
-	}},
-	{"cut_inside", func(f *fault, v string) error {
-		n, err := nonNegative(v)
-		f.cutInside = n
-		return err
-	}},
+	{"stall_after", intKey(0, func(f *fault) *int { return &f.stallAfter })},
+	{"cut_after", intKey(0, func(f *fault) *int { return &f.cutAfter })},
+	{"cut_inside", intKey(0, func(f *fault) *int { return &f.cutInside })},
 	{"status", func(f *fault, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 100 || n > 599 {
@@ -199,26 +187,10 @@ var faultKeys = []struct {
 		f.retryAfter = v
 		return nil
 	}},
-	{"max_output_tokens", func(f *fault, v string) error {
-		n, err := positive(v)
-		f.maxOutputTokens = n
-		return err
-	}},
-	{"malformed", func(f *fault, v string) error {
-		n, err := nonNegative(v)
-		f.malformedAfter = n
-		return err
-	}},
-	{"huge", func(f *fault, v string) error {
-		n, err := positive(v)
-		f.huge = n
-		return err
-	}},
-	{"tokens", func(f *fault, v string) error {
-		n, err := positive(v)
-		f.tokens = n
-		return err
-	}},
+	{"max_output_tokens", intKey(1, func(f *fault) *int { return &f.maxOutputTokens })},
+	{"malformed", intKey(0, func(f *fault) *int { return &f.malformedAfter })},
+	{"huge", intKey(1, func(f *fault) *int { return &f.huge })},
+	{"tokens", intKey(1, func(f *fault) *int { return &f.tokens })},
 	{"reasoning", func(f *fault, v string) error {
 		b, err := strconv.ParseBool(v)
 		f.noReasoning = !b
@@ -236,20 +208,22 @@ var faultKeys = []struct {
 	}},
 }
 
-func nonNegative(v string) (int, error) {
+// atLeast parses v as an integer no smaller than lo.
+func atLeast(v string, lo int) (int, error) {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, errors.New("want an integer >= 0")
+	if err != nil || n < lo {
+		return 0, fmt.Errorf("want an integer >= %d", lo)
 	}
 	return n, nil
 }
 
-func positive(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, errors.New("want an integer >= 1")
+// intKey sets the integer field a fault key names, no smaller than lo.
+func intKey(lo int, field func(*fault) *int) func(*fault, string) error {
+	return func(f *fault, v string) error {
+		n, err := atLeast(v, lo)
+		*field(f) = n
+		return err
 	}
-	return n, nil
 }
 
 func parseDuration(v string) (time.Duration, error) {

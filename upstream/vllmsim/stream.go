@@ -341,16 +341,7 @@ func (t *turn) streamReasoning(e *emitter, idx, ci int, it *outItem) error {
 			return err
 		}
 	}
-	head := append(appendInt([]byte(`{"content_index":`), ci), `,"delta":`...)
-	tail := appendStr([]byte(`,"item_id":`), id)
-	tail = append(appendInt(append(tail, `,"output_index":`...), idx), ',')
-	if err := t.deltas(e, "response.reasoning_text.delta", it, head, tail); err != nil {
-		return err
-	}
-	if !t.keepsDone(it) {
-		return nil
-	}
-	if err := t.textDone(e, "response.reasoning_text.done", ci, id, idx, false, it); err != nil {
+	if more, err := t.streamText(e, ci, idx, it, false); !more || err != nil {
 		return err
 	}
 	e.begin(t.partEvent(true))
@@ -364,6 +355,27 @@ func (t *turn) streamReasoning(e *emitter, idx, ci int, it *outItem) error {
 	}
 	status := `"` + t.streamStatus(it) + `"`
 	return t.itemDone(e, idx, t.appendReasoningItem(e.item[:0], id, it, status))
+}
+
+// streamText streams the deltas of it's text part ci and its done event: output_text when output
+// (with logprobs), reasoning_text otherwise. more is false when the truncation quirk ends the item
+// here, without its done events.
+func (t *turn) streamText(e *emitter, ci, idx int, it *outItem, output bool) (more bool, err error) {
+	id := it.streamID
+	delta, done, logprobs := "response.reasoning_text.delta", "response.reasoning_text.done", ""
+	if output {
+		delta, done, logprobs = "response.output_text.delta", "response.output_text.done", `,"logprobs":[]`
+	}
+	head := append(appendInt([]byte(`{"content_index":`), ci), `,"delta":`...)
+	tail := appendStr([]byte(`,"item_id":`), id)
+	tail = append(appendInt(append(append(tail, logprobs...), `,"output_index":`...), idx), ',')
+	if err := t.deltas(e, delta, it, head, tail); err != nil {
+		return false, err
+	}
+	if !t.keepsDone(it) {
+		return false, nil
+	}
+	return true, t.textDone(e, done, ci, id, idx, output, it)
 }
 
 func (t *turn) streamMessage(e *emitter, idx, ci int, it *outItem, afterReasoning bool) error {
@@ -385,16 +397,7 @@ func (t *turn) streamMessage(e *emitter, idx, ci int, it *outItem, afterReasonin
 			return err
 		}
 	}
-	head := append(appendInt([]byte(`{"content_index":`), ci), `,"delta":`...)
-	tail := appendStr([]byte(`,"item_id":`), id)
-	tail = append(appendInt(append(tail, `,"logprobs":[],"output_index":`...), idx), ',')
-	if err := t.deltas(e, "response.output_text.delta", it, head, tail); err != nil {
-		return err
-	}
-	if !t.keepsDone(it) {
-		return nil
-	}
-	if err := t.textDone(e, "response.output_text.done", ci, id, idx, true, it); err != nil {
+	if more, err := t.streamText(e, ci, idx, it, true); !more || err != nil {
 		return err
 	}
 	e.begin("response.content_part.done")
