@@ -104,6 +104,8 @@ type fault struct {
 	stallAfter      int
 	cutAfter        int
 	cutInside       int
+	errorAfter      int    // -1: off
+	errorName       string // "": off; else a name of knownErrors
 	status          int
 	retryAfter      string // "": no Retry-After header on a status= answer
 	maxOutputTokens int    // 0: off
@@ -116,7 +118,7 @@ type fault struct {
 }
 
 func newFault(quirks Quirks) fault {
-	return fault{cutAfter: -1, cutInside: -1, malformedAfter: -1, quirks: quirks}
+	return fault{cutAfter: -1, cutInside: -1, errorAfter: -1, malformedAfter: -1, quirks: quirks}
 }
 
 // ValidateFault reports whether spec is a valid fault specification (the syntax in the package doc,
@@ -182,6 +184,18 @@ var faultKeys = []struct {
 		n, err := nonNegative(v)
 		f.cutInside = n
 		return err
+	}},
+	{"error_after", func(f *fault, v string) error {
+		n, err := nonNegative(v)
+		f.errorAfter = n
+		return err
+	}},
+	{"error", func(f *fault, v string) error {
+		if _, ok := knownError(v); !ok {
+			return errors.New("want one of " + strings.Join(ErrorNames(), ", "))
+		}
+		f.errorName = v
+		return nil
 	}},
 	{"status", func(f *fault, v string) error {
 		n, err := strconv.Atoi(v)
