@@ -148,18 +148,19 @@ func TestUpstreamErrorTable(t *testing.T) {
 				if !strings.Contains(row.extra, `"input"`) {
 					body += `,"input":"hi"`
 				}
-				got := g.clientError(t, body+`,"stream":false}`)
-				checkClientError(t, "not streamed", got, row.want, row.prefix)
+				sync := g.clientError(t, body+`,"stream":false}`)
+				checkClientError(t, "not streamed", sync, row.want, row.prefix)
+				var streamed clientError
 				if row.midStream {
-					got = g.failedStream(t, body+`,"stream":true}`)
+					streamed = g.failedStream(t, body+`,"stream":true}`)
 					want := clientError{code: row.want.code, msg: row.want.msg}
-					checkClientError(t, "streamed", got, want, row.prefix)
+					checkClientError(t, "streamed", streamed, want, row.prefix)
 				} else {
-					got = g.clientStreamError(t, body+`,"stream":true}`)
-					checkClientError(t, "streamed", got, row.want, row.prefix)
+					streamed = g.clientStreamError(t, body+`,"stream":true}`)
+					checkClientError(t, "streamed", streamed, row.want, row.prefix)
 				}
-				t.Logf("after | %s | %d %s %q param %q %q retry-after %q | before: %s", row.name,
-					row.want.status, row.want.typ, row.want.code, row.want.param, got.msg, got.retryAfter, row.before)
+				// The closing note's "after" column, as the client saw it (go test -v).
+				t.Logf("after | %s | not streamed: %+v | streamed: %+v | before: %s", row.name, sync, streamed, row.before)
 			})
 		}
 		for _, name := range vllmsim.ErrorNames() {
