@@ -155,10 +155,11 @@ func TestUpstreamFailuresBecomeEnvelopesOrResponseFailed(t *testing.T) {
 		if _, code, _, msg := envelope(t, body); status != 400 || code != "" || msg != "Simulated error (status 400)." {
 			t.Fatalf("upstream 400: %d %s (want a null code and vLLM's message)", status, body)
 		}
-		// A cut stream and a stalled stream: response.failed with the partial output, stored failed.
-		for _, fault := range []string{"cut_after=8", "stall=5&stall_after=8"} {
+		// A cut stream and a stalled stream: response.failed with the partial output and the
+		// code the same failure gets before the stream (docs/errors.md), stored failed.
+		for fault, code := range map[string]string{"cut_after=8": "upstream_error", "stall=5&stall_after=8": "upstream_timeout"} {
 			s := g.stream(t, `{"model":"`+harmony+`?`+fault+`","input":"hello world, a longer answer please","stream":true}`)
-			if s.final.Status != "failed" || s.final.Error.Code != "server_error" {
+			if s.final.Status != "failed" || string(s.final.Error.Code) != code {
 				t.Fatalf("%s: final status %s error %+v", fault, s.final.Status, s.final.Error)
 			}
 			got, err := g.client.Responses.Get(t.Context(), s.final.ID, responses.ResponseGetParams{})

@@ -2,10 +2,14 @@ package integration
 
 import (
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/internal/testnet"
 	"github.com/respgate/respgate/respgatetest"
@@ -72,5 +76,28 @@ func TestUpstreamTimeoutsLookTheSameStreamedOrNot(t *testing.T) {
 	want := answer{504, "server_error", "upstream_timeout", "", "The upstream model server did not answer in time."}
 	if got[0] != want || got[1] != want {
 		t.Errorf("streamed %+v\nnot streamed %+v\nwant both %+v", got[0], got[1], want)
+	}
+}
+
+// TestStreamEndingWithoutItsTerminalEventIsACut: an upstream stream that ends cleanly but
+// without a terminal event (what is left of vLLM's generation error, docs/wire.md §6.5 quirk 5)
+// fails the response with the same error object as a cut connection, streamed and stored.
+func TestStreamEndingWithoutItsTerminalEventIsACut(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: response.created\ndata: "+
+			`{"type":"response.created","sequence_number":0,"response":{"id":"resp_up","status":"in_progress","output":[]}}`+"\n\n")
+	}))
+	t.Cleanup(up.Close)
+	g := newGateway(t, nil, respgatetest.Options{UpstreamURL: up.URL + "/v1"})
+	s := g.stream(t, `{"model":"`+harmony+`","input":"hi","stream":true}`)
+	want := "The connection to the upstream model server broke before the response was complete."
+	if s.final.Status != "failed" || string(s.final.Error.Code) != "upstream_error" || s.final.Error.Message != want {
+		t.Fatalf("final %s %+v, want failed upstream_error %q", s.final.Status, s.final.Error, want)
+	}
+	stored, err := g.client.Responses.Get(t.Context(), s.final.ID, responses.ResponseGetParams{})
+	if err != nil || stored.Status != "failed" || stored.Error.Code != s.final.Error.Code || stored.Error.Message != want {
+		t.Fatalf("stored %v %+v", err, stored.Error)
 	}
 }

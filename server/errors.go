@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
@@ -73,6 +74,36 @@ func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
 	}
 	s.log.Error("internal error", "request_id", requestID(c), "error", err)
 	return &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+}
+
+// failureObject is the error object of a response that failed for cause (response.failed and
+// the stored record): the code and message of the envelope a non-streamed call gets for the same
+// failure, so a client sees one error whether it streamed or not (docs/errors.md, "Streamed
+// turns"). A code-less envelope (a vLLM 4xx with code null) gives its type, as the object's code
+// is required. nil when cause is not an upstream failure (nor a gateway APIError).
+func failureObject(cause error) *wire.ErrorObject {
+	var (
+		ae *wire.APIError
+		ue *upstream.Error
+	)
+	switch {
+	case errors.As(cause, &ue):
+		ae = ue.APIError()
+	case errors.As(cause, &ae):
+	case errors.Is(cause, accumulator.ErrLimit):
+		// Over the gateway's output limits: as a non-streamed answer over the size limit.
+		ae = (&upstream.Error{Kind: upstream.KindEventTooLarge}).APIError()
+	case errors.Is(cause, accumulator.ErrMalformed), errors.Is(cause, accumulator.ErrIndex):
+		// An event the gateway cannot read: as a non-streamed 200 whose body it cannot read.
+		ae = (&upstream.Error{Kind: upstream.KindBadBody, Status: http.StatusOK}).APIError()
+	default:
+		return nil
+	}
+	code := ae.Code
+	if code == "" {
+		code = ae.Type
+	}
+	return &wire.ErrorObject{Code: code, Message: ae.Message}
 }
 
 func requestID(c echo.Context) string {

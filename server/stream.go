@@ -141,10 +141,15 @@ func (s *Server) relay(ctx context.Context, w *sseWriter, acc *accumulator.Accum
 	for !acc.Done() {
 		ev, err := up.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			// vLLM ends a failed generation by closing the stream (docs/wire.md §6.5 quirk 5).
+			return &upstream.Error{Kind: upstream.KindStreamBroken, Status: http.StatusOK,
+				Message: "the stream ended before its terminal event"}
 		}
 		if err != nil {
 			return err
+		}
+		if ev.Type == wire.EventError {
+			return up.EventError(ev.Data) // mapped like the same error before the stream
 		}
 		events++
 		if !firstDelta && ev.Type.IsDelta() {
@@ -175,8 +180,13 @@ func (s *Server) endStream(ctx context.Context, t *turn, w *sseWriter, acc *accu
 	}
 	buf, r := acc.Close(nil, cause)
 	s.tel.droppedEvents.Add(reqCtx, int64(r.Dropped))
-	if errors.Is(cause, errShutdown) && r.Error != nil {
+	switch obj := failureObject(cause); {
+	case errors.Is(cause, errShutdown) && r.Error != nil:
 		r.Error.Message = "The gateway shut down before the response finished; retry it."
+	case obj != nil && r.Status == wire.StatusFailed && !clientGone:
+		// The error object a non-streamed call gets for the same upstream failure
+		// (docs/errors.md, "Streamed turns"): in response.failed and in the stored record.
+		r.Error = obj
 	}
 	if clientGone {
 		// The client left: keep what it received and record the response as cancelled (neither

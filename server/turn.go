@@ -15,7 +15,6 @@ import (
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/store"
-	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -286,19 +285,9 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) error {
 	// The stored error is the one the client gets (code and message), e.g. rate_limit_exceeded
 	// or upstream_timeout, never a vaguer one.
-	obj := &wire.ErrorObject{Code: "server_error", Message: "The upstream model server failed."}
-	var ue *upstream.Error
-	var ae *wire.APIError
-	switch {
-	case errors.As(cause, &ue):
-		ae = ue.APIError()
-	case errors.As(cause, &ae):
-	}
-	if ae != nil {
-		obj.Message = ae.Message
-		if ae.Code != "" {
-			obj.Code = ae.Code
-		}
+	obj := failureObject(cause)
+	if obj == nil {
+		obj = &wire.ErrorObject{Code: "server_error", Message: "The upstream model server failed."}
 	}
 	_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusFailed, Error: obj})
 	return cause

@@ -136,13 +136,13 @@ var errorCases = []errorCase{
 	{
 		name: "connection refused is unreachable", call: "stream", server: closedPort,
 		kind: KindUnreachable,
-		api:  wire.APIError{Status: 502, Type: "server_error", Code: "upstream_unreachable", Message: "upstream unreachable"},
+		api:  wire.APIError{Status: 502, Type: "server_error", Code: "upstream_unreachable", Message: "The upstream model server could not be reached."},
 	},
 	{
 		name: "an unknown host is unreachable", call: "create",
 		server: func(*testing.T) string { return "http://respgate-no-such-host.invalid" },
 		kind:   KindUnreachable,
-		api:    wire.APIError{Status: 502, Type: "server_error", Code: "upstream_unreachable", Message: "upstream unreachable"},
+		api:    wire.APIError{Status: 502, Type: "server_error", Code: "upstream_unreachable", Message: "The upstream model server could not be reached."},
 	},
 	{
 		name: "vLLM's unknown model 404 without a param is model_not_found", call: "stream",
@@ -192,7 +192,7 @@ var errorCases = []errorCase{
 		name: "FastAPI's route-not-found is a bad body", call: "stream",
 		server: served(404, "application/json", `{"detail":"Not Found"}`),
 		kind:   KindBadBody, status: 404,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream sent an unexpected answer (status 404)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 404)."},
 	},
 	{
 		name: "a redirect is not followed", call: "create",
@@ -207,45 +207,45 @@ var errorCases = []errorCase{
 			return srv.URL
 		},
 		kind: KindBadBody, status: 307,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream sent an unexpected answer (status 307)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 307)."},
 	},
 	{
 		name: "a stream answered as JSON is a bad body", call: "stream",
 		server: served(200, "application/json", `{"id":"resp_1"}`),
 		kind:   KindBadBody, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream sent an unexpected answer (status 200)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 200)."},
 	},
 	{
 		name: "a non-JSON 2xx body is a bad body", call: "create",
 		server: served(200, "application/json", `not json`),
 		kind:   KindBadBody, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream sent an unexpected answer (status 200)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 200)."},
 	},
 	{
 		name: "a 2xx JSON array is a bad body", call: "models",
 		server: served(200, "application/json", `[1,2]`),
 		kind:   KindBadBody, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream sent an unexpected answer (status 200)"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 200)."},
 	},
 	{
 		name: "a non-stream body over the limit", call: "create",
 		server: served(200, "application/json", `{"pad":"`+strings.Repeat("x", 4096)+`"}`),
 		mod:    func(c *Config) { c.MaxEventBytes = 1024 },
 		kind:   KindEventTooLarge, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream answer exceeds the gateway's size limit"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server's answer exceeds the gateway's size limit."},
 	},
 	{
 		name: "a non-stream body over the limit without Content-Length", call: "create",
 		server: func(t *testing.T) string { return sseServer(t, `{"pad":"`, strings.Repeat("x", 4096), `"}`).URL },
 		mod:    func(c *Config) { c.MaxEventBytes = 1024 },
 		kind:   KindEventTooLarge, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream answer exceeds the gateway's size limit"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server's answer exceeds the gateway's size limit."},
 	},
 	{
 		name: "a connection closed before the headers is broken", call: "stream",
 		server: func(t *testing.T) string { return rawServer(t, func(net.Conn, *bufio.ReadWriter) {}).URL },
 		kind:   KindStreamBroken,
-		api:    wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream connection broken"},
+		api:    wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The connection to the upstream model server broke before the response was complete."},
 	},
 	{
 		name: "a malformed response is broken, and its bytes stay out of the message", call: "create",
@@ -253,7 +253,7 @@ var errorCases = []errorCase{
 			return rawServer(t, func(_ net.Conn, rw *bufio.ReadWriter) { _, _ = rw.WriteString("SECRET-GARBAGE\r\n\r\n") }).URL
 		},
 		kind: KindStreamBroken,
-		api:  wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream connection broken"},
+		api:  wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The connection to the upstream model server broke before the response was complete."},
 	},
 	{
 		name: "a stream cut mid-chunk is broken", call: "stream",
@@ -266,7 +266,7 @@ var errorCases = []errorCase{
 			}).URL
 		},
 		kind: KindStreamBroken, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream connection broken"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The connection to the upstream model server broke before the response was complete."},
 	},
 	{
 		name: "a stream cut short of its Content-Length is broken", call: "stream",
@@ -277,7 +277,7 @@ var errorCases = []errorCase{
 			}).URL
 		},
 		kind: KindStreamBroken, status: 200,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream connection broken"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The connection to the upstream model server broke before the response was complete."},
 	},
 	{
 		name: "an error body cut short is broken but keeps its status", call: "create",
@@ -287,7 +287,7 @@ var errorCases = []errorCase{
 			}).URL
 		},
 		kind: KindStreamBroken, status: 400,
-		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream connection broken"},
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The connection to the upstream model server broke before the response was complete."},
 	},
 }
 

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -288,6 +289,60 @@ func TestConfigStringNeverPrintsAnUnparseableURL(t *testing.T) {
 		s := Config{BaseURL: base}.String()
 		if strings.Contains(s, "pa%ss") || strings.Contains(s, "s3cr") || strings.Contains(s, "secretpw") {
 			t.Errorf("Config.String printed a password: %s", s)
+		}
+	}
+}
+
+// TestErrorEventsMapLikeTheSameAnswer: an error event mid-stream becomes the Error a non-streamed
+// call gets for the same failure, so the gateway's response.failed carries the same code and
+// message as the envelope (docs/errors.md, "Streamed turns"). The simulator's generation error
+// is checked both ways; the other forms are what OpenAI-compatible servers send.
+func TestErrorEventsMapLikeTheSameAnswer(t *testing.T) {
+	t.Parallel()
+	base := simServer(vllmsim.Options{})(t)
+	c := newTestClient(t, base, nil)
+	_, err := c.Create(t.Context(), []byte(simBody(vllmsim.ParserModel+"?error_after=3", false, "")))
+	var created *Error
+	if !errors.As(err, &created) {
+		t.Fatalf("create: %v", err)
+	}
+	s, err := c.Stream(t.Context(), []byte(simBody(vllmsim.ParserModel+"?error_after=3", true, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var events int
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatalf("the stream ended (%v) after %d events without its error event", err, events)
+		}
+		if ev.Type == wire.EventError {
+			streamed, want := s.EventError(ev.Data).APIError(), created.APIError()
+			if *streamed != *want || want.Code != "upstream_error" || want.Message != "Internal server error" {
+				t.Errorf("error event maps to %+v, the same error not streamed to %+v", streamed, want)
+			}
+			break
+		}
+		events++
+	}
+	if events != 3 {
+		t.Errorf("%d events before the error event, want 3", events)
+	}
+	for data, want := range map[string]wire.APIError{
+		`{"type":"error","code":"rate_limit_exceeded","message":"slow down","param":null,"sequence_number":4}`: {
+			Status: 429, Type: "requests", Code: "rate_limit_exceeded", Message: "slow down"},
+		`{"type":"error","sequence_number":4,"error":{"type":"invalid_request_error","code":"context_length_exceeded","message":"This model's maximum context length is 8 tokens.","param":"input"}}`: {
+			Status: 400, Type: "invalid_request_error", Code: "context_length_exceeded", Param: "input", Message: "This model's maximum context length is 8 tokens."},
+		`{"error":{"message":"engine dead at /opt/vllm/x.py","type":"InternalServerError","param":null,"code":500}}`: {
+			Status: 502, Type: "server_error", Code: "upstream_error", Message: "engine dead at [path]"},
+		`{"type":"error","code":"server_error","message":"boom"}`: {
+			Status: 502, Type: "server_error", Code: "upstream_error", Message: "boom"},
+		`not json`: {
+			Status: 502, Type: "server_error", Code: "upstream_error", Message: "upstream error (status 500)"},
+	} {
+		if got := s.EventError([]byte(data)).APIError(); *got != want {
+			t.Errorf("%s\n got %+v\nwant %+v", data, got, want)
 		}
 	}
 }

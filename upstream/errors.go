@@ -36,8 +36,9 @@ const (
 	// KindTimeout: the connect timeout (dial to response headers), the idle timeout (silence
 	// between bytes) or a deadline of the caller's context expired.
 	KindTimeout
-	// KindHTTP: vLLM answered non-2xx with its JSON error envelope; Status, Type, Code, Param
-	// and Message hold it (Code as a string whether vLLM sent 404 or "404").
+	// KindHTTP: vLLM answered non-2xx with its JSON error envelope, or reported an error in an
+	// event mid-stream (Stream.EventError); Status, Type, Code, Param and Message hold it (Code
+	// as a string whether vLLM sent 404 or "404").
 	KindHTTP
 	// KindBadBody: the answer was not what the call expects: a non-2xx status without vLLM's
 	// envelope, a 2xx body that is not a JSON object, or a stream whose Content-Type is not
@@ -79,7 +80,7 @@ func (k Kind) String() string {
 type Error struct {
 	Kind Kind
 	// Status is the upstream HTTP status, 0 when no response arrived (a failure mid-stream
-	// keeps the stream's 200).
+	// keeps the stream's 200; an error event gives the status it names).
 	Status int
 	// Type, Code and Param are vLLM's envelope fields (KindHTTP only); Code is normalised to a
 	// string ("404" for vLLM's integer code).
@@ -159,6 +160,15 @@ var openAIClientTypes = map[string]bool{
 // timeout whichever timer caught it, streamed or not.
 const msgTimeout = "The upstream model server did not answer in time."
 
+// The messages of the other failures that are not vLLM's own answer: each says which failure it
+// was (docs/errors.md), the same streamed (in response.failed) or not.
+const (
+	msgUnreachable = "The upstream model server could not be reached."
+	msgBroken      = "The connection to the upstream model server broke before the response was complete."
+	msgTooLarge    = "The upstream model server's answer exceeds the gateway's size limit."
+	msgBadBody     = "The upstream model server sent an answer the gateway cannot read"
+)
+
 // APIError maps e to the envelope the gateway sends its own client (docs/style.md, "Error envelope"; the
 // table, and why each row is what it is, is in docs/errors.md):
 //
@@ -186,7 +196,7 @@ func (e *Error) APIError() *wire.APIError {
 	switch e.Kind {
 	case KindUnreachable:
 		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_unreachable",
-			Message: "upstream unreachable"}
+			Message: msgUnreachable}
 	case KindTimeout:
 		return &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
 			Message: msgTimeout}
@@ -194,10 +204,10 @@ func (e *Error) APIError() *wire.APIError {
 		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
 	case KindStreamBroken:
 		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
-			Message: "upstream connection broken"}
+			Message: msgBroken}
 	case KindEventTooLarge:
 		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
-			Message: "upstream answer exceeds the gateway's size limit"}
+			Message: msgTooLarge}
 	case KindHTTP, KindBadBody:
 		if ae := e.statusError(); ae != nil {
 			return ae
@@ -207,9 +217,9 @@ func (e *Error) APIError() *wire.APIError {
 		}
 	}
 	// KindBadBody and anything unknown.
-	msg := "upstream sent an unexpected answer"
+	msg := msgBadBody + "."
 	if e.Status != 0 {
-		msg += " (status " + strconv.Itoa(e.Status) + ")"
+		msg = msgBadBody + " (status " + strconv.Itoa(e.Status) + ")."
 	}
 	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
 }
@@ -275,12 +285,12 @@ func (e *Error) httpAPIError() *wire.APIError {
 				ae.Message = e.Message
 			}
 		case isContextLength(msg):
-			ae.Code = "context_length_exceeded"
-			switch {
-			case strings.Contains(msg, "max_tokens"):
-				ae.Param = "max_output_tokens" // vLLM's name for the client's max_output_tokens
-			case ae.Param == "":
-				ae.Param = "input"
+			// vLLM names the prompt "input" or "input_tokens" (VLLMValidationError's parameter)
+			// or nothing; the client's own field is input, or max_output_tokens when the message
+			// is about vLLM's max_tokens.
+			ae.Code, ae.Param = "context_length_exceeded", "input"
+			if strings.Contains(msg, "max_tokens") {
+				ae.Param = "max_output_tokens"
 			}
 		}
 		return ae

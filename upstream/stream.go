@@ -8,6 +8,8 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -175,6 +177,44 @@ func (s *Stream) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, s.String
 
 // LogValue logs String.
 func (s *Stream) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// EventError turns the data of an upstream "error" event into the Error a non-streamed call
+// gets for the same failure, so the client's response.failed carries the object the mapping
+// table gives (docs/errors.md, "Streamed turns"). It reads vLLM's error envelope
+// {"error":{"message","type","param","code"}} (what vLLM's streaming routes write for a
+// GenerationError: code 500, type InternalServerError), Open Responses' nested form and OpenAI's
+// flat {"type":"error","code","message","param"}. Status is the HTTP status the event names: vLLM's
+// integer code, 429 for rate_limit_exceeded, 400 for context_length_exceeded, else 500 (the
+// upstream failed the generation). Data it cannot read still gives a 500 with no message.
+func (s *Stream) EventError(data []byte) *Error {
+	env, ok := parseEnvelope(data)
+	if !ok {
+		var flat struct {
+			Message string          `json:"message"`
+			Param   json.RawMessage `json:"param"`
+			Code    json.RawMessage `json:"code"`
+		}
+		if json.Unmarshal(data, &flat) == nil {
+			env = envelope{Message: flat.Message, Code: scalar(flat.Code), Param: scalar(flat.Param)}
+		}
+	}
+	status := http.StatusInternalServerError
+	if n, err := strconv.Atoi(env.Code); err == nil && n >= 400 && n <= 599 {
+		status = n
+	}
+	switch env.Code {
+	case wire.CodeRateLimit:
+		status = http.StatusTooManyRequests
+	case "context_length_exceeded":
+		status = http.StatusBadRequest
+	}
+	r := s.c.redact
+	return &Error{Kind: KindHTTP, Status: status,
+		Type:    r.clean(env.Type, maxFieldBytes),
+		Code:    r.clean(env.Code, maxFieldBytes),
+		Param:   r.clean(env.Param, maxFieldBytes),
+		Message: r.clean(env.Message, maxMessageBytes)}
+}
 
 // typeOf returns the "type" member of an event's JSON object, for events without an "event:"
 // field. A typeless object with a top-level "error" member is an error event: OpenAI-compatible

@@ -20,7 +20,11 @@
 // vllm/entrypoints/openai/engine/serving.py create_error_response): validation errors are 400
 // "BadRequestError", an unknown model is 404 "NotFoundError", an unknown previous_response_id is 404
 // "invalid_request_error" with param "response_id", a tool_choice other than auto/none on the harmony
-// model is 501 "NotImplementedError", a missing input is 400 "Bad Request" with param "body.input".
+// model is 501 "NotImplementedError", a missing input is 400 "Bad Request" with param "body.input", a
+// prompt over MaxModelLen is 400 with the dialect's wording ("This model's maximum context length is
+// N tokens. However, your request has M input tokens…" from the parser path's renderer, param
+// "input_tokens"; "The engine prompt length M exceeds the max_model_len N…" from harmony, param
+// "input").
 // A POST /v1/responses without Content-Type application/json is refused with 400 before anything
 // else, as vLLM's validate_json_request does. Unknown top-level request fields are accepted and
 // ignored, and `store` is ignored.
@@ -55,6 +59,17 @@
 //	cut_after=N          close the connection after N events (no terminal event; vLLM's behaviour on a
 //	                     mid-stream error, docs/wire.md §6.5 quirk 5); a malformed= frame counts as one
 //	cut_inside=N         write N events, then the first half of the next frame, then close
+//	error_after=N        after N events, write the frame vLLM's streaming routes write for a
+//	                     generation error, data: {"error":{"message":"Internal server error",
+//	                     "type":"InternalServerError","param":null,"code":500}} (no event name),
+//	                     then close the connection as vLLM's Responses route does (it cannot
+//	                     serialise that frame, docs/wire.md §6.5 quirk 5); not streamed: that 500
+//	error=NAME           answer with one of vLLM's error answers, by name (ErrorNames; with
+//	                     example values): json_invalid, media_type, input_missing, input_list,
+//	                     input_item, field_type, no_call, unknown_input_type, encrypted_content,
+//	                     max_tokens, unknown_model, response_not_found, tool_choice,
+//	                     context_length (the dialect's wording), generation, route_not_found,
+//	                     method_not_allowed, body_too_large
 //	status=S             answer with HTTP status S in vLLM's error envelope, before anything else
 //	retry_after=V        with status=S, send the header "Retry-After: V" (V as given, 1..64
 //	                     printable ASCII: seconds, an HTTP-date, or garbage to test the reader);

@@ -104,6 +104,8 @@ type fault struct {
 	stallAfter      int
 	cutAfter        int
 	cutInside       int
+	errorAfter      int    // -1: off
+	errorName       string // "": off; else a name of knownErrors
 	status          int
 	retryAfter      string // "": no Retry-After header on a status= answer
 	maxOutputTokens int    // 0: off
@@ -116,7 +118,7 @@ type fault struct {
 }
 
 func newFault(quirks Quirks) fault {
-	return fault{cutAfter: -1, cutInside: -1, malformedAfter: -1, quirks: quirks}
+	return fault{cutAfter: -1, cutInside: -1, errorAfter: -1, malformedAfter: -1, quirks: quirks}
 }
 
 // ValidateFault reports whether spec is a valid fault specification (the syntax in the package doc,
@@ -171,6 +173,14 @@ var faultKeys = []struct {
 	{"stall_after", intKey(0, func(f *fault) *int { return &f.stallAfter })},
 	{"cut_after", intKey(0, func(f *fault) *int { return &f.cutAfter })},
 	{"cut_inside", intKey(0, func(f *fault) *int { return &f.cutInside })},
+	{"error_after", intKey(0, func(f *fault) *int { return &f.errorAfter })},
+	{"error", func(f *fault, v string) error {
+		if _, ok := knownError(v); !ok {
+			return errors.New("want one of " + strings.Join(ErrorNames(), ", "))
+		}
+		f.errorName = v
+		return nil
+	}},
 	{"status", func(f *fault, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 100 || n > 599 {

@@ -62,8 +62,11 @@ func TestInputRejections(t *testing.T) {
 			501, "NotImplementedError", nil, "Harmony"},
 		{"max_output_tokens must be positive", body(ParserModel, false, `"input":"hi","max_output_tokens":0`),
 			400, "BadRequestError", nil, "max_tokens must be at least 1, got 0."},
-		{"prompt longer than the context", body(ParserModel, false, `"input":"`+strings.Repeat("w ", 200)+`"`),
-			400, "invalid_request_error", "input", "exceeds the max_model_len 100"},
+		{"prompt longer than the context, parser path: the renderer's wording", body(ParserModel, false, `"input":"`+strings.Repeat("w ", 200)+`"`),
+			400, "BadRequestError", "input_tokens",
+			"This model's maximum context length is 100 tokens. However, your request has 206 input tokens. Please reduce the length of the input messages."},
+		{"prompt longer than the context, harmony: the responses path's wording", body(HarmonyModel, false, `"input":"`+strings.Repeat("w ", 200)+`"`),
+			400, "invalid_request_error", "input", "The engine prompt length 206 exceeds the max_model_len 100. Please reduce prompt."},
 	}
 	t.Run("the body must be declared JSON", func(t *testing.T) {
 		for _, ct := range []string{"", "application/x-www-form-urlencoded", "text/plain"} {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/respgate/respgate/wire"
@@ -44,8 +43,7 @@ func decodeRequest(body []byte) (*createRequest, *vllmError) {
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			return nil, validationError("body."+typeErr.Field, "type_error", "Input should be a valid "+typeErr.Type.String())
 		}
-		return nil, &vllmError{status: http.StatusBadRequest, typ: "Bad Request", param: "body",
-			message: "1 validation error:\n  {'type': 'json_invalid', 'loc': ('body', 0), 'msg': 'JSON decode error'}"}
+		return nil, jsonInvalid()
 	}
 	if isNull(req.Input) {
 		return nil, validationError("body.input", "missing", "Field required")

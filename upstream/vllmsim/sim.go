@@ -211,12 +211,6 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// responseNotFound is vLLM's _make_not_found_error (responses/serving.py).
-func responseNotFound(id string) *vllmError {
-	return &vllmError{status: http.StatusNotFound, typ: "invalid_request_error", param: "response_id",
-		message: "Response with id '" + id + "' not found."}
-}
-
 func (s *Sim) lookup(name string) (Model, bool) {
 	if name == "" {
 		return s.models[0], true
@@ -235,8 +229,7 @@ func (s *Sim) create(w http.ResponseWriter, r *http.Request, body []byte) {
 	arrival := s.arrived.Add(1)
 	// The route's validate_json_request dependency runs first (entrypoints/openai/utils.py).
 	if mediaType, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mediaType), "application/json") {
-		writeError(w, &vllmError{status: http.StatusBadRequest, typ: "Bad Request",
-			message: "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"})
+		writeError(w, mediaTypeError())
 		return
 	}
 	f := newFault(s.quirks)
@@ -262,14 +255,17 @@ func (s *Sim) create(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, faultError(f.status))
 		return
 	}
+	model, ok := s.lookup(base)
+	if build, known := knownError(f.errorName); known {
+		writeError(w, build(model.Dialect, s.opts.MaxModelLen))
+		return
+	}
 	if verr != nil {
 		writeError(w, verr)
 		return
 	}
-	model, ok := s.lookup(base)
 	if !ok {
-		writeError(w, &vllmError{status: http.StatusNotFound, typ: "NotFoundError", param: "model",
-			message: "The model `" + base + "` does not exist."})
+		writeError(w, unknownModel(base))
 		return
 	}
 	if req.PreviousResponseID != nil && *req.PreviousResponseID != "" {
@@ -279,8 +275,7 @@ func (s *Sim) create(w http.ResponseWriter, r *http.Request, body []byte) {
 	if tc := req.toolChoice(); model.Dialect == Harmony && tc.mode != "auto" && tc.mode != "none" {
 		// _make_request_with_harmony raises NotImplementedError, which create_error_response maps
 		// to 501 "NotImplementedError".
-		writeError(w, &vllmError{status: http.StatusNotImplemented, typ: "NotImplementedError",
-			message: "Only 'auto' or 'none' tool_choice is supported in response API with Harmony"})
+		writeError(w, toolChoiceHarmony())
 		return
 	}
 	if n := req.MaxOutputTokens; n != nil && *n < 1 {
@@ -294,9 +289,7 @@ func (s *Sim) create(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	t := newTurn(s, model, req, conv, &f, newIDGen(s.opts.Seed, arrival))
 	if t.inputTokens >= s.opts.MaxModelLen {
-		writeError(w, &vllmError{status: http.StatusBadRequest, typ: "invalid_request_error", param: "input",
-			message: fmt.Sprintf("The engine prompt length %d exceeds the max_model_len %d. Please reduce prompt.",
-				t.inputTokens, s.opts.MaxModelLen)})
+		writeError(w, contextLength(model.Dialect, t.inputTokens, s.opts.MaxModelLen))
 		return
 	}
 	if req.stream() {

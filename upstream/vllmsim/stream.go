@@ -133,6 +133,11 @@ func (e *emitter) write(frame []byte) error {
 	if err := e.ctx.Err(); err != nil {
 		return err
 	}
+	if e.f.errorAfter >= 0 && e.frames == e.f.errorAfter {
+		_, _ = e.w.Write(errorFrame())
+		_ = e.rc.Flush()
+		panic(http.ErrAbortHandler) // vLLM drops the connection after a generation error
+	}
 	if e.f.cutInside >= 0 && e.frames == e.f.cutInside {
 		_, _ = e.w.Write(frame[:len(frame)/2])
 		_ = e.rc.Flush()

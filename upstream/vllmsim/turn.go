@@ -431,6 +431,10 @@ func (t *turn) respond(w http.ResponseWriter, r *http.Request) {
 	if t.f.cutAfter >= 0 {
 		panic(http.ErrAbortHandler) // close before any byte of the answer
 	}
+	if t.f.errorAfter >= 0 {
+		writeError(w, generationError()) // responses_full_generator raises it: a 500
+		return
+	}
 	body := t.appendResponse(nil, true)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
