@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -27,6 +28,15 @@ type Params struct {
 	Lookup Lookup
 	// NewID mints ids for input items that lack one; nil means wire.NewID.
 	NewID func(prefix string) string
+	// Keys opens respgate's own encrypted_content (seal.IsSealed) of reasoning items, sealed for
+	// Tenant; the plaintext it sealed is replayed in place. Nil: such blobs are treated as
+	// foreign ciphertext.
+	Keys   *seal.Ring
+	Tenant string
+	// ReasoningContext is the request's effective reasoning.context: wire.ContextCurrentTurn
+	// leaves out every reasoning item an assistant message follows (docs/reasoning.md); anything
+	// else replays all reasoning.
+	ReasoningContext string
 }
 
 // Stats are telemetry counters of one Build. They never hold content.
@@ -39,6 +49,8 @@ type Stats struct {
 	DuplicatesDropped int // exact duplicates (same id, same projection) sent once
 	ReasoningSkipped  int // reasoning items without plaintext content (and no encrypted_content), not sent
 	EmptySkipped      int // messages without content ("" or no parts), not sent
+	SealedOpened      int // reasoning items whose respgate encrypted_content was opened
+	ReasoningDropped  int // reasoning items left out by reasoning.context current_turn
 }
 
 // Result is the output of Build.
@@ -103,7 +115,8 @@ func Build(p *Params) (*Result, error) {
 		return nil, wire.Invalid("input", CodeEmptyInput,
 			"The request has no input: send at least one input item, or continue a response or conversation that has items.")
 	}
-	bd := &builder{newID: p.NewID, lookup: p.Lookup}
+	bd := &builder{newID: p.NewID, lookup: p.Lookup, keys: p.Keys, tenant: p.Tenant,
+		currentTurn: p.ReasoningContext == wire.ContextCurrentTurn}
 	if bd.newID == nil {
 		bd.newID = wire.NewID
 	}
@@ -130,6 +143,7 @@ func Build(p *Params) (*Result, error) {
 		return nil, err
 	}
 	bd.buf = append(bd.buf, `,"input":[`...)
+	bd.inputStart = len(bd.buf)
 	for i := range p.History {
 		if err := bd.addHistory(&p.History[i], histParam); err != nil {
 			return nil, err
@@ -140,6 +154,7 @@ func Build(p *Params) (*Result, error) {
 			return nil, err
 		}
 	}
+	bd.dropEarlierReasoning()
 	bd.buf = append(bd.buf, "]}"...)
 
 	res.Body = bd.buf
@@ -161,6 +176,14 @@ type builder struct {
 	// members counts the top-level members written (for the commas between them).
 	members int
 	stats   Stats
+	keys    *seal.Ring
+	tenant  string
+	// currentTurn: reasoning.context current_turn. sentReasoning holds the spans (leading comma
+	// included) of the reasoning items sent since the last assistant message; drop those an
+	// assistant message followed. inputStart is where the input array's elements begin.
+	currentTurn         bool
+	sentReasoning, drop []prior
+	inputStart          int
 }
 
 // prior is where an item's projection sits in buf (empty for an item that was skipped).
@@ -223,7 +246,8 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 		// A reasoning item replayed without its plaintext (only encrypted_content or a summary, as
 		// some SDKs send them back): if respgate has the item, it is the same item, so replay what
 		// respgate stored instead of rejecting it (or replaying nothing).
-		if v.id.IsStr(b) && !hasPlaintext(&v) {
+		// An item carrying respgate's own encrypted_content is opened instead (project.go).
+		if v.id.IsStr(b) && !hasPlaintext(&v) && !ownBlob(&v) {
 			id := str(b, v.id)
 			if _, ok := bd.ids[id]; ok {
 				bd.stats.DuplicatesDropped++
@@ -347,11 +371,42 @@ func (bd *builder) add(v *view, w where, id string) (dup bool, err error) {
 	if st.reasoning {
 		bd.stats.ReasoningReplayed++
 		bd.stats.ReasoningBytes += st.rbytes
+		bd.sentReasoning = append(bd.sentReasoning, prior{mark, len(bd.buf)})
+	}
+	if st.assistant {
+		bd.drop, bd.sentReasoning = append(bd.drop, bd.sentReasoning...), bd.sentReasoning[:0]
+	}
+	if st.opened {
+		bd.stats.SealedOpened++
 	}
 	if st.encDropped {
 		bd.stats.EncryptedDropped++
 	}
 	return false, nil
+}
+
+// dropEarlierReasoning applies reasoning.context current_turn: the reasoning items an assistant
+// message followed are cut out of the input array (the harmony format's guidance for gpt-oss,
+// and what vLLM's own store does for previous_response_id: reasoning of a turn that ended in a
+// final answer is not shown to the model again). The reasoning of the active tool loop stays.
+func (bd *builder) dropEarlierReasoning() {
+	if !bd.currentTurn || len(bd.drop) == 0 {
+		return
+	}
+	out, last := bd.buf[:bd.drop[0].s], bd.drop[0].s
+	for _, d := range bd.drop {
+		out = append(out, bd.buf[last:d.s]...)
+		last = d.e
+		bd.items--
+		bd.stats.ReasoningReplayed--
+		bd.stats.ReasoningDropped++
+	}
+	out = append(out, bd.buf[last:]...)
+	// The first element left may have kept the comma that separated it from a dropped one.
+	if len(out) > bd.inputStart && out[bd.inputStart] == ',' {
+		out = append(out[:bd.inputStart], out[bd.inputStart+1:]...)
+	}
+	bd.buf = out
 }
 
 // includeAllowed is vLLM's include Literal (protocol.py), minus reasoning.encrypted_content

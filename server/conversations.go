@@ -191,6 +191,7 @@ func (s *Server) listConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	page.Items = s.readView(c).items(page.Items)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
 }
 
@@ -214,7 +215,7 @@ func (s *Server) addConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: items}))
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: s.readView(c).items(items)}))
 }
 
 func (s *Server) getConversationItem(c echo.Context) error {
@@ -226,7 +227,8 @@ func (s *Server) getConversationItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(it.JSON))
+	shown := s.readView(c).items([]wire.Item{it})[0]
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(shown.JSON))
 }
 
 func (s *Server) deleteConversationItem(c echo.Context) error {

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
@@ -118,6 +121,15 @@ type itemView struct {
 func (s *Server) view(tenant string, include bool) itemView {
 	hide := s.cfg.ReasoningExposure == ExposureHidden
 	return itemView{ring: s.ring, tenant: tenant, hide: hide, mint: hide || include}
+}
+
+// readView is the item view of a read route (GET of a response, input_items, conversation
+// items): the exposure policy, and include=reasoning.encrypted_content in the query (include or
+// include[], as the SDKs send it) to mint blobs for items stored without one.
+func (s *Server) readView(c echo.Context) itemView {
+	q := c.QueryParams()
+	include := slices.Contains(q["include"], wire.IncludeEncryptedReasoning) || slices.Contains(q["include[]"], wire.IncludeEncryptedReasoning)
+	return s.view(tenant(c), include)
 }
 
 // sealer is the accumulator's Seal for a turn (nil when the view mints nothing).
