@@ -152,10 +152,10 @@ type Server struct {
 	tel      *telemetry
 	echo     *echo.Echo
 	secret   []byte
-	ring     *seal.Ring      // seals and opens respgate's encrypted_content (reasoning.go)
+	ring     *seal.Ring       // seals and opens respgate's encrypted_content (reasoning.go)
 	contexts []contextByModel // the default reasoning.context per model pattern
-	keys     []string // tenant fingerprints of the allowlisted keys (nil: every key accepted)
-	owner    string   // lease owner id of this process
+	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
+	owner    string           // lease owner id of this process
 
 	streams atomic.Int64 // active streaming responses
 

@@ -118,15 +118,15 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	}
 	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: res.ToolNames,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
-		ID:                 wire.NewID(wire.PrefixResponse),
-		Tenant:             tn,
-		Status:             wire.StatusInProgress,
-		Model:              req.Model,
-		PreviousResponseID: req.PreviousResponseID,
-		ConversationID:     req.ConversationID,
-		CreatedAt:          time.Now(),
-		Echo:               echoJSON,
-	}}
+			ID:                 wire.NewID(wire.PrefixResponse),
+			Tenant:             tn,
+			Status:             wire.StatusInProgress,
+			Model:              req.Model,
+			PreviousResponseID: req.PreviousResponseID,
+			ConversationID:     req.ConversationID,
+			CreatedAt:          time.Now(),
+			Echo:               echoJSON,
+		}}
 	if req.ConversationID != "" && req.Store {
 		if err := s.acquireConversation(ctx, t); err != nil {
 			return nil, err
