@@ -2,6 +2,7 @@ package rehydrate
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -548,4 +549,38 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 	}
 	bd.buf = append(bd.buf, "]}"...)
 	return itemStats{}, nil
+}
+
+// OpenSealed checks a reasoning item that carries respgate's own encrypted_content (sealed for
+// tenant) and returns it with the content the blob holds in place of its own, so that what is
+// stored keeps the plaintext whatever happens to the key later. Items without such a blob are
+// returned unchanged (opened false). Errors are Build's: 400 invalid_encrypted_content or
+// encrypted_content_mismatch, with param as the item's name (e.g. "items[2]").
+func OpenSealed(it wire.Item, keys *seal.Ring, tenant, param string) (out wire.Item, opened bool, err error) {
+	v, _, err := scanItem(it.JSON, nil)
+	w := where{prefix: param, idx: -1}
+	if err != nil || classify(&v, w) != nil || v.kind != kindReasoning || keys == nil || !ownBlob(&v) {
+		return it, false, nil
+	}
+	id, err := idOf(&it, &v, w)
+	if err != nil {
+		return it, false, err
+	}
+	bd := &builder{keys: keys, tenant: tenant, newID: wire.NewID}
+	if _, err := bd.reasoning(&v, w, id); err != nil {
+		return it, false, err
+	}
+	sealed, err := bd.unseal(&v, w, id)
+	if err != nil {
+		return it, false, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(it.JSON, &m); err != nil {
+		return it, false, w.invalidJSON()
+	}
+	m["content"] = sealed
+	if it.JSON, err = json.Marshal(m); err != nil {
+		return it, false, fmt.Errorf("rehydrate: rewrite opened item: %w", err)
+	}
+	return it, true, nil
 }
