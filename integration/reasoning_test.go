@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -364,5 +365,31 @@ func TestCurrentTurnReplaysOnlyTheActiveToolLoop(t *testing.T) {
 	status, body, _ := rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","reasoning":{"context":"some_turns"},"input":"x"}`, auth...)
 	if _, code, param, _ := envelope(t, body); status != 400 || code != "invalid_value" || param != "reasoning.context" {
 		t.Fatalf("unknown context: %d %s", status, body)
+	}
+}
+
+// TestRotatedKeysOpenOldBlobsUntilRetired: a blob sealed under k1 opens on a gateway that seals
+// with k2 and still lists k1, and is refused with a message naming the retired key once k1 is
+// retired.
+func TestRotatedKeysOpenOldBlobsUntilRetired(t *testing.T) {
+	k1 := seal.Key{ID: "k1", Secret: bytes.Repeat([]byte{1}, 32)}
+	k2 := seal.Key{ID: "k2", Secret: bytes.Repeat([]byte{2}, 32)}
+	old := newGateway(t, nil, respgatetest.Options{Server: server.Config{SealKeys: []seal.Key{k1}}})
+	r := old.create(t, `{"model":"`+harmony+`","store":false,"include":["reasoning.encrypted_content"],"input":"hi"}`)
+	rs := r.Output[0].AsReasoning()
+	if !strings.HasPrefix(rs.EncryptedContent, "rgr1.k1.") {
+		t.Fatalf("sealed under %q, want k1", rs.EncryptedContent)
+	}
+	body := `{"model":"` + harmony + `","store":false,"include":["reasoning.encrypted_content"],"input":[{"role":"user","content":"hi"},{"type":"reasoning","id":"` + rs.ID +
+		`","summary":[],"encrypted_content":"` + rs.EncryptedContent + `"},{"role":"user","content":"more"}]}`
+	rotated := newGateway(t, old.Store, respgatetest.Options{Server: server.Config{SealKeys: []seal.Key{k2, k1}}})
+	next := rotated.create(t, body)
+	if !strings.Contains(next.OutputText(), "1 reasoning items") || !strings.HasPrefix(next.Output[0].AsReasoning().EncryptedContent, "rgr1.k2.") {
+		t.Fatalf("after rotation: %s", next.RawJSON())
+	}
+	retired := newGateway(t, old.Store, respgatetest.Options{Server: server.Config{SealKeys: []seal.Key{k2}, SealRetired: []string{"k1"}}})
+	status, refused, _ := rawDo(t, "POST", retired.URL+"/responses", body, auth...)
+	if _, code, param, msg := envelope(t, refused); status != 400 || code != "invalid_encrypted_content" || param != "input[1]" || !strings.Contains(msg, "'k1', which has been retired") {
+		t.Fatalf("retired key: %d %s", status, refused)
 	}
 }

@@ -78,8 +78,12 @@ type Result struct {
 //
 // Upstream input is History in order, then Input, each item projected to the allowlisted shape
 // vLLM accepts (see project.go). Reasoning is replayed from its plaintext content; encrypted_content
-// never crosses; a reasoning item with only encrypted_content is a 400, unless respgate already has
-// an item with its id (in History, or through Lookup), whose plaintext is then used. Items are
+// never crosses. respgate's own encrypted_content (seal.IsSealed) is opened with Keys for Tenant
+// and its plaintext replayed in place (it must agree with the item's content, if any; a blob that
+// does not open is a 400 invalid_encrypted_content). A reasoning item with only foreign
+// encrypted_content is a 400, unless respgate already has an item with its id (in History, or
+// through Lookup), whose plaintext is then used. With ReasoningContext current_turn, reasoning
+// items an assistant message follows are left out of the body (not of Result.Input). Items are
 // deduplicated by id, comparing what vLLM would receive (the projection): an item whose id was
 // already sent with the same projection is dropped (and not stored again), whatever its status,
 // encrypted_content or SDK fields; the same id with a different projection is a 400. Within History
