@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3/responses"
@@ -94,7 +96,10 @@ func TestStatelessClientKeepingOnlyEncryptedContentContinuesFiveTurns(t *testing
 // TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns: another key's blob, a modified
 // blob, and content that disagrees with its blob are 400s naming the item; vLLM is not called.
 func TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns(t *testing.T) {
-	g := newGateway(t, nil)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(lockedWriter{&logs, &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := newGateway(t, nil, respgatetest.Options{Server: server.Config{Logger: logger}})
 	r := g.create(t, `{"model":"`+harmony+`","store":false,"include":["reasoning.encrypted_content"],"input":"hello"}`)
 	rs := r.Output[0].AsReasoning()
 	if !strings.HasPrefix(rs.EncryptedContent, "rgr1.auto.") {
@@ -127,6 +132,11 @@ func TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns(t *testing.T)
 	if n := len(g.UpstreamRequests()); n != before {
 		t.Fatalf("vLLM was called %d times for refused requests", n-before)
 	}
+	mu.Lock()
+	if strings.Contains(logs.String(), blob[len("rgr1.auto."):len("rgr1.auto.")+20]) || strings.Contains(logs.String(), canary) {
+		t.Errorf("a blob or reasoning reached the logs:\n%s", logs.String())
+	}
+	mu.Unlock()
 	// The same blob, with its own content or alone, continues.
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(r.Output[0].RawJSON()), &raw); err != nil {
