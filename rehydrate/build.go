@@ -284,9 +284,17 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if !dup {
-		res.Input = append(res.Input, norm)
+	if dup {
+		return nil
 	}
+	if v.kind == kindReasoning && ownBlob(&nv) {
+		// Stored with the plaintext its blob holds, so that replaying this history never
+		// depends on the key that sealed it (add has opened it already).
+		if opened, ok, err := OpenSealed(norm, bd.keys, bd.tenant, w.param("")); err == nil && ok {
+			norm = opened
+		}
+	}
+	res.Input = append(res.Input, norm)
 	return nil
 }
 

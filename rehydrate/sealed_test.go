@@ -34,7 +34,7 @@ const sealedParts = `[{"type":"reasoning_text","text":"first step"},{"type":"rea
 
 // TestOwnEncryptedContentIsOpenedAndReplayedInPlace: a reasoning item that carries only
 // respgate's blob is replayed with the plaintext it sealed, where it stands; the blob never
-// crosses; the stored input keeps the item as sent.
+// crosses; the stored input item gets the plaintext beside its blob.
 func TestOwnEncryptedContentIsOpenedAndReplayedInPlace(t *testing.T) {
 	r := testRing(t)
 	blob := sealFor(t, r, "tenant-a", "rs_1", sealedParts)
@@ -50,6 +50,10 @@ func TestOwnEncryptedContentIsOpenedAndReplayedInPlace(t *testing.T) {
 	}
 	if res.Stats.SealedOpened != 1 || res.Stats.ReasoningReplayed != 1 {
 		t.Fatalf("stats %+v", res.Stats)
+	}
+	stored := members(t, res.Input[1].JSON)
+	if compact(t, stored["content"]) != sealedParts || !strings.Contains(string(stored["encrypted_content"]), blob) {
+		t.Fatalf("stored input item %s", res.Input[1].JSON)
 	}
 	// Content and blob together: they must agree.
 	agree := mustInput(t, `[{"type":"reasoning","id":"rs_1","content":`+sealedParts+`,"encrypted_content":"`+blob+`"}]`)
