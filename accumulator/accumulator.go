@@ -75,6 +75,23 @@ type Options struct {
 	// JSON data (only valid during the call; copy it to keep it). The server logs events with it
 	// so a stream can be replayed exactly.
 	Observe func(seq int64, typ wire.EventType, data []byte)
+	// Reasoning decides what clients see of reasoning items (zero: everything, as upstream sent
+	// it; docs/reasoning.md).
+	Reasoning ReasoningOptions
+}
+
+// ReasoningOptions are the server's reasoning policies as the accumulator applies them.
+type ReasoningOptions struct {
+	// Seal, when set, mints the encrypted_content of every finished reasoning item from its
+	// content parts (the JSON array of the stored item's "content", [] when it has none). The
+	// stored item and the client's both carry it, in place of upstream's. An empty result leaves
+	// the item without encrypted_content.
+	Seal func(itemID string, content []byte) string
+	// Hide keeps reasoning text from the client: no reasoning_text or summary events, and
+	// output_item.done carries the item without content and with an empty summary
+	// (wire.AppendHiddenReasoning; Seal should be set so the client can still continue).
+	// Result.Output keeps the plaintext. Sequence numbers and indices stay dense.
+	Hide bool
 }
 
 // Snapshot is the state a Render function renders into a response object.
@@ -420,9 +437,24 @@ func (a *Accumulator) reconcileClosed(it *item, ti *parsedItem) {
 	if !equalParts(it.parts, ti.content) || !equalParts(it.sums, ti.sum) {
 		return
 	}
+	if a.opts.Reasoning.Seal != nil {
+		return // respgate's own blob stands
+	}
 	it.enc = ti.enc
+	a.finish(it)
+}
+
+// finish renders the item's final JSON (what is stored), minting its encrypted_content first when
+// the options say so.
+func (a *Accumulator) finish(it *item) {
+	if it.kind == kReasoning && a.opts.Reasoning.Seal != nil {
+		it.enc = a.opts.Reasoning.Seal(it.id, appendParts(nil, it.parts))
+	}
 	it.final = appendItem(nil, it, true)
 }
+
+// hides reports whether the client sees none of it's text (a reasoning item, hidden).
+func (a *Accumulator) hides(it *item) bool { return a.opts.Reasoning.Hide && it.kind == kReasoning }
 
 // consistent reports whether a terminal item can be the item we were streaming: everything we
 // streamed is a prefix of what it states.

@@ -58,13 +58,20 @@ func (a *Accumulator) emitItemDone(dst []byte, it *item) []byte {
 	b = append(b, `,"output_index":`...)
 	b = itoa(b, it.index)
 	b = append(b, `,"item":`...)
-	b = append(b, it.final...)
+	if a.hides(it) {
+		b = wire.AppendHiddenReasoning(b, it.id, string(it.status), it.enc)
+	} else {
+		b = append(b, it.final...)
+	}
 	return a.emit(dst, wire.EventItemDone, b)
 }
 
 // emitPart emits content_part.added/.done (reasoning_text parts included: vLLM's
 // reasoning_part.* become content_part.*, docs/wire.md §6.5 quirk 1) or reasoning_summary_part.*.
 func (a *Accumulator) emitPart(dst []byte, it *item, p *part, i int, sum bool, edge partEdge) []byte {
+	if a.hides(it) {
+		return dst
+	}
 	done := edge == partClosing
 	typ := wire.EventPartAdded
 	switch {
@@ -107,6 +114,9 @@ func (a *Accumulator) partHead(typ wire.EventType, it *item, sum bool, i int) []
 
 // emitDelta emits a text delta; tok is the delta as a JSON string token.
 func (a *Accumulator) emitDelta(dst []byte, it *item, pk pkind, i int, tok []byte) []byte {
+	if a.hides(it) {
+		return dst
+	}
 	typ := textEvents[pk].delta
 	b := a.partHead(typ, it, pk == pSummaryText, i)
 	b = append(b, `,"delta":`...)
@@ -118,6 +128,9 @@ func (a *Accumulator) emitDelta(dst []byte, it *item, pk pkind, i int, tok []byt
 }
 
 func (a *Accumulator) emitTextDone(dst []byte, it *item, pk pkind, i int, text []byte) []byte {
+	if a.hides(it) {
+		return dst
+	}
 	typ, field := textEvents[pk].done, `,"text":`
 	if pk == pRefusal {
 		field = `,"refusal":`

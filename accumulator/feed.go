@@ -702,7 +702,7 @@ func (a *Accumulator) closeItem(dst []byte, it *item, src *parsedItem, status wi
 		it.rawStatus = string(status) // a type we pass through, cut short: its own status would say in_progress
 	}
 	it.closed = true
-	it.final = appendItem(nil, it, true)
+	a.finish(it)
 	return a.emitItemDone(dst, it)
 }
 

@@ -325,7 +325,7 @@ func FromResponse(opts Options, raw []byte) (*Result, error) {
 		a.adopt(it, ti)
 		it.parts, it.sums, _, _ = a.merge(it, ti)
 		it.status = itemStatus(ti, i == len(t.output)-1, r.Status)
-		it.final = appendItem(nil, it, true)
+		a.finish(it)
 		r.Output = append(r.Output, wire.Item{ID: it.id, Type: it.typ, JSON: it.final})
 	}
 	return r, nil

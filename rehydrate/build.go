@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -27,6 +28,15 @@ type Params struct {
 	Lookup Lookup
 	// NewID mints ids for input items that lack one; nil means wire.NewID.
 	NewID func(prefix string) string
+	// Keys opens respgate's own encrypted_content (seal.IsSealed) of reasoning items, sealed for
+	// Tenant; the plaintext it sealed is replayed in place. Nil: such blobs are treated as
+	// foreign ciphertext.
+	Keys   *seal.Ring
+	Tenant string
+	// ReasoningContext is the request's effective reasoning.context: wire.ContextCurrentTurn
+	// leaves out every reasoning item an assistant message follows (docs/reasoning.md); anything
+	// else replays all reasoning.
+	ReasoningContext string
 }
 
 // Stats are telemetry counters of one Build. They never hold content.
@@ -39,6 +49,8 @@ type Stats struct {
 	DuplicatesDropped int // exact duplicates (same id, same projection) sent once
 	ReasoningSkipped  int // reasoning items without plaintext content (and no encrypted_content), not sent
 	EmptySkipped      int // messages without content ("" or no parts), not sent
+	SealedOpened      int // reasoning items whose respgate encrypted_content was opened
+	ReasoningDropped  int // reasoning items left out by reasoning.context current_turn
 }
 
 // Result is the output of Build.
@@ -66,8 +78,12 @@ type Result struct {
 //
 // Upstream input is History in order, then Input, each item projected to the allowlisted shape
 // vLLM accepts (see project.go). Reasoning is replayed from its plaintext content; encrypted_content
-// never crosses; a reasoning item with only encrypted_content is a 400, unless respgate already has
-// an item with its id (in History, or through Lookup), whose plaintext is then used. Items are
+// never crosses. respgate's own encrypted_content (seal.IsSealed) is opened with Keys for Tenant
+// and its plaintext replayed in place (it must agree with the item's content, if any; a blob that
+// does not open is a 400 invalid_encrypted_content). A reasoning item with only foreign
+// encrypted_content is a 400, unless respgate already has an item with its id (in History, or
+// through Lookup), whose plaintext is then used. With ReasoningContext current_turn, reasoning
+// items an assistant message follows are left out of the body (not of Result.Input). Items are
 // deduplicated by id, comparing what vLLM would receive (the projection): an item whose id was
 // already sent with the same projection is dropped (and not stored again), whatever its status,
 // encrypted_content or SDK fields; the same id with a different projection is a 400. Within History
@@ -103,7 +119,8 @@ func Build(p *Params) (*Result, error) {
 		return nil, wire.Invalid("input", CodeEmptyInput,
 			"The request has no input: send at least one input item, or continue a response or conversation that has items.")
 	}
-	bd := &builder{newID: p.NewID, lookup: p.Lookup}
+	bd := &builder{newID: p.NewID, lookup: p.Lookup, keys: p.Keys, tenant: p.Tenant,
+		currentTurn: p.ReasoningContext == wire.ContextCurrentTurn}
 	if bd.newID == nil {
 		bd.newID = wire.NewID
 	}
@@ -130,6 +147,7 @@ func Build(p *Params) (*Result, error) {
 		return nil, err
 	}
 	bd.buf = append(bd.buf, `,"input":[`...)
+	bd.inputStart = len(bd.buf)
 	for i := range p.History {
 		if err := bd.addHistory(&p.History[i], histParam); err != nil {
 			return nil, err
@@ -140,6 +158,7 @@ func Build(p *Params) (*Result, error) {
 			return nil, err
 		}
 	}
+	bd.dropEarlierReasoning()
 	bd.buf = append(bd.buf, "]}"...)
 
 	res.Body = bd.buf
@@ -161,6 +180,14 @@ type builder struct {
 	// members counts the top-level members written (for the commas between them).
 	members int
 	stats   Stats
+	keys    *seal.Ring
+	tenant  string
+	// currentTurn: reasoning.context current_turn. sentReasoning holds the spans (leading comma
+	// included) of the reasoning items sent since the last assistant message; drop those an
+	// assistant message followed. inputStart is where the input array's elements begin.
+	currentTurn         bool
+	sentReasoning, drop []prior
+	inputStart          int
 }
 
 // prior is where an item's projection sits in buf (empty for an item that was skipped).
@@ -223,7 +250,8 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 		// A reasoning item replayed without its plaintext (only encrypted_content or a summary, as
 		// some SDKs send them back): if respgate has the item, it is the same item, so replay what
 		// respgate stored instead of rejecting it (or replaying nothing).
-		if v.id.IsStr(b) && !hasPlaintext(&v) {
+		// An item carrying respgate's own encrypted_content is opened instead (project.go).
+		if v.id.IsStr(b) && !hasPlaintext(&v) && !ownBlob(&v) {
 			id := str(b, v.id)
 			if _, ok := bd.ids[id]; ok {
 				bd.stats.DuplicatesDropped++
@@ -256,9 +284,17 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if !dup {
-		res.Input = append(res.Input, norm)
+	if dup {
+		return nil
 	}
+	if v.kind == kindReasoning && ownBlob(&nv) {
+		// Stored with the plaintext its blob holds, so that replaying this history never
+		// depends on the key that sealed it (add has opened it already).
+		if opened, ok, err := OpenSealed(norm, bd.keys, bd.tenant, w.param("")); err == nil && ok {
+			norm = opened
+		}
+	}
+	res.Input = append(res.Input, norm)
 	return nil
 }
 
@@ -347,11 +383,42 @@ func (bd *builder) add(v *view, w where, id string) (dup bool, err error) {
 	if st.reasoning {
 		bd.stats.ReasoningReplayed++
 		bd.stats.ReasoningBytes += st.rbytes
+		bd.sentReasoning = append(bd.sentReasoning, prior{mark, len(bd.buf)})
+	}
+	if st.assistant {
+		bd.drop, bd.sentReasoning = append(bd.drop, bd.sentReasoning...), bd.sentReasoning[:0]
+	}
+	if st.opened {
+		bd.stats.SealedOpened++
 	}
 	if st.encDropped {
 		bd.stats.EncryptedDropped++
 	}
 	return false, nil
+}
+
+// dropEarlierReasoning applies reasoning.context current_turn: the reasoning items an assistant
+// message followed are cut out of the input array (the harmony format's guidance for gpt-oss,
+// and what vLLM's own store does for previous_response_id: reasoning of a turn that ended in a
+// final answer is not shown to the model again). The reasoning of the active tool loop stays.
+func (bd *builder) dropEarlierReasoning() {
+	if !bd.currentTurn || len(bd.drop) == 0 {
+		return
+	}
+	out, last := bd.buf[:bd.drop[0].s], bd.drop[0].s
+	for _, d := range bd.drop {
+		out = append(out, bd.buf[last:d.s]...)
+		last = d.e
+		bd.items--
+		bd.stats.ReasoningReplayed--
+		bd.stats.ReasoningDropped++
+	}
+	out = append(out, bd.buf[last:]...)
+	// The first element left may have kept the comma that separated it from a dropped one.
+	if len(out) > bd.inputStart && out[bd.inputStart] == ',' {
+		out = append(out[:bd.inputStart], out[bd.inputStart+1:]...)
+	}
+	bd.buf = out
 }
 
 // includeAllowed is vLLM's include Literal (protocol.py), minus reasoning.encrypted_content

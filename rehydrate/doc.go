@@ -3,7 +3,9 @@
 // previous_response_id) that vLLM accepts on both of its input paths (chat-template models and
 // gpt-oss harmony). It owns the per-type projection allowlist, the validation that turns what vLLM
 // would fail on late into early 400s, reasoning replay (plaintext content only; encrypted_content
-// never crosses, and a reasoning item that has nothing else is rejected), dedupe of replayed items,
+// never crosses: respgate's own blobs are opened with the seal ring and their plaintext replayed,
+// a foreign one alone is rejected; reasoning.context current_turn leaves out reasoning an
+// assistant message follows, docs/reasoning.md), dedupe of replayed items,
 // item_reference resolution and the normalised (storable) form of client items (docs/design.md §5,
 // docs/wire.md §1.1, §4, §6.4 and its Addendum).
 //

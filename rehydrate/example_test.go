@@ -49,7 +49,7 @@ func ExampleBuild() {
 	// Output:
 	// {"model":"gpt-oss-20b","stream":false,"store":false,"reasoning":{"effort":"low"},"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"2+2?"}]},{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"Add them."}]},{"type":"message","role":"assistant","content":"4"},{"type":"message","role":"user","content":[{"type":"input_text","text":"And 3+3?"}]}]}
 	// {"id":"msg_new","type":"message","role":"user","content":[{"type":"input_text","text":"And 3+3?"}],"status":"completed"}
-	// {Items:4 Bytes:412 ReasoningReplayed:1 ReasoningBytes:9 EncryptedDropped:1 DuplicatesDropped:0 ReasoningSkipped:0 EmptySkipped:0}
+	// {Items:4 Bytes:412 ReasoningReplayed:1 ReasoningBytes:9 EncryptedDropped:1 DuplicatesDropped:0 ReasoningSkipped:0 EmptySkipped:0 SealedOpened:0 ReasoningDropped:0}
 }
 
 // A reasoning item that carries only encrypted_content cannot be replayed: respgate cannot read it

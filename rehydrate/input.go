@@ -61,8 +61,8 @@ func ParseInput(raw json.RawMessage) ([]wire.Item, error) {
 // ReferencedIDs lists, once each and in order, the ids the caller must load from the tenant's
 // store and hand to Build through Params.Lookup:
 //   - the ids of item_reference items ({"type":"item_reference","id"} or a bare {"id"});
-//   - the ids of reasoning items that arrive without plaintext content (only encrypted_content,
-//     or only a summary, as some SDKs replay them). If respgate stored that reasoning item, Build
+//   - the ids of reasoning items that arrive without plaintext content (only encrypted_content
+//     that is not respgate's own, or only a summary, as some SDKs replay them). If respgate stored that reasoning item, Build
 //     replays the plaintext it stored instead of rejecting the item (or replaying nothing).
 //
 // Items that do not parse are skipped here; Build reports them.
@@ -73,7 +73,7 @@ func ReferencedIDs(input []wire.Item) []string {
 		if err != nil || classify(&v, where{prefix: "input", idx: i}) != nil || !v.id.IsStr(v.b) {
 			continue
 		}
-		if v.kind != kindReference && (v.kind != kindReasoning || hasPlaintext(&v)) {
+		if v.kind != kindReference && (v.kind != kindReasoning || hasPlaintext(&v) || ownBlob(&v)) {
 			continue
 		}
 		id := str(v.b, v.id)

@@ -1,8 +1,15 @@
 package rehydrate
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 
+	"github.com/respgate/respgate/internal/jsonscan"
+	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -46,6 +53,8 @@ type itemStats struct {
 	reasoning  bool
 	rbytes     int
 	encDropped bool
+	opened     bool // respgate's encrypted_content was opened
+	assistant  bool // an assistant message (reasoning.context current_turn drops the reasoning before it)
 	skip       skipReason
 }
 
@@ -167,7 +176,7 @@ func (bd *builder) message(v *view, w where) (itemStats, error) {
 			return itemStats{skip: skipEmptyMessage}, nil
 		}
 		bd.buf = append(bd.buf, `"}`...)
-		return itemStats{}, nil
+		return itemStats{assistant: true}, nil
 	}
 
 	bd.buf = append(bd.buf, `{"type":"message","role":"`...)
@@ -275,6 +284,10 @@ func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 	if k := v.content.Kind(b); k != 0 && k != 'n' && k != '[' {
 		return itemStats{}, w.invalidType(".content", "an array of reasoning_text parts, or null")
 	}
+	sealed, err := bd.unseal(v, w, id)
+	if err != nil {
+		return itemStats{}, err
+	}
 
 	start := len(bd.buf)
 	bd.buf = append(bd.buf, `{"type":"reasoning","id":`...)
@@ -286,13 +299,39 @@ func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 	}
 	bd.buf = append(bd.buf, `,"summary":[],"content":[{"type":"reasoning_text","text":"`...)
 	text := len(bd.buf)
-	for j := range v.contentParts {
-		p := &v.contentParts[j]
+	if err := bd.reasoningText(b, v.contentParts, w); err != nil {
+		return itemStats{}, err
+	}
+	if sealed != nil {
+		if err := bd.sealedText(sealed, text, w); err != nil {
+			return itemStats{}, err
+		}
+	}
+	n := len(bd.buf) - text
+	if n == 0 {
+		bd.buf = bd.buf[:start]
+		if enc && sealed == nil {
+			return itemStats{}, encryptedOnly(w)
+		}
+		// Nothing readable: no content, or only a summary, which is never substituted for
+		// content (docs/design.md §5). Harmony would skip such an item too.
+		return itemStats{skip: skipReasoningNoText}, nil
+	}
+	bd.buf = append(bd.buf, `"}]}`...)
+	return itemStats{reasoning: true, rbytes: n, encDropped: enc, opened: sealed != nil}, nil
+}
+
+// reasoningText appends the non-empty texts of a reasoning item's content parts (of b), joined
+// by "\n", as the inside of one JSON string.
+func (bd *builder) reasoningText(b []byte, parts []part, w where) error {
+	text := len(bd.buf)
+	for j := range parts {
+		p := &parts[j]
 		if !p.obj {
-			return itemStats{}, w.invalidType(partPath("content", j), "an object (a reasoning_text part)")
+			return w.invalidType(partPath("content", j), "an object (a reasoning_text part)")
 		}
 		if err := stringMember(b, p.text, w, "content", j, "text"); err != nil {
-			return itemStats{}, err
+			return err
 		}
 		if p.text.EmptyStr() {
 			continue
@@ -302,18 +341,93 @@ func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 		}
 		bd.buf = appendStrInner(bd.buf, b, p.text)
 	}
-	n := len(bd.buf) - text
-	if n == 0 {
-		bd.buf = bd.buf[:start]
-		if enc {
-			return itemStats{}, encryptedOnly(w)
-		}
-		// Nothing readable: no content, or only a summary, which is never substituted for
-		// content (docs/design.md §5). Harmony would skip such an item too.
-		return itemStats{skip: skipReasoningNoText}, nil
+	return nil
+}
+
+// ownBlob reports whether a reasoning item carries respgate's own encrypted_content (which Build
+// opens, whatever respgate has stored under the item's id).
+func ownBlob(v *view) bool {
+	return v.encrypted.IsStr(v.b) && seal.IsSealed(str(v.b, v.encrypted))
+}
+
+// unseal opens the item's encrypted_content when it is respgate's own (nil, nil when it is not,
+// or no ring is configured): the content parts it sealed, as a JSON array. A blob of respgate's
+// that does not open for this tenant, item and type is a 400 naming the item and the reason.
+func (bd *builder) unseal(v *view, w where, id string) ([]byte, error) {
+	b := v.b
+	if bd.keys == nil || !v.encrypted.IsStr(b) || v.encrypted.EmptyStr() {
+		return nil, nil
 	}
-	bd.buf = append(bd.buf, `"}]}`...)
-	return itemStats{reasoning: true, rbytes: n, encDropped: enc}, nil
+	blob := str(b, v.encrypted)
+	if !seal.IsSealed(blob) {
+		return nil, nil
+	}
+	if !v.id.IsStr(b) || id == "" {
+		return nil, sealedError(w, "has no id, and respgate's encrypted_content opens only with the id of the item it was issued for")
+	}
+	plain, err := bd.keys.Open(seal.Binding{Tenant: bd.tenant, ItemID: id, ItemType: wire.TypeReasoning}, blob)
+	switch {
+	case err == nil:
+		return plain, nil
+	case errors.Is(err, seal.ErrOtherTenant):
+		return nil, sealedError(w, "was issued to another API key; it opens only for the key it was issued to")
+	case errors.Is(err, seal.ErrTampered):
+		return nil, sealedError(w, "was modified, or was issued for another item (its id or type differs)")
+	case errors.Is(err, seal.ErrRetiredKey):
+		return nil, sealedError(w, "was sealed under key '%s', which has been retired; the reasoning it held cannot be recovered: send the item's content, or leave the item out",
+			sealKID(blob))
+	case errors.Is(err, seal.ErrUnknownKey):
+		return nil, sealedError(w, "was sealed under key '%s', which this gateway does not have", sealKID(blob))
+	case errors.Is(err, seal.ErrTooLarge):
+		return nil, sealedError(w, "is larger than any respgate issues")
+	}
+	return nil, sealedError(w, "is not well-formed")
+}
+
+// sealKID is the key id of a blob Open has parsed.
+func sealKID(blob string) string {
+	kid, _, _ := strings.Cut(strings.TrimPrefix(blob, seal.Prefix), ".")
+	return kid
+}
+
+func sealedError(w where, reason string, args ...any) error {
+	return wire.Invalid(w.param(""), CodeInvalidEncryptedContent, "The encrypted_content of %s %s.",
+		w.name(""), fmt.Sprintf(reason, args...))
+}
+
+// sealedText writes the text respgate sealed (sealed, a JSON array of content parts) at the end
+// of bd.buf, where the client's own text (if any) begins at text. Without client text the sealed
+// text is the item's; with it, the two must agree (a 400 otherwise, as for an id reused with
+// other content).
+func (bd *builder) sealedText(sealed []byte, text int, w where) error {
+	mark := len(bd.buf)
+	parts, _, err := scanSealed(sealed)
+	if err != nil {
+		return sealedError(w, "is not well-formed")
+	}
+	if err := bd.reasoningText(sealed, parts, w); err != nil {
+		return sealedError(w, "is not well-formed")
+	}
+	if mark == text { // no client text: the sealed text is the item's
+		return nil
+	}
+	same := bytes.Equal(bd.buf[text:mark], bd.buf[mark:])
+	bd.buf = bd.buf[:mark]
+	if !same {
+		return wire.Invalid(w.param(""), CodeEncryptedContentMismatch,
+			"The content of %s differs from what its encrypted_content holds; send one of them, or both unchanged.", w.name(""))
+	}
+	return nil
+}
+
+// scanSealed reads the content parts of a sealed reasoning item.
+func scanSealed(b []byte) ([]part, int, error) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, 0, jsonscan.ErrSyntax
+	}
+	e, _, parts, err := scanParts(b, i, nil)
+	return parts, e, err
 }
 
 func encryptedOnly(w where) error {
@@ -435,4 +549,38 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 	}
 	bd.buf = append(bd.buf, "]}"...)
 	return itemStats{}, nil
+}
+
+// OpenSealed checks a reasoning item that carries respgate's own encrypted_content (sealed for
+// tenant) and returns it with the content the blob holds in place of its own, so that what is
+// stored keeps the plaintext whatever happens to the key later. Items without such a blob are
+// returned unchanged (opened false). Errors are Build's: 400 invalid_encrypted_content or
+// encrypted_content_mismatch, with param as the item's name (e.g. "items[2]").
+func OpenSealed(it wire.Item, keys *seal.Ring, tenant, param string) (out wire.Item, opened bool, err error) {
+	v, _, err := scanItem(it.JSON, nil)
+	w := where{prefix: param, idx: -1}
+	if err != nil || classify(&v, w) != nil || v.kind != kindReasoning || keys == nil || !ownBlob(&v) {
+		return it, false, nil
+	}
+	id, err := idOf(&it, &v, w)
+	if err != nil {
+		return it, false, err
+	}
+	bd := &builder{keys: keys, tenant: tenant, newID: wire.NewID}
+	if _, err := bd.reasoning(&v, w, id); err != nil {
+		return it, false, err
+	}
+	sealed, err := bd.unseal(&v, w, id)
+	if err != nil {
+		return it, false, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(it.JSON, &m); err != nil {
+		return it, false, w.invalidJSON()
+	}
+	m["content"] = sealed
+	if it.JSON, err = json.Marshal(m); err != nil {
+		return it, false, fmt.Errorf("rehydrate: rewrite opened item: %w", err)
+	}
+	return it, true, nil
 }

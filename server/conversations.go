@@ -47,8 +47,10 @@ func (s *Server) readJSONBody(c echo.Context) (map[string]json.RawMessage, error
 }
 
 // conversationItems validates and normalises the "items" member: an array of at most 20 items,
-// each given an id when it has none and stored losslessly.
-func conversationItems(raw json.RawMessage) ([]wire.Item, error) {
+// each given an id when it has none and stored losslessly (reasoning sealed by respgate for
+// tenant tn: with the plaintext its blob holds).
+func (s *Server) conversationItems(raw json.RawMessage, tn string) ([]wire.Item, error) {
+	ring := s.ring
 	if isNull(raw) {
 		return nil, nil
 	}
@@ -78,6 +80,10 @@ func conversationItems(raw json.RawMessage) ([]wire.Item, error) {
 		if err != nil {
 			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", "invalid_value", "items[%d] is not a valid item.", i)
 		}
+		// respgate's own encrypted_content is opened and the item stored with its plaintext.
+		if n, _, err = rehydrate.OpenSealed(n, ring, tn, "items["+strconv.Itoa(i)+"]"); err != nil {
+			return nil, err
+		}
 		if encryptedOnly(n) {
 			// Stored, it would make every later turn of the conversation fail (docs/design.md §5).
 			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeEncryptedReasoning,
@@ -93,7 +99,7 @@ func (s *Server) createConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	items, err := conversationItems(body["items"])
+	items, err := s.conversationItems(body["items"], tenant(c))
 	if err != nil {
 		return err
 	}
@@ -191,6 +197,7 @@ func (s *Server) listConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	page.Items = s.readView(c).items(page.Items)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
 }
 
@@ -199,7 +206,7 @@ func (s *Server) addConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	items, err := conversationItems(raw)
+	items, err := s.conversationItems(raw, tenant(c))
 	if err != nil {
 		return err
 	}
@@ -214,7 +221,7 @@ func (s *Server) addConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: items}))
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: s.readView(c).items(items)}))
 }
 
 func (s *Server) getConversationItem(c echo.Context) error {
@@ -226,7 +233,8 @@ func (s *Server) getConversationItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(it.JSON))
+	shown := s.readView(c).items([]wire.Item{it})[0]
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(shown.JSON))
 }
 
 func (s *Server) deleteConversationItem(c echo.Context) error {

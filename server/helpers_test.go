@@ -24,8 +24,8 @@ type fakeStore struct {
 	conversations atomic.Int64
 }
 
-func (*fakeStore) SecretGetOrCreate(context.Context, *store.SecretGetOrCreateParams) ([]byte, error) {
-	return []byte("secret"), nil
+func (*fakeStore) SecretGetOrCreate(_ context.Context, p *store.SecretGetOrCreateParams) ([]byte, error) {
+	return p.Generate()
 }
 
 func (f *fakeStore) ConversationCreate(context.Context, *store.ConversationCreateParams) error {

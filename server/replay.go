@@ -219,6 +219,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID}); err != nil {
 			break
 		}
+		out = s.readView(c).items(out)
 		list.After = lr.lastRun // runs are contiguous: every later run starts after it
 		if evs, err = s.store.ResponseEventList(ctx, list); err != nil {
 			break

@@ -48,6 +48,7 @@ func (s *Server) getResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	out = s.readView(c).items(out)
 	if !stream {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), r, out))
 	}
@@ -115,7 +116,7 @@ func (s *Server) listInputItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := paginate(items, pg)
+	page, err := paginate(s.readView(c).items(items), pg)
 	if err != nil {
 		return err
 	}

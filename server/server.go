@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
@@ -80,6 +81,18 @@ type Config struct {
 	MaxOutputItems     int
 	MaxOutputItemBytes int
 	MaxOutputBytes     int
+	// SealKeys are the operator's seal keys (RESPGATE_SEAL_KEYS): the first seals, all open. The
+	// key generated and kept in the store is added as an opening key (the sealing key when none
+	// is configured). SealRetired lists retired key ids, named as such in errors
+	// (docs/reasoning.md).
+	SealKeys    []seal.Key
+	SealRetired []string
+	// ReasoningExposure is what clients see of reasoning (default raw).
+	ReasoningExposure ReasoningExposure
+	// ReasoningContext is the default reasoning.context of requests that do not set it, by model:
+	// "all_turns", "current_turn", or "pattern=value" pairs separated by commas, the first
+	// pattern (path.Match) matching the model deciding (default all_turns; ParseReasoningContext).
+	ReasoningContext string
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -112,6 +125,12 @@ func (c *Config) defaults() {
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
+	if c.ReasoningExposure == "" {
+		c.ReasoningExposure = ExposureRaw
+	}
+	if c.ReasoningContext == "" {
+		c.ReasoningContext = wire.ContextAllTurns
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -133,8 +152,10 @@ type Server struct {
 	tel      *telemetry
 	echo     *echo.Echo
 	secret   []byte
-	keys     []string // tenant fingerprints of the allowlisted keys (nil: every key accepted)
-	owner    string   // lease owner id of this process
+	ring     *seal.Ring       // seals and opens respgate's encrypted_content (reasoning.go)
+	contexts []contextByModel // the default reasoning.context per model pattern
+	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
+	owner    string           // lease owner id of this process
 
 	streams atomic.Int64 // active streaming responses
 
@@ -161,11 +182,19 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		return nil, fmt.Errorf("lease TTL (%s) must be longer than the write timeout (%s)", cfg.LeaseTTL, cfg.WriteTimeout)
 	}
 	secret, err := st.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{
-		Name:     "tenant-hmac",
+		Name:     store.SecretTenantHMAC,
 		Generate: func() ([]byte, error) { return []byte(wire.NewID("")), nil },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load server secret: %w", err)
+	}
+	ring, err := loadRing(ctx, st, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	contexts, err := ParseReasoningContext(cfg.ReasoningContext)
+	if err != nil {
+		return nil, err
 	}
 	tel, err := newTelemetry(cfg.TracerProvider)
 	if err != nil {
@@ -178,6 +207,8 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		upstream: up,
 		log:      cfg.Logger,
 		secret:   secret,
+		ring:     ring,
+		contexts: contexts,
 		owner:    wire.NewID("gw_"),
 		stop:     make(chan struct{}),
 		quit:     make(chan struct{}),

@@ -39,6 +39,8 @@ type telemetry struct {
 	reasoningBytes  metric.Int64Counter
 	encryptedDrop   metric.Int64Counter
 	duplicatesDrop  metric.Int64Counter
+	sealedOpened    metric.Int64Counter
+	contextDropped  metric.Int64Counter
 	idConflicts     metric.Int64Counter
 	storeLatency    metric.Float64Histogram
 	sweeps          metric.Int64Counter
@@ -73,6 +75,8 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 		{&t.reasoningBytes, "respgate.rehydrate.reasoning_bytes", "plaintext reasoning bytes replayed upstream"},
 		{&t.encryptedDrop, "respgate.rehydrate.encrypted_dropped", "reasoning items whose encrypted_content was not forwarded"},
 		{&t.duplicatesDrop, "respgate.rehydrate.duplicates_dropped", "exact duplicate items sent once"},
+		{&t.sealedOpened, "respgate.rehydrate.sealed_opened", "reasoning items replayed from respgate's own encrypted_content"},
+		{&t.contextDropped, "respgate.rehydrate.reasoning_context_dropped", "reasoning items left out by reasoning.context current_turn"},
 		{&t.idConflicts, "respgate.rehydrate.id_conflicts", "requests rejected for one id with two contents"},
 		{&t.sweeps, "respgate.sweeper.failed_responses", "in-progress responses failed by the lease sweeper"},
 		{&t.droppedTools, "respgate.tools.dropped", "request tools vLLM cannot serve, dropped, by type"},
@@ -131,6 +135,8 @@ func (t *telemetry) rehydrated(ctx context.Context, st rehydrate.Stats, dropped 
 	t.reasoningBytes.Add(ctx, int64(st.ReasoningBytes))
 	t.encryptedDrop.Add(ctx, int64(st.EncryptedDropped))
 	t.duplicatesDrop.Add(ctx, int64(st.DuplicatesDropped))
+	t.sealedOpened.Add(ctx, int64(st.SealedOpened))
+	t.contextDropped.Add(ctx, int64(st.ReasoningDropped))
 	for _, typ := range dropped {
 		t.droppedTools.Add(ctx, 1, metric.WithAttributes(attribute.String("type", typ)))
 	}

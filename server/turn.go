@@ -33,6 +33,8 @@ type turn struct {
 	keeper *leaseKeeper
 	// events collects a stored stream's client events for its event log (nil: not logged).
 	events *eventLog
+	// view is how this turn's reasoning items reach the client (exposure policy, include).
+	view itemView
 	// toolNames maps the flat names of namespaced function tools back to the client's
 	// (rehydrate.Result.ToolNames), for the accumulator.
 	toolNames map[string]wire.ToolName
@@ -94,7 +96,7 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 		historyParam = "conversation"
 	}
 	res, err := rehydrate.Build(&rehydrate.Params{History: history, HistoryParam: historyParam, Input: input, Request: req.body,
-		Lookup: lookup, NewID: wire.NewID})
+		Lookup: lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
 	if err != nil {
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
 			s.tel.idConflicts.Add(ctx, 1)
@@ -113,16 +115,17 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: res.ToolNames, rec: store.Response{
-		ID:                 wire.NewID(wire.PrefixResponse),
-		Tenant:             tn,
-		Status:             wire.StatusInProgress,
-		Model:              req.Model,
-		PreviousResponseID: req.PreviousResponseID,
-		ConversationID:     req.ConversationID,
-		CreatedAt:          time.Now(),
-		Echo:               echoJSON,
-	}}
+	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: res.ToolNames,
+		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
+			ID:                 wire.NewID(wire.PrefixResponse),
+			Tenant:             tn,
+			Status:             wire.StatusInProgress,
+			Model:              req.Model,
+			PreviousResponseID: req.PreviousResponseID,
+			ConversationID:     req.ConversationID,
+			CreatedAt:          time.Now(),
+			Echo:               echoJSON,
+		}}
 	if req.ConversationID != "" && req.Store {
 		if err := s.acquireConversation(ctx, t); err != nil {
 			return nil, err
@@ -267,6 +270,7 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 		MaxItems:      s.cfg.MaxOutputItems,
 		MaxItemBytes:  s.cfg.MaxOutputItemBytes,
 		MaxTotalBytes: s.cfg.MaxOutputBytes,
+		Reasoning:     accumulator.ReasoningOptions{Seal: t.view.sealer(), Hide: t.view.hide},
 		Render: func(snap *accumulator.Snapshot) []byte {
 			r := t.rec
 			r.Status = snap.Status
@@ -274,7 +278,7 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 			if snap.Error != nil {
 				r.Error = errorJSON(snap.Error.Code, snap.Error.Message)
 			}
-			return renderResponse(nil, &r, snap.Output)
+			return renderResponse(nil, &r, t.view.items(snap.Output))
 		},
 	}
 }
@@ -330,6 +334,6 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	if err := s.finish(ctx, t, r); err != nil {
 		return &wire.APIError{Status: 500, Type: wire.ErrServer, Code: "server_error", Message: r.Error.Message}
 	}
-	out := renderResponse(make([]byte, 0, 1024), &t.rec, r.Output)
+	out := renderResponse(make([]byte, 0, 1024), &t.rec, t.view.items(r.Output))
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }

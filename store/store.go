@@ -206,6 +206,16 @@ type Store interface {
 	ConversationTurnRelease(ctx context.Context, p *ConversationTurnReleaseParams) error
 }
 
+// Names of the server secrets (SecretGetOrCreate). Every replica on one database reads the same
+// values, so tenants and sealed blobs mean the same on all of them (docs/design.md §6, §9).
+const (
+	// SecretTenantHMAC keys the HMAC that turns a bearer key into a tenant.
+	SecretTenantHMAC = "tenant-hmac"
+	// SecretSealKey is the generated default key of the seal ring (32 random bytes), used when
+	// no keys are configured and kept as an opening key when they are (docs/reasoning.md).
+	SecretSealKey = "seal-key"
+)
+
 type SecretGetOrCreateParams struct {
 	Name     string
 	Generate func() ([]byte, error)

@@ -93,3 +93,17 @@ const (
 	TypeFunctionCallOutput = "function_call_output"
 	TypeItemReference      = "item_reference"
 )
+
+// AppendHiddenReasoning appends the form of a reasoning item a client sees when reasoning is
+// hidden (--reasoning-exposure hidden, docs/reasoning.md): id, type, status, an empty summary, no
+// content, and the encrypted_content that carries it. The streamed output_item.done and every
+// read route write it with this one function, so they agree byte for byte.
+func AppendHiddenReasoning(dst []byte, id, status, encrypted string) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = AppendString(dst, id)
+	dst = append(dst, `,"type":"reasoning","status":`...)
+	dst = AppendString(dst, status)
+	dst = append(dst, `,"summary":[],"encrypted_content":`...)
+	dst = AppendString(dst, encrypted)
+	return append(dst, '}')
+}

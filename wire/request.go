@@ -19,11 +19,35 @@ type Opt[T any] struct {
 // Set reports whether the member was sent and not null.
 func (o Opt[T]) Set() bool { return o.JSON != nil }
 
-// Reasoning is the request's "reasoning" object. JSON is the object as sent.
+// Reasoning is the request's "reasoning" object. JSON is the object as sent. Context is
+// respgate's reasoning.context (ContextAllTurns or ContextCurrentTurn; nil when not sent).
 type Reasoning struct {
 	Effort  *string
 	Summary *string
+	Context *string
 	JSON    json.RawMessage
+}
+
+// Values of reasoning.context: which stored reasoning is replayed to the model (docs/reasoning.md).
+const (
+	// ContextAllTurns replays every reasoning item (the default).
+	ContextAllTurns = "all_turns"
+	// ContextCurrentTurn replays only the reasoning of the active tool loop: a reasoning item
+	// followed by an assistant message is left out (harmony's guidance for gpt-oss).
+	ContextCurrentTurn = "current_turn"
+)
+
+// IncludeEncryptedReasoning is the include value that asks for reasoning items' encrypted_content.
+const IncludeEncryptedReasoning = "reasoning.encrypted_content"
+
+// Includes reports whether the request's include lists v.
+func (r *CreateRequest) Includes(v string) bool {
+	for _, x := range r.Include {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
 
 // Tool is one element of the request's "tools". JSON is the element as sent. Name is the
@@ -380,6 +404,7 @@ func (m requestMembers) reasoning() (*Reasoning, error) {
 	var r struct {
 		Effort  *string `json:"effort"`
 		Summary *string `json:"summary"`
+		Context *string `json:"context"`
 	}
 	if json.Unmarshal(v, &r) != nil {
 		return nil, Invalid("reasoning", "invalid_type", "'reasoning' must be an object.")
@@ -390,7 +415,10 @@ func (m requestMembers) reasoning() (*Reasoning, error) {
 	if r.Summary != nil && !oneOf(*r.Summary, "auto", "concise", "detailed") {
 		return nil, Invalid("reasoning.summary", "invalid_value", "'reasoning.summary' must be one of: auto, concise, detailed.")
 	}
-	return &Reasoning{Effort: r.Effort, Summary: r.Summary, JSON: v}, nil
+	if r.Context != nil && !oneOf(*r.Context, ContextAllTurns, ContextCurrentTurn) {
+		return nil, Invalid("reasoning.context", "invalid_value", "'reasoning.context' must be one of: %s, %s.", ContextAllTurns, ContextCurrentTurn)
+	}
+	return &Reasoning{Effort: r.Effort, Summary: r.Summary, Context: r.Context, JSON: v}, nil
 }
 
 func (m requestMembers) toolChoice() (*ToolChoice, error) {

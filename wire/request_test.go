@@ -50,3 +50,23 @@ func TestDecodeMetadataNamesTheParam(t *testing.T) {
 		t.Fatalf("null: %s %v", v, err)
 	}
 }
+
+// reasoning.context is one of two values (an unknown one is a 400 naming it), and include
+// reasoning.encrypted_content is found by Includes.
+func TestReasoningContextAndIncludedEncryptedContent(t *testing.T) {
+	r, err := decodeBody(t, `{"model":"m","reasoning":{"effort":"low","context":"current_turn"},"include":["reasoning.encrypted_content"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Reasoning.Context == nil || *r.Reasoning.Context != ContextCurrentTurn || !r.Includes(IncludeEncryptedReasoning) {
+		t.Fatalf("reasoning %+v include %v", r.Reasoning, r.Include)
+	}
+	if r, _ := decodeBody(t, `{"model":"m"}`); r.Includes(IncludeEncryptedReasoning) {
+		t.Fatal("Includes without include")
+	}
+	_, err = decodeBody(t, `{"model":"m","reasoning":{"context":"everything"}}`)
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != "reasoning.context" || ae.Code != "invalid_value" {
+		t.Fatalf("unknown context: %v", err)
+	}
+}

@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/upstream"
 )
@@ -20,6 +22,7 @@ import (
 // client's, filled in place through the settings table.
 type config struct {
 	listen, databaseURL, apiKeys, logLevel, toolPolicy string
+	sealKeys, sealKeysFile, reasoningExposure          string
 	dbMaxConns                                         int
 	shutdownTimeout                                    time.Duration
 	server                                             server.Config
@@ -41,6 +44,9 @@ type setting struct {
 	zeroOK bool
 	// oneOf lists the accepted values of a string setting (nil: any).
 	oneOf []string
+	// example is a valid value other than the default, for tests of a setting whose values
+	// have a syntax (empty: the tests derive one).
+	example string
 	// bind points into the config: *string, *int, *int64 or *time.Duration.
 	bind func(c *config) any
 	// show is what the start-up log prints for the value (nil: the value itself, or for a secret
@@ -85,6 +91,18 @@ var settings = []setting{
 	{flag: "tool-policy", def: "drop", oneOf: []string{"drop", "reject"},
 		help: "tools vLLM cannot serve (hosted, custom): `drop` (named in `X-Respgate-Dropped-Tools`) or `reject` (400)",
 		bind: func(c *config) any { return &c.toolPolicy }},
+	{flag: "seal-keys", def: "", secret: true,
+		help:    "keys of respgate's own `encrypted_content`: comma-separated `kid:base64` (32 bytes each, e.g. `openssl rand -base64 32`), the first seals, all open; `kid:retired` names a retired key; empty uses the key generated in the store (logged as the key ids; docs/reasoning.md)",
+		example: "k1:" + strings.Repeat("A", 43) + "=",
+		bind:    func(c *config) any { return &c.sealKeys }, show: func(v string) any { return sealKeyIDs(v) }},
+	{flag: "seal-keys-file", def: "", help: "a file holding the `--seal-keys` list instead (one entry per line or comma-separated; `#` comments)",
+		example: os.DevNull, bind: func(c *config) any { return &c.sealKeysFile }},
+	{flag: "reasoning-exposure", def: "raw", oneOf: []string{"raw", "hidden"},
+		help: "`raw` shows reasoning as the model produced it; `hidden` never shows reasoning text to clients (no reasoning events, `summary: []`, no `content`, always `encrypted_content`) while stored items keep it for replay",
+		bind: func(c *config) any { return &c.reasoningExposure }},
+	{flag: "reasoning-context", def: "all_turns",
+		help:    "default `reasoning.context` of requests that do not set it: `all_turns` or `current_turn`, or `model-pattern=value` pairs, comma-separated (e.g. `openai/gpt-oss-*=current_turn`), first match wins, unmatched models get `all_turns`",
+		example: "openai/gpt-oss-*=current_turn", bind: func(c *config) any { return &c.server.ReasoningContext }},
 	{flag: "log-level", def: "info", oneOf: []string{"debug", "info", "warn", "error"},
 		help: "`debug`, `info`, `warn` or `error`; JSON logs on stderr; bodies, reasoning and keys are never logged at any level",
 		bind: func(c *config) any { return &c.logLevel }},
@@ -204,7 +222,52 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Wr
 	}
 	c.server.APIKeys = splitKeys(c.apiKeys)
 	c.server.ToolPolicy = server.ToolPolicy(c.toolPolicy)
+	c.server.ReasoningExposure = server.ReasoningExposure(c.reasoningExposure)
+	if err := c.loadSealKeys(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// loadSealKeys reads --seal-keys, or the file --seal-keys-file names, into the server's key ring
+// settings. Errors never quote a key.
+func (c *config) loadSealKeys() error {
+	spec := c.sealKeys
+	if c.sealKeysFile != "" {
+		if spec != "" {
+			return errors.New("set --seal-keys (RESPGATE_SEAL_KEYS) or --seal-keys-file (RESPGATE_SEAL_KEYS_FILE), not both")
+		}
+		b, err := os.ReadFile(c.sealKeysFile)
+		if err != nil {
+			return fmt.Errorf("--seal-keys-file: %w", err)
+		}
+		spec = string(b)
+	}
+	keys, retired, err := seal.ParseKeys(spec)
+	if err != nil {
+		return fmt.Errorf("--seal-keys: %w", err)
+	}
+	if len(keys) == 0 && len(retired) > 0 {
+		return errors.New("--seal-keys: retired keys need at least one key that seals")
+	}
+	c.server.SealKeys, c.server.SealRetired = keys, retired
+	return nil
+}
+
+// sealKeyIDs is what the start-up log shows of --seal-keys: the key ids, never the keys.
+func sealKeyIDs(spec string) string {
+	keys, retired, err := seal.ParseKeys(spec)
+	if err != nil {
+		return "<invalid>"
+	}
+	ids := make([]string, 0, len(keys)+len(retired))
+	for _, k := range keys {
+		ids = append(ids, k.ID)
+	}
+	for _, id := range retired {
+		ids = append(ids, id+" (retired)")
+	}
+	return strings.Join(ids, ",")
 }
 
 // check rejects values the code would otherwise silently replace by a default: a negative (or,
@@ -241,6 +304,9 @@ func (c *config) check() error {
 	if c.server.LeaseTTL > 0 && c.server.LeaseTTL <= c.server.WriteTimeout {
 		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --write-timeout (%s): a lease must outlive a blocked client write",
 			c.server.LeaseTTL, c.server.WriteTimeout))
+	}
+	if _, err := server.ParseReasoningContext(c.server.ReasoningContext); err != nil {
+		errs = append(errs, fmt.Errorf("--reasoning-context (RESPGATE_REASONING_CONTEXT): %w", err))
 	}
 	if isPostgresURL(c.databaseURL) && ambiguousURL(c.databaseURL) {
 		// No detail: url.Parse's error quotes the URL, password included.

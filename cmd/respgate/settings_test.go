@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,6 +119,9 @@ func TestConfigurationDocsMatchSettings(t *testing.T) {
 
 // otherValue is a valid value of s that differs from its default.
 func otherValue(s setting) string {
+	if s.example != "" {
+		return s.example
+	}
 	switch s.bind(&config{}).(type) {
 	case *string:
 		if s.oneOf != nil {
@@ -352,6 +357,49 @@ func TestServerSettingsDefaultToTheServersOwnDefaults(t *testing.T) {
 	for d, want := range map[time.Duration]string{time.Minute: "1m", 10 * time.Minute: "10m", 30 * time.Second: "30s", 2 * time.Hour: "2h", 90 * time.Second: "1m30s"} {
 		if got := durDef(d); got != want {
 			t.Errorf("durDef(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestSealKeysReachTheServerAndNeverThePrintedOutput: RESPGATE_SEAL_KEYS (or its file) becomes
+// the server's key ring settings; the start-up log shows the key ids only, and a malformed entry
+// is a start-up error that does not quote it.
+func TestSealKeysReachTheServerAndNeverThePrintedOutput(t *testing.T) {
+	secret := base64.StdEncoding.EncodeToString([]byte("CANARYCANARYCANARYCANARYCANARY!!"))
+	spec := "k2:" + secret + ",k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)) + ",k0:retired"
+	c := mustParse(t, nil, map[string]string{"RESPGATE_SEAL_KEYS": spec})
+	if len(c.server.SealKeys) != 2 || c.server.SealKeys[0].ID != "k2" || !slices.Equal(c.server.SealRetired, []string{"k0"}) {
+		t.Fatalf("seal keys not bound: %v retired %v", c.server.SealKeys, c.server.SealRetired)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("respgate starting", c.logAttrs()...)
+	fmt.Fprintf(&buf, "%v %+v", c.server, c.server.SealKeys)
+	if strings.Contains(buf.String(), secret) || strings.Contains(buf.String(), "CANARY") {
+		t.Fatalf("a seal key reached the output:\n%s", buf.String())
+	}
+	if !strings.Contains(buf.String(), `"seal_keys":"k2,k1,k0 (retired)"`) {
+		t.Errorf("the start-up log does not list the key ids:\n%s", buf.String())
+	}
+
+	file := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(file, []byte("# current first\n"+strings.ReplaceAll(spec, ",", "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c = mustParse(t, []string{"--seal-keys-file", file}, nil)
+	if len(c.server.SealKeys) != 2 || c.server.SealKeys[1].ID != "k1" {
+		t.Fatalf("keys from the file: %v", c.server.SealKeys)
+	}
+
+	for _, bad := range []map[string]string{
+		{"RESPGATE_SEAL_KEYS": "k1:" + base64.StdEncoding.EncodeToString([]byte("CANARY-too-short"))},
+		{"RESPGATE_SEAL_KEYS": "CANARY"},
+		{"RESPGATE_SEAL_KEYS": spec, "RESPGATE_SEAL_KEYS_FILE": file},
+		{"RESPGATE_SEAL_KEYS": "k0:retired"},
+		{"RESPGATE_REASONING_CONTEXT": "gpt-*=some_turns"},
+	} {
+		_, err := parseConfig(nil, env(bad), io.Discard)
+		if err == nil || strings.Contains(err.Error(), "CANARY") {
+			t.Errorf("%v: error %v, want one that does not quote the key", bad, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,6 +73,7 @@ var cases = []struct {
 	{"conversation delete keeps response items and removes its own", testConversationDelete},
 	{"every read and delete of another tenant is not found and changes nothing", testTenantIsolation},
 	{"concurrent secret callers get the same value", testSecret},
+	{"the generated seal key is kept byte for byte beside the tenant secret", testSealKeySecret},
 }
 
 func testPing(t *testing.T, s store.Store) {
@@ -1119,6 +1121,34 @@ func testSecret(t *testing.T, s store.Store) {
 	noErr(t, "other", err)
 	if string(v) != "x" {
 		t.Errorf("other secret %q, want x", v)
+	}
+}
+
+func testSealKeySecret(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	key := make([]byte, 256) // every byte value, NUL and invalid UTF-8 included
+	for i := range key {
+		key[i] = byte(i)
+	}
+	hmacKey, err := s.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{Name: store.SecretTenantHMAC,
+		Generate: func() ([]byte, error) { return []byte("hmac"), nil }})
+	noErr(t, "tenant secret", err)
+	got, err := s.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{Name: store.SecretSealKey,
+		Generate: func() ([]byte, error) { return key, nil }})
+	noErr(t, "seal key", err)
+	if !bytes.Equal(got, key) {
+		t.Fatalf("seal key came back as %x", got)
+	}
+	// A second replica starting later reads the same key (its own Generate is not used), and the
+	// tenant secret is untouched.
+	again, err := s.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{Name: store.SecretSealKey,
+		Generate: func() ([]byte, error) { return []byte("another replica's key"), nil }})
+	noErr(t, "seal key again", err)
+	h2, err := s.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{Name: store.SecretTenantHMAC,
+		Generate: func() ([]byte, error) { return []byte("other"), nil }})
+	noErr(t, "tenant secret again", err)
+	if !bytes.Equal(again, key) || !bytes.Equal(h2, hmacKey) {
+		t.Fatalf("second reader: seal key %x, tenant secret %q", again, h2)
 	}
 }
 

@@ -1,0 +1,212 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/seal"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// This file holds respgate's reasoning policies (docs/reasoning.md): the seal ring that mints and
+// opens respgate's own encrypted_content, the exposure policy (what clients see of reasoning) and
+// the default context policy (which reasoning is replayed to the model).
+
+// ReasoningExposure is what clients see of reasoning items.
+type ReasoningExposure string
+
+const (
+	// ExposureRaw shows reasoning as the model produced it (reasoning_text events, content).
+	ExposureRaw ReasoningExposure = "raw"
+	// ExposureHidden never shows reasoning text: no reasoning events, items with an empty
+	// summary, no content, and always respgate's encrypted_content, on every route. Stored items
+	// keep the plaintext and are replayed to the model as before.
+	ExposureHidden ReasoningExposure = "hidden"
+)
+
+// sealKeyID is the key id of the key generated and kept in the store.
+const sealKeyID = "auto"
+
+// loadRing builds the seal ring: the configured keys (the first seals), then the generated key
+// the store keeps (created on first start; every replica reads the same), which seals when no key
+// is configured and otherwise still opens what it sealed, unless the operator retired or replaced
+// the "auto" id.
+func loadRing(ctx context.Context, st store.Store, cfg *Config) (*seal.Ring, error) {
+	generated, err := st.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{
+		Name: store.SecretSealKey, Generate: seal.NewKeySecret})
+	if err != nil {
+		return nil, fmt.Errorf("load seal key: %w", err)
+	}
+	keys := append([]seal.Key(nil), cfg.SealKeys...)
+	taken := false
+	for _, k := range keys {
+		taken = taken || k.ID == sealKeyID
+	}
+	for _, id := range cfg.SealRetired {
+		taken = taken || id == sealKeyID
+	}
+	if !taken {
+		keys = append(keys, seal.Key{ID: sealKeyID, Secret: generated})
+	}
+	ring, err := seal.NewRing(keys, cfg.SealRetired, 0)
+	if err != nil {
+		return nil, fmt.Errorf("seal keys: %w", err)
+	}
+	return ring, nil
+}
+
+// contextByModel is one entry of the default reasoning.context map.
+type contextByModel struct{ pattern, value string }
+
+// ParseReasoningContext reads the --reasoning-context setting: a value (all_turns or
+// current_turn) for every model, or comma-separated "pattern=value" pairs whose first pattern
+// matching the model (path.Match: "openai/gpt-oss-*") decides; models no pattern matches get
+// all_turns.
+func ParseReasoningContext(spec string) ([]contextByModel, error) {
+	var out []contextByModel
+	for _, ent := range strings.Split(spec, ",") {
+		ent = strings.TrimSpace(ent)
+		if ent == "" {
+			continue
+		}
+		pat, val, ok := strings.Cut(ent, "=")
+		if !ok {
+			pat, val = "*", ent
+		}
+		pat, val = strings.TrimSpace(pat), strings.TrimSpace(val)
+		if val != wire.ContextAllTurns && val != wire.ContextCurrentTurn {
+			return nil, fmt.Errorf("reasoning context %q: the value must be %s or %s", ent, wire.ContextAllTurns, wire.ContextCurrentTurn)
+		}
+		if _, err := path.Match(pat, ""); err != nil {
+			return nil, fmt.Errorf("reasoning context %q: bad model pattern: %w", ent, err)
+		}
+		out = append(out, contextByModel{pat, val})
+	}
+	return out, nil
+}
+
+// reasoningContext is the reasoning.context a request gets: its own, else the default for its
+// model.
+func (s *Server) reasoningContext(r *wire.CreateRequest) string {
+	if r.Reasoning != nil && r.Reasoning.Context != nil {
+		return *r.Reasoning.Context
+	}
+	for _, c := range s.contexts {
+		if ok, _ := path.Match(c.pattern, r.Model.Value); ok {
+			return c.value
+		}
+	}
+	return wire.ContextAllTurns
+}
+
+// itemView is how reasoning items are shown to one client: hidden (--reasoning-exposure hidden),
+// or with respgate's encrypted_content added (include reasoning.encrypted_content), sealed for
+// tenant. The zero value shows items as stored.
+type itemView struct {
+	ring   *seal.Ring
+	tenant string
+	hide   bool
+	mint   bool
+}
+
+// view is the item view of a request from tenant; include says whether it asked for
+// reasoning.encrypted_content.
+func (s *Server) view(tenant string, include bool) itemView {
+	hide := s.cfg.ReasoningExposure == ExposureHidden
+	return itemView{ring: s.ring, tenant: tenant, hide: hide, mint: hide || include}
+}
+
+// readView is the item view of a read route (GET of a response, input_items, conversation
+// items): the exposure policy, and include=reasoning.encrypted_content in the query (include or
+// include[], as the SDKs send it) to mint blobs for items stored without one.
+func (s *Server) readView(c echo.Context) itemView {
+	q := c.QueryParams()
+	include := slices.Contains(q["include"], wire.IncludeEncryptedReasoning) || slices.Contains(q["include[]"], wire.IncludeEncryptedReasoning)
+	return s.view(tenant(c), include)
+}
+
+// sealer is the accumulator's Seal for a turn (nil when the view mints nothing).
+func (v itemView) sealer() func(id string, content []byte) string {
+	if !v.mint {
+		return nil
+	}
+	return func(id string, content []byte) string { return v.seal(id, content) }
+}
+
+// seal mints the encrypted_content of reasoning item id from its content parts (a JSON array). It
+// returns "" for content over the ring's bound, which the accumulator's own item limit keeps from
+// happening.
+func (v itemView) seal(id string, content []byte) string {
+	if len(content) == 0 {
+		content = emptyArray
+	}
+	blob, err := v.ring.Seal(seal.Binding{Tenant: v.tenant, ItemID: id, ItemType: wire.TypeReasoning}, content)
+	if err != nil {
+		return ""
+	}
+	return blob
+}
+
+// items returns items as the view shows them (items itself when nothing changes).
+func (v itemView) items(items []wire.Item) []wire.Item {
+	if !v.mint {
+		return items
+	}
+	var out []wire.Item
+	for i, it := range items {
+		if it.Type != wire.TypeReasoning {
+			continue
+		}
+		shown, ok := v.item(it)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = append([]wire.Item(nil), items...)
+		}
+		out[i] = shown
+	}
+	if out == nil {
+		return items
+	}
+	return out
+}
+
+// item is one stored reasoning item as the view shows it; ok is false when it is shown as stored.
+// An item that already carries respgate's encrypted_content (minted when the turn ran) keeps it,
+// so a read shows the same blob the stream did.
+func (v itemView) item(it wire.Item) (wire.Item, bool) {
+	f, err := it.Fields()
+	if err != nil {
+		return it, false
+	}
+	var enc, status string
+	_ = unmarshalOpt(f["encrypted_content"], &enc)
+	_ = unmarshalOpt(f["status"], &status)
+	if !seal.IsSealed(enc) {
+		enc = v.seal(it.ID, f["content"])
+	} else if !v.hide {
+		return it, false
+	}
+	if v.hide {
+		if status == "" {
+			status = string(wire.StatusCompleted)
+		}
+		it.JSON = wire.AppendHiddenReasoning(nil, it.ID, status, enc)
+		return it, true
+	}
+	f["encrypted_content"], _ = json.Marshal(enc)
+	b, err := json.Marshal(f)
+	if err != nil {
+		return it, false
+	}
+	it.JSON = b
+	return it, true
+}
