@@ -139,6 +139,52 @@ func TestDoneItemIsAuthoritativeByKeyPresence(t *testing.T) {
 	}
 }
 
+// An empty array (or null) that a done item states for a message's content or a reasoning item's
+// summary wins over the deltas streamed before it, as the done item's other fields do: key presence
+// decides, not emptiness (docs/design.md §4; seeds/003).
+func TestDoneItemsStatedEmptyListsBeatStreamedParts(t *testing.T) {
+	summaryDelta := func(d string) wire.Event {
+		return ev(string(wire.EventSummaryDelta), "output_index", 0, "summary_index", 0, "item_id", "r", "delta", d)
+	}
+	reasoning := func(done obj) []wire.Event {
+		return []wire.Event{
+			ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "r", "type": "reasoning", "summary": []any{}}),
+			summaryDelta("sum-a "), summaryDelta("sum-b"), itemDone(0, done), completed("completed"),
+		}
+	}
+	message := func(done obj) []wire.Event {
+		return []wire.Event{msgAdded(0, "m"), textPart(0, 0, "m"), textDelta(0, 0, "streamed"), itemDone(0, done), completed("completed")}
+	}
+	for _, c := range []struct {
+		name string
+		evs  []wire.Event
+		want string
+	}{
+		{"message content []", message(obj{"id": "m", "type": "message", "role": "assistant", "content": []any{}}),
+			`{"id":"msg_001","type":"message","status":"completed","content":[],"role":"assistant"}`},
+		{"message content omitted keeps the text", message(obj{"id": "m", "type": "message", "role": "assistant"}),
+			`{"id":"msg_001","type":"message","status":"completed","content":[{"type":"output_text","text":"streamed","annotations":[],"logprobs":[]}],"role":"assistant"}`},
+		{"reasoning summary []", reasoning(obj{"id": "r", "type": "reasoning", "summary": []any{}}),
+			`{"id":"rs_001","type":"reasoning","status":"completed","summary":[]}`},
+		{"reasoning summary null", reasoning(obj{"id": "r", "type": "reasoning", "summary": nil}),
+			`{"id":"rs_001","type":"reasoning","status":"completed","summary":[]}`},
+		{"reasoning summary omitted keeps the deltas", reasoning(obj{"id": "r", "type": "reasoning"}),
+			`{"id":"rs_001","type":"reasoning","status":"completed","summary":[{"type":"summary_text","text":"sum-a sum-b"}]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stream, res, _ := runChecked(t, c.evs, testOptions())
+			if got := string(res.Output[0].JSON); got != c.want {
+				t.Errorf("final item:\ngot  %s\nwant %s", got, c.want)
+			}
+			// The client's output_item.done carries the same item (runChecked compares them), so
+			// the stream does not promise the text the stored item lacks.
+			if !bytes.Contains(stream, []byte(`"item":`+c.want)) {
+				t.Errorf("no output_item.done with the final item in the client stream:\n%s", stream)
+			}
+		})
+	}
+}
+
 func TestDoneItemFunctionCallAndMessageFields(t *testing.T) {
 	evs := []wire.Event{
 		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "f", "type": "function_call", "name": "a", "arguments": "", "call_id": "c0"}),
