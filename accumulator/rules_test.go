@@ -825,6 +825,35 @@ func TestMultilineUpstreamJSONStaysOnOneLine(t *testing.T) {
 	}
 }
 
+// An item of a type respgate passes through, still open when the stream ends, takes the terminal
+// response's version of it only when that is of the same type (docs/design.md §4: reconciled by
+// position, never turning one item into another).
+func TestTerminalOutputClosesAnOpenPassThroughItemOnlyWithItsOwnType(t *testing.T) {
+	added := ev(string(wire.EventItemAdded), "output_index", 0, "item",
+		obj{"type": "web_search_call", "id": "w", "status": "in_progress", "action": obj{"query": "streamed"}})
+	for _, c := range []struct {
+		name     string
+		terminal obj
+		want     string
+	}{
+		{"same type: the terminal's version", obj{"type": "web_search_call", "id": "w", "status": "completed", "action": obj{"query": "final"}},
+			`{"id":"item_001","action":{"query":"final"},"status":"completed","type":"web_search_call"}`},
+		{"another type: the streamed version", obj{"type": "file_search_call", "id": "f", "status": "completed", "queries": []string{"x"}},
+			`{"id":"item_001","action":{"query":"streamed"},"status":"completed","type":"web_search_call"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, res, _ := runChecked(t, []wire.Event{added, completed("completed", c.terminal)}, testOptions())
+			if len(res.Output) != 1 || string(res.Output[0].JSON) != c.want {
+				var got []string
+				for _, it := range res.Output {
+					got = append(got, string(it.JSON))
+				}
+				t.Errorf("output\n%s\nwant\n%s", strings.Join(got, "\n"), c.want)
+			}
+		})
+	}
+}
+
 func TestHugeLimitsDoNotOverflow(t *testing.T) {
 	a := New(Options{MaxItemBytes: 1 << 62})
 	if a.opts.MaxTotalBytes < a.opts.MaxItemBytes {
