@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -851,6 +852,24 @@ func TestTerminalOutputClosesAnOpenPassThroughItemOnlyWithItsOwnType(t *testing.
 				t.Errorf("output\n%s\nwant\n%s", strings.Join(got, "\n"), c.want)
 			}
 		})
+	}
+}
+
+// Items only an incomplete terminal response has (nothing was streamed for them): the last is the
+// one max_output_tokens cut, so it alone is incomplete, even though vLLM marks every item
+// completed (docs/wire.md §6.2).
+func TestTerminalOnlyItemsOfAnIncompleteResponseEndWithTheCutOne(t *testing.T) {
+	msg := func(text string) obj {
+		return obj{"type": "message", "id": "m" + text, "role": "assistant", "status": "completed",
+			"content": []obj{{"type": "output_text", "text": text, "annotations": []any{}}}}
+	}
+	_, res, _ := runChecked(t, []wire.Event{completed("incomplete", msg("a"), msg("b"), msg("c"))}, testOptions())
+	var got []string
+	for i := range res.Output {
+		got = append(got, itemJSON(t, res, i)["status"].(string))
+	}
+	if want := []string{"completed", "completed", "incomplete"}; !slices.Equal(got, want) || res.Status != wire.StatusIncomplete {
+		t.Errorf("response %s, item statuses %q, want %q", res.Status, got, want)
 	}
 }
 
