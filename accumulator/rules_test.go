@@ -873,6 +873,53 @@ func TestTerminalOnlyItemsOfAnIncompleteResponseEndWithTheCutOne(t *testing.T) {
 	}
 }
 
+// Terminal reports the Result it is given, as the server does after a failed commit (it sets r to
+// failed), whether or not Close ran before; given nil, it reports Close's own Result.
+func TestTerminalReportsTheResultItIsGiven(t *testing.T) {
+	evs := []wire.Event{msgAdded(0, "m"), textPart(0, 0, "m"), textDelta(0, 0, "hi"), completed("completed")}
+	feed := func(t *testing.T) *Accumulator {
+		a := New(testOptions())
+		var err error
+		for _, e := range evs {
+			if _, err = a.Feed(nil, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return a
+	}
+	failed := func(r *Result) *Result {
+		r.Status, r.Error = wire.StatusFailed, &wire.ErrorObject{Code: "server_error", Message: "not stored"}
+		return r
+	}
+	terminalType := func(b []byte) string {
+		evs := parseSSE(b)
+		if len(evs) == 0 {
+			return "none"
+		}
+		return string(evs[len(evs)-1].Type)
+	}
+	t.Run("after Close, its Result changed", func(t *testing.T) {
+		a := feed(t)
+		_, r := a.Close(nil, nil)
+		if got := terminalType(a.Terminal(nil, failed(r))); got != string(wire.EventFailed) {
+			t.Errorf("terminal %s, want response.failed", got)
+		}
+	})
+	t.Run("without Close, a Result of the caller's", func(t *testing.T) {
+		a := feed(t)
+		if got := terminalType(a.Terminal(nil, failed(&Result{}))); got != string(wire.EventFailed) {
+			t.Errorf("terminal %s, want response.failed", got)
+		}
+	})
+	t.Run("after Close, nil", func(t *testing.T) {
+		a := feed(t)
+		a.Close(nil, nil)
+		if got := terminalType(a.Terminal(nil, nil)); got != string(wire.EventCompleted) {
+			t.Errorf("terminal %s, want response.completed", got)
+		}
+	})
+}
+
 func TestHugeLimitsDoNotOverflow(t *testing.T) {
 	a := New(Options{MaxItemBytes: 1 << 62})
 	if a.opts.MaxTotalBytes < a.opts.MaxItemBytes {
