@@ -10,7 +10,7 @@ TEST_FUZZTIME ?= 5s
 PKGS          := ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help run build test unit fuzz fuzz-short integration bench bench-micro bench-compare lint vet vulncheck golden sim
+.PHONY: help run build test unit fuzz fuzz-short integration bench bench-micro bench-compare lint vet vulncheck golden sim mutate
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_\/-]+:.*## /{printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -87,6 +87,29 @@ lint: vet ## gofmt check, vet, golangci-lint (.golangci.yml, import rules of doc
 # target and not part of `make test`. Run it where vuln.go.dev answers.
 vulncheck: ## known vulnerabilities in the code's call graph (govulncheck; needs vuln.go.dev, not part of make test)
 	$(GO) tool govulncheck $(PKGS)
+
+# Mutation testing (docs/testing.md, "Mutation testing"): gremlins, pinned in go.mod, changes one
+# token at a time (a condition, a boundary, an operator) in each package of MUTATE_PKGS and runs
+# that package's tests against it; a change no test notices (LIVED) is a rule nothing checks. Each
+# mutant rebuilds the package's tests, so it is slow (tens of minutes per package on two busy
+# cores) and not part of `make test`. Logs and JSON results go to bin/mutate/. A mutant's tests
+# may take MUTATE_TIMEOUT times as long as the package's coverage run before it counts as timed
+# out. Do not pass --test-cpu in MUTATE_ARGS: gremlins v0.6.0 hands "-cpu N" to go test as one
+# argument, which fails every run and counts every mutant as killed.
+MUTATE_PKGS    ?= accumulator rehydrate store server
+MUTATE_WORKERS ?= 1
+MUTATE_TIMEOUT ?= 20
+MUTATE_ARGS    ?=
+
+mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and server: score and survivors per package (slow; not in make test)
+	@mkdir -p bin/mutate
+	@set -e; for p in $(MUTATE_PKGS); do \
+	  echo "== mutating ./$$p (progress: tail -f bin/mutate/$$p.log)"; \
+	  $(GO) tool gremlins unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT) \
+	    -o bin/mutate/$$p.json $(MUTATE_ARGS) ./$$p > bin/mutate/$$p.log 2>&1 || { cat bin/mutate/$$p.log; exit 1; }; \
+	  grep -E '^ *(LIVED|TIMED OUT) ' bin/mutate/$$p.log | sed 's/^ */  /' || true; \
+	  grep -E '^(Killed|Timed out|Test efficacy):' bin/mutate/$$p.log | sed 's/^/  /'; \
+	done
 
 # Real clients (integration/clients/README.md): npm packages pinned in package.json +
 # package-lock.json, installed with `npm ci` into integration/clients/node_modules (git-ignored)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -134,6 +135,52 @@ func TestDoneItemIsAuthoritativeByKeyPresence(t *testing.T) {
 			_, res, _ := runChecked(t, evs, testOptions())
 			if got := mustJSON(itemJSON(t, res, 0)); got != c.want {
 				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+// An empty array (or null) that a done item states for a message's content or a reasoning item's
+// summary wins over the deltas streamed before it, as the done item's other fields do: key presence
+// decides, not emptiness (docs/design.md §4; seeds/003).
+func TestDoneItemsStatedEmptyListsBeatStreamedParts(t *testing.T) {
+	summaryDelta := func(d string) wire.Event {
+		return ev(string(wire.EventSummaryDelta), "output_index", 0, "summary_index", 0, "item_id", "r", "delta", d)
+	}
+	reasoning := func(done obj) []wire.Event {
+		return []wire.Event{
+			ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"id": "r", "type": "reasoning", "summary": []any{}}),
+			summaryDelta("sum-a "), summaryDelta("sum-b"), itemDone(0, done), completed("completed"),
+		}
+	}
+	message := func(done obj) []wire.Event {
+		return []wire.Event{msgAdded(0, "m"), textPart(0, 0, "m"), textDelta(0, 0, "streamed"), itemDone(0, done), completed("completed")}
+	}
+	for _, c := range []struct {
+		name string
+		evs  []wire.Event
+		want string
+	}{
+		{"message content []", message(obj{"id": "m", "type": "message", "role": "assistant", "content": []any{}}),
+			`{"id":"msg_001","type":"message","status":"completed","content":[],"role":"assistant"}`},
+		{"message content omitted keeps the text", message(obj{"id": "m", "type": "message", "role": "assistant"}),
+			`{"id":"msg_001","type":"message","status":"completed","content":[{"type":"output_text","text":"streamed","annotations":[],"logprobs":[]}],"role":"assistant"}`},
+		{"reasoning summary []", reasoning(obj{"id": "r", "type": "reasoning", "summary": []any{}}),
+			`{"id":"rs_001","type":"reasoning","status":"completed","summary":[]}`},
+		{"reasoning summary null", reasoning(obj{"id": "r", "type": "reasoning", "summary": nil}),
+			`{"id":"rs_001","type":"reasoning","status":"completed","summary":[]}`},
+		{"reasoning summary omitted keeps the deltas", reasoning(obj{"id": "r", "type": "reasoning"}),
+			`{"id":"rs_001","type":"reasoning","status":"completed","summary":[{"type":"summary_text","text":"sum-a sum-b"}]}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stream, res, _ := runChecked(t, c.evs, testOptions())
+			if got := string(res.Output[0].JSON); got != c.want {
+				t.Errorf("final item:\ngot  %s\nwant %s", got, c.want)
+			}
+			// The client's output_item.done carries the same item (runChecked compares them), so
+			// the stream does not promise the text the stored item lacks.
+			if !bytes.Contains(stream, []byte(`"item":`+c.want)) {
+				t.Errorf("no output_item.done with the final item in the client stream:\n%s", stream)
 			}
 		})
 	}
@@ -777,6 +824,100 @@ func TestMultilineUpstreamJSONStaysOnOneLine(t *testing.T) {
 	if got := string(res.Output[0].JSON); got != `{"id":"item_001","type":"web_search_call","status":"completed"}` {
 		t.Errorf("item %s", got)
 	}
+}
+
+// An item of a type respgate passes through, still open when the stream ends, takes the terminal
+// response's version of it only when that is of the same type (docs/design.md §4: reconciled by
+// position, never turning one item into another).
+func TestTerminalOutputClosesAnOpenPassThroughItemOnlyWithItsOwnType(t *testing.T) {
+	added := ev(string(wire.EventItemAdded), "output_index", 0, "item",
+		obj{"type": "web_search_call", "id": "w", "status": "in_progress", "action": obj{"query": "streamed"}})
+	for _, c := range []struct {
+		name     string
+		terminal obj
+		want     string
+	}{
+		{"same type: the terminal's version", obj{"type": "web_search_call", "id": "w", "status": "completed", "action": obj{"query": "final"}},
+			`{"id":"item_001","action":{"query":"final"},"status":"completed","type":"web_search_call"}`},
+		{"another type: the streamed version", obj{"type": "file_search_call", "id": "f", "status": "completed", "queries": []string{"x"}},
+			`{"id":"item_001","action":{"query":"streamed"},"status":"completed","type":"web_search_call"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, res, _ := runChecked(t, []wire.Event{added, completed("completed", c.terminal)}, testOptions())
+			if len(res.Output) != 1 || string(res.Output[0].JSON) != c.want {
+				var got []string
+				for _, it := range res.Output {
+					got = append(got, string(it.JSON))
+				}
+				t.Errorf("output\n%s\nwant\n%s", strings.Join(got, "\n"), c.want)
+			}
+		})
+	}
+}
+
+// Items only an incomplete terminal response has (nothing was streamed for them): the last is the
+// one max_output_tokens cut, so it alone is incomplete, even though vLLM marks every item
+// completed (docs/wire.md §6.2).
+func TestTerminalOnlyItemsOfAnIncompleteResponseEndWithTheCutOne(t *testing.T) {
+	msg := func(text string) obj {
+		return obj{"type": "message", "id": "m" + text, "role": "assistant", "status": "completed",
+			"content": []obj{{"type": "output_text", "text": text, "annotations": []any{}}}}
+	}
+	_, res, _ := runChecked(t, []wire.Event{completed("incomplete", msg("a"), msg("b"), msg("c"))}, testOptions())
+	var got []string
+	for i := range res.Output {
+		got = append(got, itemJSON(t, res, i)["status"].(string))
+	}
+	if want := []string{"completed", "completed", "incomplete"}; !slices.Equal(got, want) || res.Status != wire.StatusIncomplete {
+		t.Errorf("response %s, item statuses %q, want %q", res.Status, got, want)
+	}
+}
+
+// Terminal reports the Result it is given, as the server does after a failed commit (it sets r to
+// failed), whether or not Close ran before; given nil, it reports Close's own Result.
+func TestTerminalReportsTheResultItIsGiven(t *testing.T) {
+	evs := []wire.Event{msgAdded(0, "m"), textPart(0, 0, "m"), textDelta(0, 0, "hi"), completed("completed")}
+	feed := func(t *testing.T) *Accumulator {
+		a := New(testOptions())
+		var err error
+		for _, e := range evs {
+			if _, err = a.Feed(nil, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return a
+	}
+	failed := func(r *Result) *Result {
+		r.Status, r.Error = wire.StatusFailed, &wire.ErrorObject{Code: "server_error", Message: "not stored"}
+		return r
+	}
+	terminalType := func(b []byte) string {
+		evs := parseSSE(b)
+		if len(evs) == 0 {
+			return "none"
+		}
+		return string(evs[len(evs)-1].Type)
+	}
+	t.Run("after Close, its Result changed", func(t *testing.T) {
+		a := feed(t)
+		_, r := a.Close(nil, nil)
+		if got := terminalType(a.Terminal(nil, failed(r))); got != string(wire.EventFailed) {
+			t.Errorf("terminal %s, want response.failed", got)
+		}
+	})
+	t.Run("without Close, a Result of the caller's", func(t *testing.T) {
+		a := feed(t)
+		if got := terminalType(a.Terminal(nil, failed(&Result{}))); got != string(wire.EventFailed) {
+			t.Errorf("terminal %s, want response.failed", got)
+		}
+	})
+	t.Run("after Close, nil", func(t *testing.T) {
+		a := feed(t)
+		a.Close(nil, nil)
+		if got := terminalType(a.Terminal(nil, nil)); got != string(wire.EventCompleted) {
+			t.Errorf("terminal %s, want response.completed", got)
+		}
+	})
 }
 
 func TestHugeLimitsDoNotOverflow(t *testing.T) {

@@ -437,6 +437,19 @@ func TestItemReferencesAreResolved(t *testing.T) {
 		"Item type 'web_search_call' in item 'ws_9' referenced by 'input[0]' is not supported: vLLM accepts only message, reasoning, function_call and function_call_output items.")
 }
 
+// A stored item whose JSON has no id of its own is known by the id that referenced it, so a second
+// reference to it is a duplicate (dropped), not a second copy. (Upstream it gets a minted id: vLLM
+// requires one and no client sees it.)
+func TestAReferencedItemWithoutAnIDIsKnownByTheReferencesID(t *testing.T) {
+	stored := MapLookup{"rs_noid": mustItem(t, `{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"kept"}]}`)}
+	in := mustInput(t, `[{"type":"item_reference","id":"rs_noid"},{"type":"item_reference","id":"rs_noid"},{"role":"user","content":"go"}]`)
+	res := mustBuild(t, &Params{Input: in, Lookup: stored})
+	got := upstreamInput(t, res.Body)
+	if len(got) != 2 || !strings.Contains(got[0], `"text":"kept"`) || res.Stats.DuplicatesDropped != 1 || len(res.Input) != 2 {
+		t.Errorf("dropped %d, stored %d items, sent\n%s", res.Stats.DuplicatesDropped, len(res.Input), strings.Join(got, "\n"))
+	}
+}
+
 // Structural faults vLLM would hit late (or mis-render) are 400s with a param naming the spot.
 func TestStructuralErrors(t *testing.T) {
 	cases := []struct {
