@@ -180,7 +180,7 @@ const wsTool = `"tools":[{"type":"function","name":"lookup","parameters":{"type"
 
 // toolLoop runs a 10-step tool loop: nine function calls, each answered with its output and a
 // nudge to call again, then the final answer. step sends one turn's body and returns the response.
-func toolLoop(t *testing.T, store bool, step func(body string) *responses.Response) {
+func toolLoop(t testing.TB, store bool, step func(body string) *responses.Response) {
 	t.Helper()
 	r := step(fmt.Sprintf(`{"model":%q,"store":%t,%s,"input":"remember: the key is 7. call lookup"}`, harmony, store, wsTool))
 	for i := 1; i < 10; i++ {
