@@ -17,7 +17,6 @@ import (
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
-	"github.com/respgate/respgate/upstream"
 )
 
 // The Responses WebSocket mode (server/ws.go, docs/clients.md), driven by a plain client of the
@@ -348,9 +347,7 @@ func TestWebSocketOversizeMessageClosesWith1009(t *testing.T) {
 
 func TestWebSocketCreateDuringATurnIsRefusedAndCloseCancelsTheTurn(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
-		watch := newStreamWatch()
-		t.Cleanup(watch.CloseIdleConnections)
-		g := newGateway(t, newStore(t), respgatetest.Options{Upstream: upstream.Config{Transport: watch}})
+		g, watch := watchedGateway(t, newStore(t), server.Config{})
 		w := openWS(t, g)
 		// 200 tokens at 50 ms take the simulator 10 s.
 		w.send(`{"model":"` + harmony + `?delay_ms=50&tokens=200","input":"hi"}`)
@@ -378,14 +375,7 @@ func TestWebSocketCreateDuringATurnIsRefusedAndCloseCancelsTheTurn(t *testing.T)
 		// Closing the socket mid-turn stops the upstream stream before its end and stores the
 		// response as cancelled, as an HTTP disconnect does.
 		_ = w.c.Close(websocket.StatusNormalClosure, "")
-		select {
-		case readToEnd := <-watch.closed:
-			if readToEnd {
-				t.Fatal("the gateway read the upstream stream to its end after the client left")
-			}
-		case <-time.After(time.Minute): // a hang guard only
-			t.Fatal("the gateway never closed the upstream stream after the client left")
-		}
+		watch.stoppedEarly(t, "after the client left")
 		waitFor(t, 10*time.Second, "cancelled status", func() bool {
 			r, err := g.client.Responses.Get(context.Background(), created.Response.ID, responses.ResponseGetParams{})
 			return err == nil && r.Status == "cancelled"
@@ -394,22 +384,12 @@ func TestWebSocketCreateDuringATurnIsRefusedAndCloseCancelsTheTurn(t *testing.T)
 }
 
 func TestWebSocketNonReadingClientIsDropped(t *testing.T) {
-	watch := newStreamWatch()
-	t.Cleanup(watch.CloseIdleConnections)
-	g := newGateway(t, nil, respgatetest.Options{Server: server.Config{WriteTimeout: 200 * time.Millisecond, LeaseTTL: time.Minute},
-		Upstream: upstream.Config{Transport: watch}})
+	g, watch := watchedGateway(t, nil, server.Config{WriteTimeout: 200 * time.Millisecond, LeaseTTL: time.Minute})
 	w := openWS(t, g)
 	// A long answer the client never reads: once the socket's buffers are full a write blocks
 	// past --write-timeout, and the gateway drops the client and stops the upstream.
 	w.send(`{"model":"` + harmony + `?tokens=100000","input":"tell me everything"}`)
-	select {
-	case readToEnd := <-watch.closed:
-		if readToEnd {
-			t.Fatal("the upstream stream was read to its end for a client that does not read")
-		}
-	case <-time.After(time.Minute): // a hang guard only
-		t.Fatal("the gateway never dropped the client that does not read")
-	}
+	watch.stoppedEarly(t, "for a client that does not read")
 	waitFor(t, 10*time.Second, "the stream slot is released", func() bool { return g.Server.ActiveStreams() == 0 })
 }
 

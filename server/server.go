@@ -277,13 +277,17 @@ func (s *Server) purge(ctx context.Context) {
 func (s *Server) ActiveStreams() int64 { return s.streams.Load() }
 
 // admit counts a new turn in, unless the server is shutting down.
-func (s *Server) admit() bool {
+func (s *Server) admit() bool { return s.admitInto(&s.inflight) }
+
+// admitInto counts one more into wg (turns in flight, open WebSocket connections), unless the
+// server is shutting down: under mu, so nothing is added once Shutdown waits.
+func (s *Server) admitInto(wg *sync.WaitGroup) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	s.inflight.Add(1)
+	wg.Add(1)
 	return true
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
-	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -53,7 +51,7 @@ func (s *Server) responsesSocket(c echo.Context) error {
 		c.Response().Header().Set("Upgrade", "websocket")
 		return errUpgradeRequired
 	}
-	if !s.admitSocket() {
+	if !s.admitInto(&s.sockets) {
 		return errShuttingDown
 	}
 	defer s.sockets.Done()
@@ -75,17 +73,6 @@ func (s *Server) responsesSocket(c echo.Context) error {
 	_ = conn.CloseNow() // after a clean Close, a no-op
 	<-readerDone
 	return nil
-}
-
-// admitSocket counts a new connection in, unless the server is shutting down.
-func (s *Server) admitSocket() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.sockets.Add(1)
-	return true
 }
 
 // socket is one WebSocket connection.
@@ -243,26 +230,17 @@ func (k *socket) send(msg []byte) error {
 // sendError sends err as a WebSocket error event (WebSocketErrorEvent):
 // {"type":"error","status":N,"error":{"message","type","param","code"}}.
 func (k *socket) sendError(err error) error {
-	ae := socketAPIError(err)
+	ae := knownAPIError(err)
+	if ae == nil {
+		// Internal: logged (never sent) and reported as a 500, as the HTTP error handler does.
+		k.s.log.Error("internal error", "error", err)
+		ae = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+	}
 	b := append(make([]byte, 0, 256), `{"type":"error","status":`...)
 	b = strconv.AppendInt(b, int64(ae.Status), 10)
 	b = append(b, ',')
 	b = append(b, ae.Envelope()[1:]...) // "error":{…}}
 	return k.send(b)
-}
-
-// socketAPIError is the API error an error event reports; anything else is logged (never sent)
-// and reported as a 500, as the HTTP error handler does.
-func socketAPIError(err error) *wire.APIError {
-	var ae *wire.APIError
-	if errors.As(err, &ae) {
-		return ae
-	}
-	var ue *upstream.Error
-	if errors.As(err, &ue) {
-		return ue.APIError()
-	}
-	return &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
 }
 
 // ping sends a ping and waits for its pong within WriteTimeout; a failure closes the connection.
