@@ -71,11 +71,10 @@ func terminalOf(tb testing.TB, data []byte) *responses.Response {
 }
 
 func wsStepper(b *testing.B, g *gw) func(string) *responses.Response {
-	c, _, err := websocket.Dial(b.Context(), wsURL(g), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer test-key"}}})
+	c, _, err := dialWS(b, wsURL(g))
 	if err != nil {
 		b.Fatal(err)
 	}
-	c.SetReadLimit(64 << 20)
 	b.Cleanup(func() { _ = c.CloseNow() })
 	return func(body string) *responses.Response {
 		msg := `{"type":"response.create",` + strings.TrimPrefix(body, "{")

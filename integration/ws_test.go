@@ -30,8 +30,9 @@ type wsConn struct {
 
 func wsURL(g *gw) string { return "ws" + strings.TrimPrefix(g.URL, "http") + "/responses" }
 
-// dialWS opens a connection with hdr as header pairs (default: a bearer key).
-func dialWS(t *testing.T, url string, hdr ...string) (*websocket.Conn, *http.Response, error) {
+// dialWS opens a connection with hdr as header pairs (default: a bearer key); status is the
+// handshake's HTTP status (0 if there was no answer).
+func dialWS(t testing.TB, url string, hdr ...string) (c *websocket.Conn, status int, err error) {
 	t.Helper()
 	if hdr == nil {
 		hdr = []string{"Authorization", "Bearer test-key"}
@@ -40,11 +41,14 @@ func dialWS(t *testing.T, url string, hdr ...string) (*websocket.Conn, *http.Res
 	for i := 0; i+1 < len(hdr); i += 2 {
 		h.Set(hdr[i], hdr[i+1])
 	}
-	c, res, err := websocket.Dial(t.Context(), url, &websocket.DialOptions{HTTPHeader: h})
+	c, res, err := websocket.Dial(t.Context(), url, &websocket.DialOptions{HTTPHeader: h}) //nolint:bodyclose // the library closes it (or it is the connection)
+	if res != nil {
+		status = res.StatusCode
+	}
 	if c != nil {
 		c.SetReadLimit(64 << 20)
 	}
-	return c, res, err
+	return c, status, err
 }
 
 func openWS(t *testing.T, g *gw) *wsConn {
@@ -294,13 +298,13 @@ func TestWebSocketUpgradeHasTheAuthOfHTTP(t *testing.T) {
 		{"wrong key", "", []string{"Authorization", "Bearer nope"}},
 		{"key in the query string", "?api_key=good-key&key=good-key&access_token=good-key", []string{"X-None", "1"}},
 	} {
-		c, res, err := dialWS(t, wsURL(g)+tc.suffix, tc.hdr...)
+		c, status, err := dialWS(t, wsURL(g)+tc.suffix, tc.hdr...)
 		if err == nil {
 			_ = c.CloseNow()
 			t.Fatalf("%s: upgraded", tc.name)
 		}
-		if res == nil || res.StatusCode != 401 {
-			t.Fatalf("%s: %v %v", tc.name, res, err)
+		if status != 401 {
+			t.Fatalf("%s: %d %v", tc.name, status, err)
 		}
 	}
 	c, _, err := dialWS(t, wsURL(g), "Authorization", "Bearer good-key")
@@ -330,7 +334,7 @@ func TestWebSocketUpgradeHasTheAuthOfHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	stranger := &wsConn{t: t, c: c}
-	defer c.CloseNow()
+	t.Cleanup(func() { _ = c.CloseNow() })
 	stranger.turn(`{"model":"`+harmony+`","input":"x","previous_response_id":"`+r.ID+`"}`).
 		wantError(t, 400, "previous_response_not_found", "previous_response_id")
 }
@@ -405,7 +409,7 @@ func TestWebSocketHundredConcurrentConnections(t *testing.T) {
 				errs <- err
 				return
 			}
-			defer c.CloseNow()
+			defer func() { _ = c.CloseNow() }()
 			msg := fmt.Sprintf(`{"type":"response.create","model":%q,"store":false,"input":"remember: n=%d"}`, harmony, i)
 			if err := c.Write(t.Context(), websocket.MessageText, []byte(msg)); err != nil {
 				errs <- err
@@ -485,4 +489,16 @@ func TestWebSocketShutdownClosesWithGoingAwayAfterTheDrain(t *testing.T) {
 		t.Fatalf("last event before the close: %q", last)
 	}
 	<-done
+}
+
+func TestWebSocketIdleConnectionIsClosedWith1000(t *testing.T) {
+	g := newGateway(t, nil, respgatetest.Options{Server: server.Config{WSIdleTimeout: 300 * time.Millisecond}})
+	w := openWS(t, g)
+	// A turn resets the idle clock; after it, silence closes the connection cleanly.
+	w.turn(`{"model":"` + harmony + `","input":"one turn"}`).ok(t)
+	_, _, err := w.c.Read(t.Context())
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusNormalClosure || ce.Reason != "idle timeout" {
+		t.Fatalf("closed with %v, want 1000 idle timeout", err)
+	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -67,7 +68,8 @@ func TestSocketCacheBoundsBytes(t *testing.T) {
 func TestDecodeSocketCreateRefusesHTTPOnlyMembers(t *testing.T) {
 	for _, m := range []string{"stream", "stream_options", "background"} {
 		_, err := decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x","`+m+`":null}`), 64)
-		if ae, ok := err.(*wire.APIError); !ok || ae.Param != m || ae.Code != "unsupported_parameter" {
+		var ae *wire.APIError
+		if !errors.As(err, &ae) || ae.Param != m || ae.Code != "unsupported_parameter" {
 			t.Fatalf("%s: %v", m, err)
 		}
 	}
