@@ -502,3 +502,26 @@ func TestWebSocketIdleConnectionIsClosedWith1000(t *testing.T) {
 		t.Fatalf("closed with %v, want 1000 idle timeout", err)
 	}
 }
+
+func TestWebSocketConversationTurnsAreTheConversationsOverHTTP(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		_, body, _ := rawDo(t, "POST", g.URL+"/conversations", `{}`, "Authorization", "Bearer test-key")
+		var conv struct{ ID string }
+		if err := json.Unmarshal(body, &conv); err != nil || conv.ID == "" {
+			t.Fatalf("conversation: %s", body)
+		}
+		w := openWS(t, g)
+		w.turn(`{"model":"` + harmony + `","conversation":"` + conv.ID + `","input":"remember: bees dance"}`).ok(t)
+		// The next turn, over HTTP, continues the conversation the socket turn appended to.
+		r := g.create(t, `{"model":"`+harmony+`","conversation":"`+conv.ID+`","input":"what do you know?"}`)
+		if !strings.Contains(r.OutputText(), "Facts: bees dance.") {
+			t.Fatalf("the HTTP turn did not see the socket turn: %q", r.OutputText())
+		}
+		// And a socket turn sees both.
+		last := w.turn(`{"model":"` + harmony + `","conversation":"` + conv.ID + `","input":"and now?"}`).ok(t)
+		if !strings.Contains(last.OutputText(), "Seen 5 messages") {
+			t.Fatalf("the socket turn did not see the conversation: %q", last.OutputText())
+		}
+	})
+}
