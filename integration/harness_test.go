@@ -53,7 +53,7 @@ type gw struct {
 	client openai.Client
 }
 
-func newGateway(t *testing.T, st store.Store, opts ...respgatetest.Options) *gw {
+func newGateway(t testing.TB, st store.Store, opts ...respgatetest.Options) *gw {
 	t.Helper()
 	var o respgatetest.Options
 	if len(opts) > 0 {

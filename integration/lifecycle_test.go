@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
 )
@@ -180,9 +181,7 @@ func TestRefusedUpstreamIs502(t *testing.T) {
 
 func TestClientDisconnectCancelsUpstreamAndStoresPartialOutput(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
-		watch := newStreamWatch()
-		t.Cleanup(watch.CloseIdleConnections)
-		g := newGateway(t, newStore(t), respgatetest.Options{Upstream: upstream.Config{Transport: watch}})
+		g, watch := watchedGateway(t, newStore(t), server.Config{})
 		ctx, cancel := context.WithCancel(t.Context())
 		req, _ := http.NewRequestWithContext(ctx, "POST", g.URL+"/responses",
 			strings.NewReader(`{"model":"`+harmony+`?delay_ms=50&tokens=200","input":"hi","stream":true}`))
@@ -214,14 +213,7 @@ func TestClientDisconnectCancelsUpstreamAndStoresPartialOutput(t *testing.T) {
 		// simulator 10s, so a body read to its end means the gateway kept the upstream generating
 		// for a client that had left. Closing an HTTP/1.1 body early drops the connection, which
 		// is how vLLM learns to stop.
-		select {
-		case readToEnd := <-watch.closed:
-			if readToEnd {
-				t.Fatal("the gateway read the upstream stream to its end after the client left")
-			}
-		case <-time.After(time.Minute): // a hang guard only
-			t.Fatal("the gateway never closed the upstream stream after the client left")
-		}
+		watch.stoppedEarly(t, "after the client left")
 		// The response is stored terminal, as cancelled.
 		var last string
 		waitFor(t, 10*time.Second, "terminal stored status", func() bool {
@@ -246,6 +238,28 @@ func TestClientDisconnectCancelsUpstreamAndStoresPartialOutput(t *testing.T) {
 type streamWatch struct {
 	*http.Transport
 	closed chan bool
+}
+
+// watchedGateway is a gateway (with server settings cfg) whose upstream streams are watched.
+func watchedGateway(t *testing.T, st store.Store, cfg server.Config) (*gw, *streamWatch) {
+	t.Helper()
+	watch := newStreamWatch()
+	t.Cleanup(watch.CloseIdleConnections)
+	return newGateway(t, st, respgatetest.Options{Server: cfg, Upstream: upstream.Config{Transport: watch}}), watch
+}
+
+// stoppedEarly fails the test unless the gateway's next upstream stream is closed before its
+// end (when: the circumstance, for the message).
+func (w *streamWatch) stoppedEarly(t *testing.T, when string) {
+	t.Helper()
+	select {
+	case readToEnd := <-w.closed:
+		if readToEnd {
+			t.Fatal("the gateway read the upstream stream to its end " + when)
+		}
+	case <-time.After(time.Minute): // a hang guard only
+		t.Fatal("the gateway never closed the upstream stream " + when)
+	}
 }
 
 func newStreamWatch() *streamWatch {

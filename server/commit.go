@@ -140,6 +140,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (s *Server) applyResult(t *turn, r *accumulator.Result) {
+	t.output = r.Output
 	t.rec.Status = r.Status
 	t.rec.Usage = r.Usage
 	t.rec.IncompleteDetails = r.IncompleteDetails

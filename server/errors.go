@@ -38,7 +38,8 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	_, _ = c.Response().Write(ae.Envelope())
 }
 
-func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
+// knownAPIError is the API error err carries (a wire.APIError, or an upstream.Error's), or nil.
+func knownAPIError(err error) *wire.APIError {
 	var ae *wire.APIError
 	if errors.As(err, &ae) {
 		return ae
@@ -46,6 +47,13 @@ func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
 	var ue *upstream.Error
 	if errors.As(err, &ue) {
 		return ue.APIError()
+	}
+	return nil
+}
+
+func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
+	if ae := knownAPIError(err); ae != nil {
+		return ae
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

@@ -139,7 +139,7 @@ func TestLeaseKeeperFlushesTheEventLogAndRetriesAFailedRunUnchanged(t *testing.T
 
 func TestShutdownPastItsDeadlineCutsStreamsAndStillWaitsForThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{stop: make(chan struct{}), quit: make(chan struct{})}
+		s := &Server{stop: make(chan struct{}), quit: make(chan struct{}), drained: make(chan struct{})}
 		if !s.admit() {
 			t.Fatal("a new server refused a turn")
 		}

@@ -80,13 +80,23 @@ func validMetadata(v json.RawMessage, param string) (json.RawMessage, error) {
 // fault is a 400 with param, before any upstream call or write (docs/design.md §1 invariant 7).
 // The request's members alias body.
 func decodeCreate(body []byte, maxDepth int) (*createRequest, error) {
-	// A member may nest at most jsonscan.MaxDepth deep, whatever the configured limit: that is
-	// the bound every JSON scanner here keeps, and rehydrate walks tools with one
-	// (internal/jsonscan). The body object itself is one more level.
-	members, err := scanObject(body, min(maxDepth, jsonscan.MaxDepth+1))
+	members, err := scanCreate(body, maxDepth)
 	if err != nil {
 		return nil, err
 	}
+	return createFromMembers(members)
+}
+
+// scanCreate is scanObject for a create body (or a WebSocket response.create message).
+func scanCreate(body []byte, maxDepth int) (map[string]json.RawMessage, error) {
+	// A member may nest at most jsonscan.MaxDepth deep, whatever the configured limit: that is
+	// the bound every JSON scanner here keeps, and rehydrate walks tools with one
+	// (internal/jsonscan). The body object itself is one more level.
+	return scanObject(body, min(maxDepth, jsonscan.MaxDepth+1))
+}
+
+// createFromMembers types and validates a create body's members (wire.DecodeCreateRequest).
+func createFromMembers(members map[string]json.RawMessage) (*createRequest, error) {
 	w, err := wire.DecodeCreateRequest(members)
 	if err != nil {
 		return nil, err

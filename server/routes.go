@@ -28,9 +28,7 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	// The budget of request bytes in flight, shared by every request of this server.
-	budget := semaphore.NewWeighted(s.cfg.MaxBodyBytesInFlight)
-	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.headerLimitMiddleware, s.bodyLimitMiddleware(budget))
+	e.Use(s.requestIDMiddleware, s.logMiddleware, s.recoverMiddleware, s.headerLimitMiddleware, s.bodyLimitMiddleware(s.budget))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
@@ -39,6 +37,7 @@ func (s *Server) routes() *echo.Echo {
 
 	v1 := e.Group("/v1", s.authMiddleware, s.pathIDMiddleware)
 	v1.POST("/responses", s.createResponse)
+	v1.GET("/responses", s.responsesSocket) // the WebSocket mode (ws.go)
 	v1.GET("/responses/:id", s.getResponse)
 	v1.DELETE("/responses/:id", s.deleteResponse)
 	v1.GET("/responses/:id/input_items", s.listInputItems)

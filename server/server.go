@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
@@ -93,6 +94,15 @@ type Config struct {
 	// "all_turns", "current_turn", or "pattern=value" pairs separated by commas, the first
 	// pattern (path.Match) matching the model deciding (default all_turns; ParseReasoningContext).
 	ReasoningContext string
+	// WSMaxMessageBytes bounds one WebSocket client message (default MaxBodyBytes); a larger one
+	// closes the connection with status 1009.
+	WSMaxMessageBytes int64
+	// WSIdleTimeout closes a WebSocket connection that has run no turn and received no message
+	// for this long (default 10 min).
+	WSIdleTimeout time.Duration
+	// WSCacheBytes bounds the item JSON a WebSocket connection keeps of its store:false responses
+	// for continuation (default 64 MiB).
+	WSCacheBytes int64
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -122,6 +132,9 @@ func (c *Config) defaults() {
 	setDefault(&c.BodyReadTimeout, 30*time.Second)
 	setDefault(&c.MaxBodyBytesInFlight, 4*c.MaxBodyBytes)
 	setDefault(&c.MaxJSONDepth, 64)
+	setDefault(&c.WSMaxMessageBytes, c.MaxBodyBytes)
+	setDefault(&c.WSIdleTimeout, 10*time.Minute)
+	setDefault(&c.WSCacheBytes, 64<<20)
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
@@ -158,6 +171,9 @@ type Server struct {
 	owner    string           // lease owner id of this process
 
 	streams atomic.Int64 // active streaming responses
+	// budget is the request-body budget (MaxBodyBytesInFlight) shared by every request body and
+	// WebSocket message.
+	budget *semaphore.Weighted
 
 	// admission: inflight counts turns admitted while !closing; both change under mu, so no
 	// turn is added once Shutdown waits.
@@ -170,6 +186,11 @@ type Server struct {
 	background sync.WaitGroup
 	quitOnce   sync.Once
 	quit       chan struct{}
+	// sockets counts open WebSocket connections (admitted while !closing, like turns); drained is
+	// closed once shutdown has drained the turns, and the connections then close (1001).
+	sockets     sync.WaitGroup
+	drainedOnce sync.Once
+	drained     chan struct{}
 }
 
 // New builds the server: it loads (or creates) the server secret from the store and registers the
@@ -212,6 +233,8 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		owner:    wire.NewID("gw_"),
 		stop:     make(chan struct{}),
 		quit:     make(chan struct{}),
+		drained:  make(chan struct{}),
+		budget:   semaphore.NewWeighted(cfg.MaxBodyBytesInFlight),
 	}
 	if len(cfg.APIKeys) > 0 {
 		for _, k := range cfg.APIKeys {
@@ -285,19 +308,24 @@ func (s *Server) purge(ctx context.Context) {
 func (s *Server) ActiveStreams() int64 { return s.streams.Load() }
 
 // admit counts a new turn in, unless the server is shutting down.
-func (s *Server) admit() bool {
+func (s *Server) admit() bool { return s.admitInto(&s.inflight) }
+
+// admitInto counts one more into wg (turns in flight, open WebSocket connections), unless the
+// server is shutting down: under mu, so nothing is added once Shutdown waits.
+func (s *Server) admitInto(wg *sync.WaitGroup) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	s.inflight.Add(1)
+	wg.Add(1)
 	return true
 }
 
 // Shutdown stops taking new turns and waits for in-flight ones until ctx ends; streams still
-// running then are ended with response.failed (stored) by cancelling them. Then it stops the
-// server's background work and waits for it.
+// running then are ended with response.failed (stored) by cancelling them. Then it closes the
+// WebSocket connections (status 1001, going away) and waits for them, and stops the server's
+// background work and waits for it.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closing = true
@@ -310,6 +338,8 @@ func (s *Server) Shutdown(ctx context.Context) {
 		s.stopOnce.Do(func() { close(s.stop) })
 		<-done
 	}
+	s.drainedOnce.Do(func() { close(s.drained) })
+	s.sockets.Wait()
 	s.quitOnce.Do(func() { close(s.quit) })
 	s.background.Wait()
 }

@@ -15,6 +15,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// eventSink is where a streamed turn sends its client events: the SSE response of a POST
+// (sseWriter) or a WebSocket connection (socketSink). The turn lifecycle is the same for both
+// (docs/design.md §1); only the framing differs.
+type eventSink interface {
+	// write sends events as the accumulator frames them (one or more SSE frames, the last turn's
+	// write ending with [DONE]); an error means the client is gone.
+	write(frames []byte) error
+	// keepalive proves the client is still there during upstream silence.
+	keepalive() error
+	// idleSince is the time of the last successful write.
+	idleSince() time.Time
+}
+
 // sseWriter serialises writes to a client stream: relayed events from the turn and keepalive
 // comments from its ticker. Each call is one write and one flush.
 type sseWriter struct {
@@ -58,6 +71,8 @@ func (w *sseWriter) write(b []byte) error {
 	return nil
 }
 
+func (w *sseWriter) keepalive() error { return w.write([]byte(": keepalive\n\n")) }
+
 func (w *sseWriter) idleSince() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -66,10 +81,11 @@ func (w *sseWriter) idleSince() time.Time {
 
 var errClientGone = errors.New("server: client went away")
 
-// streamTurn serves stream:true. Before the first byte an upstream failure is an error envelope;
-// after it, only an in-band response.failed can report it (docs/style.md: the relay model).
-func (s *Server) streamTurn(c echo.Context, t *turn) error {
-	reqCtx := c.Request().Context()
+// streamTurn serves stream:true (and every WebSocket turn): reqCtx ends when the client goes away,
+// open opens the client's stream once upstream has answered. Before that an upstream failure is
+// returned (an error envelope or event); after it, only an in-band response.failed can report it
+// (docs/style.md: the relay model).
+func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSink) error {
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
 	s.tel.activeStreams.Add(ctx, 1)
@@ -84,7 +100,7 @@ func (s *Server) streamTurn(c echo.Context, t *turn) error {
 	}
 	defer up.Close()
 
-	w := s.openStream(c)
+	w := open()
 	// One helper goroutine per stream besides the keeper: keepalive comments during silence, and
 	// shutdown past its deadline. Stopped and awaited when the stream ends.
 	watchDone, watchExited := make(chan struct{}), make(chan struct{})
@@ -130,7 +146,7 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, 
 
 // relay feeds upstream events through the accumulator and writes the client events, one write
 // per upstream event, until the upstream's terminal event, its end, or a failure (the cause).
-func (s *Server) relay(ctx context.Context, w *sseWriter, acc *accumulator.Accumulator, up *upstream.Stream, span trace.Span) error {
+func (s *Server) relay(ctx context.Context, w eventSink, acc *accumulator.Accumulator, up *upstream.Stream, span trace.Span) error {
 	start := time.Now()
 	buf := acc.Start(make([]byte, 0, 4096))
 	if err := w.write(buf); err != nil {
@@ -170,7 +186,7 @@ func (s *Server) relay(ctx context.Context, w *sseWriter, acc *accumulator.Accum
 
 // endStream closes the accumulator with the relay's cause, commits, and only then writes the
 // terminal event and [DONE] (docs/design.md §1 invariant 2).
-func (s *Server) endStream(ctx context.Context, t *turn, w *sseWriter, acc *accumulator.Accumulator, cause error) error {
+func (s *Server) endStream(ctx context.Context, t *turn, w eventSink, acc *accumulator.Accumulator, cause error) error {
 	reqCtx := context.WithoutCancel(ctx)
 	// ctx ends when the client goes away (its request, or a failed keepalive write) or when
 	// shutdown passes its deadline (cause errShutdown).
@@ -218,7 +234,7 @@ var (
 // watchStream writes keepalive comments during silence and cuts the stream when shutdown passes
 // its deadline, until done closes. It does no store work: the lease keeper renews leases on its
 // own goroutine, so a blocked client write cannot delay them.
-func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc, w *sseWriter, done <-chan struct{}) {
+func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc, w eventSink, done <-chan struct{}) {
 	tick := min(s.cfg.KeepAlive/2, time.Second)
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
@@ -233,7 +249,7 @@ func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc
 			return
 		case now := <-ticker.C:
 			if now.Sub(w.idleSince()) >= s.cfg.KeepAlive {
-				if w.write([]byte(": keepalive\n\n")) != nil {
+				if w.keepalive() != nil {
 					cancel(errClientGone)
 					return
 				}

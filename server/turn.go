@@ -23,7 +23,12 @@ type turn struct {
 	req   *createRequest
 	rec   store.Response // the response record; Status etc. are final after the upstream ends
 	input []wire.Item    // the new input items to store
-	body  []byte         // the vLLM-bound request
+	// history is what the turn continues (previous turns' items or the conversation's), and
+	// output the response's items once it has ended: a WebSocket connection caches both.
+	history, output []wire.Item
+	// droppedTools names the request tools the model cannot be given (ToolPolicyDrop).
+	droppedTools []string
+	body         []byte // the vLLM-bound request
 	// leased: ResponseBegin stored the in-progress record (and the input). It is set before the
 	// keeper starts and not changed after.
 	leased bool
@@ -45,8 +50,7 @@ type turn struct {
 // commit, and only then send the terminal event.
 func (s *Server) createResponse(c echo.Context) error {
 	if !s.admit() {
-		return &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "shutting_down",
-			Message: "The gateway is shutting down; retry on another instance."}
+		return errShuttingDown
 	}
 	defer s.inflight.Done()
 
@@ -54,28 +58,43 @@ func (s *Server) createResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.prepareTurn(c, req)
+	t, err := s.prepareTurn(c.Request().Context(), tenant(c), req, nil)
 	if err != nil {
 		return err
 	}
+	if len(t.droppedTools) > 0 {
+		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(t.droppedTools, ","))
+	}
 	if req.Stream {
-		if max := s.cfg.MaxConcurrentStreams; max > 0 && s.streams.Load() >= int64(max) {
-			s.releaseConversation(t)
-			return &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "too_many_streams",
-				Message: "The gateway is serving its maximum number of streams; retry shortly."}
+		release, err := s.holdStream(t)
+		if err != nil {
+			return err
 		}
-		s.streams.Add(1)
-		defer s.streams.Add(-1)
-		return s.streamTurn(c, t)
+		defer release()
+		return s.streamTurn(c.Request().Context(), t, func() eventSink { return s.openStream(c) })
 	}
 	return s.syncTurn(c, t)
 }
 
+var errShuttingDown = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "shutting_down",
+	Message: "The gateway is shutting down; retry on another instance."}
+
+// holdStream counts a streamed turn (HTTP or WebSocket) against MaxConcurrentStreams; past it the
+// turn's conversation lease is released and the answer is 503. Call release when the turn ends.
+func (s *Server) holdStream(t *turn) (release func(), err error) {
+	if max := s.cfg.MaxConcurrentStreams; max > 0 && s.streams.Load() >= int64(max) {
+		s.releaseConversation(t)
+		return nil, &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "too_many_streams",
+			Message: "The gateway is serving its maximum number of streams; retry shortly."}
+	}
+	s.streams.Add(1)
+	return func() { s.streams.Add(-1) }, nil
+}
+
 // prepareTurn loads the history, resolves references, rehydrates and takes the conversation's turn
-// lease. Nothing is written and nothing is sent upstream unless it succeeds.
-func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) {
-	ctx := c.Request().Context()
-	tn := tenant(c)
+// lease. Nothing is written and nothing is sent upstream unless it succeeds. local, when not nil,
+// is a WebSocket connection's cache of its store:false responses (socketCache).
+func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest, local *socketCache) (*turn, error) {
 	input, err := rehydrate.ParseInput(req.Input)
 	if err != nil {
 		return nil, err
@@ -83,7 +102,7 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 	if len(input) > s.cfg.MaxInputItems {
 		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
 	}
-	history, err := s.loadHistory(ctx, tn, req)
+	history, err := s.loadHistory(ctx, tn, req, local)
 	if err != nil {
 		return nil, err
 	}
@@ -109,13 +128,12 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 			return nil, wire.Invalid("tools", "unsupported_tool_type",
 				"Tool type '%s' cannot be served by the upstream model; only function tools (and namespace tools of function tools) are supported.", res.DroppedTools[0])
 		}
-		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(res.DroppedTools, ","))
 	}
 	echoJSON, err := jsonMarshal(req.echo)
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, input: res.Input, body: res.Body, toolNames: res.ToolNames,
+	t := &turn{req: req, history: history, input: res.Input, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
 			ID:                 wire.NewID(wire.PrefixResponse),
 			Tenant:             tn,
@@ -135,10 +153,16 @@ func (s *Server) prepareTurn(c echo.Context, req *createRequest) (*turn, error) 
 }
 
 // loadHistory loads the history a turn continues, in one round trip: a previous_response_id
-// chain (chainHistory) or a conversation's items.
-func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest) ([]wire.Item, error) {
+// chain (chainHistory) or a conversation's items. A store:false turn on a WebSocket connection
+// first looks in the connection's cache (local), without a round trip.
+func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest, local *socketCache) ([]wire.Item, error) {
 	if req.PreviousResponseID == "" && req.ConversationID == "" {
 		return nil, nil
+	}
+	if !req.Store && req.PreviousResponseID != "" {
+		if history, ok := local.get(req.PreviousResponseID); ok {
+			return history, nil
+		}
 	}
 	hctx, span := s.tel.tracer.Start(ctx, "history.load")
 	defer span.End()

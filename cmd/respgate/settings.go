@@ -108,7 +108,7 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.logLevel }},
 	{flag: "shutdown-timeout", def: "30s", help: "on SIGTERM, in-flight requests may finish this long; remaining streams then end with `response.failed`",
 		bind: func(c *config) any { return &c.shutdownTimeout }},
-	{flag: "keepalive", def: durDef(serverDefaults.KeepAlive), help: "SSE comment keepalive interval during upstream silence",
+	{flag: "keepalive", def: durDef(serverDefaults.KeepAlive), help: "SSE comment keepalive interval during upstream silence, and WebSocket ping interval (a pong must come within `--write-timeout`)",
 		bind: func(c *config) any { return &c.server.KeepAlive }},
 	{flag: "upstream-connect-timeout", def: "10s", help: "connect timeout toward vLLM, and for a streamed request the wait for its response headers",
 		bind: func(c *config) any { return &c.upstream.ConnectTimeout }},
@@ -148,6 +148,12 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.MaxOutputBytes }},
 	{flag: "max-streams", def: "0", zeroOK: true, help: "concurrent streams per process, `0` = unbounded; beyond it 503 with `Retry-After`",
 		bind: func(c *config) any { return &c.server.MaxConcurrentStreams }},
+	{flag: "ws-max-message-bytes", def: "0", zeroOK: true, help: "largest WebSocket client message (`response.create`); beyond it the connection is closed with status 1009; `0` is `--max-body-bytes`",
+		bind: func(c *config) any { return &c.server.WSMaxMessageBytes }},
+	{flag: "ws-idle-timeout", def: durDef(serverDefaults.WSIdleTimeout), help: "a WebSocket connection with no turn and no message for this long is closed (status 1000)",
+		bind: func(c *config) any { return &c.server.WSIdleTimeout }},
+	{flag: "ws-cache-bytes", def: intDef(serverDefaults.WSCacheBytes), help: "item JSON a WebSocket connection keeps of its recent `store:false` responses (at most 8) so they can be continued on it",
+		bind: func(c *config) any { return &c.server.WSCacheBytes }},
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case

@@ -1,0 +1,354 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// The Responses WebSocket mode (Open Responses x-openresponses-websocket, docs/clients.md): a
+// client opens GET /v1/responses as a WebSocket and sends {"type":"response.create", …body}; each
+// turn's events come back one JSON message per event, the same events as the SSE stream of a
+// POST, from the same turn lifecycle (streamTurn with a socketSink). Failures are
+// {"type":"error","status":N,"error":{…}}. One turn runs at a time per connection. store:false
+// responses stay continuable on the connection that made them (socketCache).
+//
+// Goroutines per connection: the handler's own (the loop: turns, pings, idle and shutdown), and
+// one reader it starts and waits for. A turn adds streamTurn's watcher and the lease keeper, as
+// over HTTP.
+
+// socketCacheEntries bounds how many store:false responses a connection remembers (the most
+// recent ones; continuing from the last is the common case, a few more allow a short fork).
+const socketCacheEntries = 8
+
+var (
+	errUpgradeRequired = &wire.APIError{Status: http.StatusUpgradeRequired, Type: wire.ErrInvalidRequest, Code: "websocket_required",
+		Message: "GET /v1/responses is the WebSocket mode of the Responses API: open it as a WebSocket, or POST to create a response."}
+	errTurnInProgress = &wire.APIError{Status: http.StatusConflict, Type: wire.ErrInvalidRequest, Code: "response_in_progress",
+		Message: "A response is already in progress on this connection; send the next response.create after its terminal event."}
+	errNotText = wire.Invalid("", "invalid_message", "WebSocket messages must be text messages holding one JSON object.")
+	errMsgType = wire.Invalid("type", "invalid_value", "The only client message is {\"type\":\"response.create\", …}.")
+)
+
+// responsesSocket serves GET /v1/responses: the upgrade (after the same authentication, tenancy and
+// header limits as every route), then the connection until the client, the idle timeout or
+// shutdown ends it.
+func (s *Server) responsesSocket(c echo.Context) error {
+	r := c.Request()
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		c.Response().Header().Set("Upgrade", "websocket")
+		return errUpgradeRequired
+	}
+	if !s.admitInto(&s.sockets) {
+		return errShuttingDown
+	}
+	defer s.sockets.Done()
+	// Cross-origin requests are refused (Accept's default): a browser page cannot open a
+	// socket with a user's credentials. Compression stays off: events are small and many.
+	conn, err := websocket.Accept(c.Response(), r, nil)
+	if err != nil {
+		return nil // Accept has answered the handshake's fault
+	}
+	conn.SetReadLimit(s.cfg.WSMaxMessageBytes)
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	k := &socket{s: s, conn: conn, tenant: tenant(c), ctx: ctx, cancel: cancel,
+		msgs: make(chan socketMessage, 1), cache: socketCache{maxBytes: s.cfg.WSCacheBytes}}
+	k.sink = &socketSink{k: k, last: time.Now()}
+	readerDone := make(chan struct{})
+	go func() { defer close(readerDone); k.read() }()
+	k.loop()
+	cancel(errClientGone)
+	_ = conn.CloseNow() // after a clean Close, a no-op
+	<-readerDone
+	return nil
+}
+
+// socket is one WebSocket connection.
+type socket struct {
+	s      *Server
+	conn   *websocket.Conn
+	tenant string
+	// ctx ends when the connection does (the reader failed: the client closed it, sent too
+	// large a message, or the connection was closed here).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// busy: a response.create has been accepted and its turn has not yet sent its terminal event
+	// (or error). The reader sets it, so a second create is refused rather than queued.
+	busy  atomic.Bool
+	msgs  chan socketMessage // the accepted create (at most one: busy)
+	sink  *socketSink
+	cache socketCache // used only by the loop's goroutine
+}
+
+type socketMessage struct {
+	typ  websocket.MessageType
+	data []byte
+}
+
+// read reads client messages until the connection fails, then ends ctx: a turn in progress is
+// cancelled as an HTTP disconnect cancels it. A message during a turn is answered with an error
+// event and dropped; the turn goes on.
+func (k *socket) read() {
+	for {
+		typ, data, err := k.conn.Read(k.ctx)
+		if err != nil {
+			k.cancel(errClientGone)
+			return
+		}
+		if !k.busy.CompareAndSwap(false, true) {
+			_ = k.sendError(errTurnInProgress)
+			continue
+		}
+		k.msgs <- socketMessage{typ, data}
+	}
+}
+
+// loop runs the accepted turns one at a time, pings the client between turns, and closes the
+// connection when it has been idle too long or the server has drained its turns for shutdown.
+func (k *socket) loop() {
+	s := k.s
+	idle := time.NewTimer(s.cfg.WSIdleTimeout)
+	defer idle.Stop()
+	ping := time.NewTicker(s.cfg.KeepAlive)
+	defer ping.Stop()
+	for {
+		select {
+		case <-k.ctx.Done():
+			return
+		case <-s.drained:
+			_ = k.conn.Close(websocket.StatusGoingAway, "server shutting down")
+			return
+		case <-idle.C:
+			if k.busy.Load() { // a create has just arrived
+				idle.Reset(s.cfg.WSIdleTimeout)
+				continue
+			}
+			_ = k.conn.Close(websocket.StatusNormalClosure, "idle timeout")
+			return
+		case <-ping.C:
+			if k.ping() != nil {
+				return
+			}
+		case m := <-k.msgs:
+			if err := k.turn(m); err != nil && k.ctx.Err() == nil {
+				k.busy.Store(false)
+				_ = k.sendError(err)
+			}
+			k.busy.Store(false)
+			idle.Reset(s.cfg.WSIdleTimeout)
+		}
+	}
+}
+
+// turn runs one response.create through the turn lifecycle. An error it returns was not streamed:
+// the loop sends it as an error event.
+func (k *socket) turn(m socketMessage) error {
+	s := k.s
+	if m.typ != websocket.MessageText {
+		return errNotText
+	}
+	// The message is charged to the request-body budget while its turn runs, as a POST's body is.
+	if !s.budget.TryAcquire(int64(len(m.data))) {
+		return errOverloaded
+	}
+	defer s.budget.Release(int64(len(m.data)))
+	req, err := decodeSocketCreate(m.data, s.cfg.MaxJSONDepth)
+	if err != nil {
+		return err
+	}
+	if !s.admit() {
+		return errShuttingDown
+	}
+	defer s.inflight.Done()
+	t, err := s.prepareTurn(k.ctx, k.tenant, req, &k.cache)
+	if err == nil {
+		var release func()
+		if release, err = s.holdStream(t); err == nil {
+			err = s.streamTurn(k.ctx, t, func() eventSink { return k.sink })
+			release()
+		}
+	}
+	k.remember(req, t, err)
+	return err
+}
+
+// remember keeps a finished store:false response on the connection so the next turn can continue
+// it; a continuation of a cached response that failed evicts that response (a retry then gets
+// previous_response_not_found, as OpenAI answers).
+func (k *socket) remember(req *createRequest, t *turn, err error) {
+	ok := err == nil && t != nil && (t.rec.Status == wire.StatusCompleted || t.rec.Status == wire.StatusIncomplete)
+	if !ok {
+		k.cache.evict(req.PreviousResponseID)
+		return
+	}
+	if !req.Store {
+		k.cache.put(t.rec.ID, t.history, t.input, t.output)
+	}
+}
+
+// decodeSocketCreate decodes a response.create message: the create body with "type" beside it.
+// stream, stream_options and background must not be sent (every socket turn is streamed).
+func decodeSocketCreate(msg []byte, maxDepth int) (*createRequest, error) {
+	members, err := scanCreate(msg, maxDepth)
+	if err != nil {
+		return nil, err
+	}
+	var typ string
+	if json.Unmarshal(members["type"], &typ) != nil || typ != "response.create" {
+		return nil, errMsgType
+	}
+	for _, name := range [...]string{"stream", "stream_options", "background"} {
+		if _, sent := members[name]; sent {
+			return nil, wire.Invalid(name, "unsupported_parameter",
+				"'%s' must not be sent in a WebSocket response.create message: every response is streamed on the socket.", name)
+		}
+	}
+	members["stream"] = json.RawMessage("true")
+	return createFromMembers(members)
+}
+
+// send writes one message, within WriteTimeout: a client that does not read is dropped (the
+// library closes the connection when the write's context ends), as an SSE client is.
+func (k *socket) send(msg []byte) error {
+	ctx, cancel := context.WithTimeout(k.ctx, k.s.cfg.WriteTimeout)
+	defer cancel()
+	return k.conn.Write(ctx, websocket.MessageText, msg)
+}
+
+// sendError sends err as a WebSocket error event (WebSocketErrorEvent):
+// {"type":"error","status":N,"error":{"message","type","param","code"}}.
+func (k *socket) sendError(err error) error {
+	ae := knownAPIError(err)
+	if ae == nil {
+		// Internal: logged (never sent) and reported as a 500, as the HTTP error handler does.
+		k.s.log.Error("internal error", "error", err)
+		ae = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+	}
+	b := append(make([]byte, 0, 256), `{"type":"error","status":`...)
+	b = strconv.AppendInt(b, int64(ae.Status), 10)
+	b = append(b, ',')
+	b = append(b, ae.Envelope()[1:]...) // "error":{…}}
+	return k.send(b)
+}
+
+// ping sends a ping and waits for its pong within WriteTimeout; a failure closes the connection.
+func (k *socket) ping() error {
+	ctx, cancel := context.WithTimeout(k.ctx, k.s.cfg.WriteTimeout)
+	defer cancel()
+	err := k.conn.Ping(ctx)
+	if err != nil {
+		k.cancel(errClientGone)
+		_ = k.conn.CloseNow()
+	}
+	return err
+}
+
+// socketSink is a turn's eventSink on a socket: each SSE frame's data becomes one text message;
+// the [DONE] frame is not sent (the terminal event ends a turn on a socket).
+type socketSink struct {
+	k    *socket
+	mu   sync.Mutex
+	last time.Time
+}
+
+var doneFrame = []byte(wire.DoneFrame)
+
+func (w *socketSink) write(frames []byte) error {
+	if bytes.HasSuffix(frames, doneFrame) {
+		// The turn is over once the client has its terminal event, which may lead it to send the
+		// next response.create at once: that create must not be refused as concurrent.
+		frames = frames[:len(frames)-len(doneFrame)]
+		w.k.busy.Store(false)
+	}
+	for len(frames) > 0 {
+		frame, rest, _ := bytes.Cut(frames, []byte("\n\n"))
+		frames = rest
+		if _, data, ok := bytes.Cut(frame, []byte("\ndata: ")); ok {
+			if err := w.k.send(data); err != nil {
+				return err
+			}
+		}
+	}
+	w.mu.Lock()
+	w.last = time.Now()
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *socketSink) keepalive() error { return w.k.ping() }
+
+func (w *socketSink) idleSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+// socketCache is a connection's memory of its recent store:false responses: for each, the whole
+// context a continuation replays (history, input, output), so continuing one needs no store. It
+// holds at most socketCacheEntries responses and about maxBytes of item JSON; the oldest go first.
+// A response larger than maxBytes is not kept (a continuation of it gets
+// previous_response_not_found). A nil *socketCache is empty.
+type socketCache struct {
+	maxBytes int64
+	entries  []cachedResponse // oldest first
+	bytes    int64
+}
+
+type cachedResponse struct {
+	id    string
+	items []wire.Item
+	bytes int64
+}
+
+func (c *socketCache) get(id string) ([]wire.Item, bool) {
+	if c == nil {
+		return nil, false
+	}
+	for _, e := range c.entries {
+		if e.id == id {
+			return slices.Clip(e.items), true // a caller's append copies
+		}
+	}
+	return nil, false
+}
+
+// put remembers response id with its context: history, then the turn's input and output.
+func (c *socketCache) put(id string, history, input, output []wire.Item) {
+	items := make([]wire.Item, 0, len(history)+len(input)+len(output))
+	items = append(append(append(items, history...), input...), output...)
+	var n int64
+	for _, it := range items {
+		n += int64(len(it.JSON))
+	}
+	if n > c.maxBytes {
+		return
+	}
+	c.entries = append(c.entries, cachedResponse{id: id, items: items, bytes: n})
+	c.bytes += n
+	for len(c.entries) > socketCacheEntries || c.bytes > c.maxBytes {
+		c.bytes -= c.entries[0].bytes
+		c.entries = c.entries[1:]
+	}
+}
+
+func (c *socketCache) evict(id string) {
+	for i, e := range c.entries {
+		if e.id == id {
+			c.bytes -= e.bytes
+			c.entries = append(c.entries[:i:i], c.entries[i+1:]...)
+			return
+		}
+	}
+}
