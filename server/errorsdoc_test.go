@@ -22,6 +22,7 @@ var errorSources = []string{"../server", "../wire", "../rehydrate", "../upstream
 // its reason, so no code escapes the check below.
 var relayedCodes = map[string]string{
 	"wire.Invalid":              "its callers' code argument is checked at each call",
+	"wire.Conflict":             "its callers' code argument is checked at each call",
 	"wire.Body":                 "copies an APIError's code into the envelope",
 	"upstream.httpAPIError":     "relays vLLM's word code and OpenAI client type (the mapping's 'other 4xx' row)",
 	"server.failureObject":      "the code of an envelope checked where that envelope is built",
@@ -33,7 +34,7 @@ var relayedCodes = map[string]string{
 // that non-test code can put in an envelope or an error object, as a literal or a constant,
 // appears in the doc in backticks, so adding an error without documenting it fails `make test`.
 // It reads the code with go/ast: composite literals of APIError and ErrorObject (their Code and
-// Type), assignments to a .Code field, the code argument of wire.Invalid, and every Code*
+// Type), assignments to a .Code field, the code argument of wire.Invalid and wire.Conflict, and every Code*
 // constant.
 func TestErrorsDocListsEveryCode(t *testing.T) {
 	doc, err := os.ReadFile("../docs/errors.md")
@@ -161,7 +162,7 @@ func codeExprs(n ast.Node) []ast.Expr {
 			}
 		}
 	case *ast.CallExpr:
-		if typeName(n.Fun) == "Invalid" && len(n.Args) >= 2 {
+		if name := typeName(n.Fun); (name == "Invalid" || name == "Conflict") && len(n.Args) >= 2 {
 			out = append(out, n.Args[1])
 		}
 	}
