@@ -85,11 +85,14 @@ type socket struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// busy: a response.create has been accepted and its turn has not yet sent its terminal event
-	// (or error). The reader sets it, so a second create is refused rather than queued.
-	busy  atomic.Bool
-	msgs  chan socketMessage // the accepted create (at most one: busy)
-	sink  *socketSink
-	cache socketCache // used only by the loop's goroutine
+	// (or error). The reader sets it, so a second create is refused rather than queued. endTurn
+	// clears it once per turn (turnOpen), so a create accepted just after a terminal event is not
+	// freed by the end of the turn before it.
+	busy     atomic.Bool
+	turnOpen atomic.Bool
+	msgs     chan socketMessage // the accepted create (at most one: busy)
+	sink     *socketSink
+	cache    socketCache // used only by the loop's goroutine
 }
 
 type socketMessage struct {
@@ -142,13 +145,21 @@ func (k *socket) loop() {
 				return
 			}
 		case m := <-k.msgs:
-			if err := k.turn(m); err != nil && k.ctx.Err() == nil {
-				k.busy.Store(false)
+			k.turnOpen.Store(true)
+			err := k.turn(m)
+			k.endTurn() // before the error event: the client may answer it with a new create
+			if err != nil && k.ctx.Err() == nil {
 				_ = k.sendError(err)
 			}
-			k.busy.Store(false)
 			idle.Reset(s.cfg.WSIdleTimeout)
 		}
+	}
+}
+
+// endTurn ends the running turn, once: the next response.create is accepted.
+func (k *socket) endTurn() {
+	if k.turnOpen.CompareAndSwap(true, false) {
+		k.busy.Store(false)
 	}
 }
 
@@ -270,7 +281,7 @@ func (w *socketSink) write(frames []byte) error {
 		// The turn is over once the client has its terminal event, which may lead it to send the
 		// next response.create at once: that create must not be refused as concurrent.
 		frames = frames[:len(frames)-len(doneFrame)]
-		w.k.busy.Store(false)
+		w.k.endTurn()
 	}
 	for len(frames) > 0 {
 		frame, rest, _ := bytes.Cut(frames, []byte("\n\n"))

@@ -78,3 +78,22 @@ func TestDecodeSocketCreateRefusesHTTPOnlyMembers(t *testing.T) {
 		t.Fatalf("a plain create: %+v %v", req, err)
 	}
 }
+
+// The terminal event frees the connection for the next create (the sink's endTurn); the end of
+// that turn's code, which runs after, must not free a create accepted in between.
+func TestSocketTurnEndFreesTheConnectionOnce(t *testing.T) {
+	var k socket
+	k.busy.Store(true) // the reader accepted a create
+	k.turnOpen.Store(true)
+	k.endTurn() // the sink wrote the terminal event
+	if k.busy.Load() {
+		t.Fatal("the terminal event did not free the connection")
+	}
+	if !k.busy.CompareAndSwap(false, true) { // the reader accepts the next create
+		t.Fatal("the next create was refused")
+	}
+	k.endTurn() // the first turn's code returns
+	if !k.busy.Load() {
+		t.Fatal("the end of the previous turn freed the connection during the next")
+	}
+}
