@@ -80,6 +80,18 @@ type Config struct {
 	MaxOutputItems     int
 	MaxOutputItemBytes int
 	MaxOutputBytes     int
+	// ChatReplayIdle is how long a chat replay record may go unused before the sweeper purges it
+	// (default 30 days; docs/chat-completions.md).
+	ChatReplayIdle time.Duration
+	// ChatReplayMaxRecords bounds the replay records kept per tenant and scope, the most
+	// recently used (default 1024).
+	ChatReplayMaxRecords int
+	// ChatReplayMaxRecordBytes bounds the items of one replay record (default 4 MiB); a larger
+	// turn is not captured (and blocks the older records at its position).
+	ChatReplayMaxRecordBytes int
+	// ChatReplayMaxBytes bounds the items replayed into one request (default 16 MiB); replay
+	// stops where it would pass it.
+	ChatReplayMaxBytes int
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -109,6 +121,10 @@ func (c *Config) defaults() {
 	setDefault(&c.BodyReadTimeout, 30*time.Second)
 	setDefault(&c.MaxBodyBytesInFlight, 4*c.MaxBodyBytes)
 	setDefault(&c.MaxJSONDepth, 64)
+	setDefault(&c.ChatReplayIdle, 30*24*time.Hour)
+	setDefault(&c.ChatReplayMaxRecords, 1024)
+	setDefault(&c.ChatReplayMaxRecordBytes, 4<<20)
+	setDefault(&c.ChatReplayMaxBytes, 16<<20)
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
@@ -225,6 +241,7 @@ func (s *Server) Sweep(ctx context.Context) {
 	if s.cfg.Retention > 0 {
 		s.purge(ctx)
 	}
+	s.purgeReplay(ctx)
 }
 
 // purge applies the retention period, in batches so one pass never holds the store for long.
