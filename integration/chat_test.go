@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -17,6 +18,7 @@ import (
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/postgres"
 	"github.com/respgate/respgate/store/sqlite"
+	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
 // The Chat Completions front door (docs/chat-completions.md): openai-go's chat client drives a
@@ -320,4 +322,72 @@ func TestChatStepFourUpstreamInput(t *testing.T) {
 	if n, m := len(upstreamReasoning(t, g, 3)), len(upstreamReasoning(t, g, 4)); n != 3 || m != 0 {
 		t.Fatalf("reasoning items: %d with replay (want 3), %d without (want 0)", n, m)
 	}
+}
+
+// countingSaves is a store that counts finished replay saves.
+type countingSaves struct {
+	store.Store
+	saves atomic.Int32
+}
+
+func (c *countingSaves) ReplayRecordSave(ctx context.Context, p *store.ReplayRecordSaveParams) error {
+	err := c.Store.ReplayRecordSave(ctx, p)
+	c.saves.Add(1)
+	return err
+}
+
+func TestChatCaptureIsStoredBeforeTheTerminalChunk(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		base := newStore(t)
+		if base == nil {
+			st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "respgate.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			base = st
+		}
+		st := &countingSaves{Store: base}
+		g := respgatetest.New(t, respgatetest.Options{Store: st})
+		c := chatClient(g, "key-a")
+		s := c.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{Model: parser, Tools: chatTools,
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("call lookup")}})
+		finished := false
+		for s.Next() {
+			ch := s.Current()
+			if len(ch.Choices) > 0 && ch.Choices[0].FinishReason != "" {
+				finished = true
+				if n := st.saves.Load(); n != 1 {
+					t.Fatalf("the finish chunk arrived after %d replay saves, want 1", n)
+				}
+			}
+		}
+		if err := s.Err(); err != nil || !finished {
+			t.Fatalf("stream: %v, finished %v", err, finished)
+		}
+	})
+}
+
+func TestChatFailedTurnBlocksTheOlderRecordsAtItsPosition(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := respgatetest.New(t, respgatetest.Options{Store: newStore(t)})
+		// The same store behind a gateway whose model cuts every stream: same tenants, same scope.
+		broken := respgatetest.New(t, respgatetest.Options{Store: g.Store, Sim: vllmsim.Options{Fault: "cut_after=4"}})
+		cs := &chatSession{t: t, g: g, client: chatClient(g, "key-a"), model: parser, tools: chatTools}
+		cs.step(openai.UserMessage("call lookup"))
+
+		// The client regenerates the first answer; the stream breaks: an error, not an answer.
+		c := chatClient(broken, "key-a")
+		s := c.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{Model: parser, Tools: chatTools, Messages: cs.msgs[:1]})
+		for s.Next() {
+		}
+		if s.Err() == nil {
+			t.Fatal("a cut stream ended without an error")
+		}
+		// The first answer's record is ambiguous now: the history that shows it gets no replay.
+		cs.call()
+		if got := upstreamReasoning(t, g, len(g.UpstreamRequests())-1); len(got) != 0 {
+			t.Fatalf("a record older than a failed turn at its position was replayed (%d reasoning items)", len(got))
+		}
+	})
 }

@@ -195,23 +195,12 @@ func (ct *chatTurn) respond(c echo.Context, r *accumulator.Result) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
 }
 
-// purgeReplay deletes the chat replay records unused for ChatReplayIdle, in batches.
+// purgeReplay deletes the chat replay records unused for ChatReplayIdle (with the sweep).
 func (s *Server) purgeReplay(ctx context.Context) {
-	const batch = 500
-	before, total := time.Now().Add(-s.cfg.ChatReplayIdle), 0
-	for ctx.Err() == nil {
-		n, err := s.store.ReplayPurge(ctx, &store.ReplayPurgeParams{Before: before, Limit: batch})
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				s.log.Error("purge chat replay records", "error", err)
-			}
-			break
-		}
-		total += n
-		if n < batch {
-			break
-		}
-	}
+	before := time.Now().Add(-s.cfg.ChatReplayIdle)
+	total := s.purgeBatches(ctx, "purge chat replay records", func(limit int) (int, error) {
+		return s.store.ReplayPurge(ctx, &store.ReplayPurgeParams{Before: before, Limit: limit})
+	})
 	if total > 0 {
 		s.log.Info("purged idle chat replay records", "count", total)
 	}

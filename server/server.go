@@ -247,13 +247,25 @@ func (s *Server) Sweep(ctx context.Context) {
 // purge applies the retention period, in batches so one pass never holds the store for long.
 // Several replicas may purge at once: deleting an already deleted response is not an error.
 func (s *Server) purge(ctx context.Context) {
+	before := time.Now().Add(-s.cfg.Retention)
+	total := s.purgeBatches(ctx, "apply retention", func(limit int) (int, error) {
+		return s.store.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: before, Limit: limit})
+	})
+	if total > 0 {
+		s.log.Info("retention deleted old responses", "count", total, "retention", s.cfg.Retention.String())
+	}
+}
+
+// purgeBatches calls del with a batch size until a batch deletes fewer, ctx ends or del fails
+// (logged as what), and returns how many were deleted.
+func (s *Server) purgeBatches(ctx context.Context, what string, del func(limit int) (int, error)) int {
 	const batch = 500
-	before, total := time.Now().Add(-s.cfg.Retention), 0
+	total := 0
 	for ctx.Err() == nil {
-		n, err := s.store.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: before, Limit: batch})
+		n, err := del(batch)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
-				s.log.Error("apply retention", "error", err)
+				s.log.Error(what, "error", err)
 			}
 			break
 		}
@@ -262,9 +274,7 @@ func (s *Server) purge(ctx context.Context) {
 			break
 		}
 	}
-	if total > 0 {
-		s.log.Info("retention deleted old responses", "count", total, "retention", s.cfg.Retention.String())
-	}
+	return total
 }
 
 // ActiveStreams is the number of streaming responses in flight.
