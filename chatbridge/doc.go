@@ -1,5 +1,5 @@
 // Package chatbridge is the pure half of respgate's Chat Completions front door (docs/chat-completions.md,
-// DESIGN §9 "chatfront"): it translates a Chat Completions request into the Responses request
+// docs/design.md §9, named chatfront there): it translates a Chat Completions request into the Responses request
 // vLLM gets and the Responses result back into a chat completion (whole or as chunks), and it
 // decides when a visible assistant message may be replaced by the complete output items respgate
 // captured when it produced that message (reasoning included).

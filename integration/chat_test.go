@@ -322,6 +322,13 @@ func TestChatStepFourUpstreamInput(t *testing.T) {
 	if n, m := len(upstreamReasoning(t, g, 3)), len(upstreamReasoning(t, g, 4)); n != 3 || m != 0 {
 		t.Fatalf("reasoning items: %d with replay (want 3), %d without (want 0)", n, m)
 	}
+	// 0+1+2+3 hits over the loop; the other tenant's 3 assistant messages are misses.
+	_, metrics, _ := rawDo(t, "GET", strings.TrimSuffix(g.URL, "/v1")+"/metrics", "", "Authorization", "Bearer key-a")
+	for _, want := range []string{"respgate_chat_replay_hits_total 6", "respgate_chat_replay_misses_total 3", "respgate_chat_replay_conflicts_total 0"} {
+		if !strings.Contains(string(metrics), want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }
 
 // countingSaves is a store that counts finished replay saves.
