@@ -2,6 +2,8 @@ package chatbridge
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -92,26 +94,14 @@ func TestPlanReplacesEveryCapturedAssistantMessageInOrder(t *testing.T) {
 			reasoning = append(reasoning, it["id"].(string))
 		}
 	}
-	if want := []string{"rs_a", "rs_b", "rs_c", "rs_d"}; !equal(reasoning, want) {
+	if want := []string{"rs_a", "rs_b", "rs_c", "rs_d"}; !slices.Equal(reasoning, want) {
 		t.Fatalf("reasoning in the upstream input %v, want %v", reasoning, want)
 	}
 }
 
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func mustDecode(t testing.TB, hist []string) *Request {
 	t.Helper()
-	raw, _ := json.Marshal(map[string]any{"model": "m", "messages": json.RawMessage("[" + join(hist) + "]")})
+	raw, _ := json.Marshal(map[string]any{"model": "m", "messages": json.RawMessage("[" + strings.Join(hist, ",") + "]")})
 	var members map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &members)
 	r, err := Decode(members)
@@ -119,93 +109,4 @@ func mustDecode(t testing.TB, hist []string) *Request {
 		t.Fatal(err)
 	}
 	return r
-}
-
-func join(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ","
-		}
-		out += x
-	}
-	return out
-}
-
-func TestPlanLeavesMismatchesAsSent(t *testing.T) {
-	records, hist := session(t, 3)
-	edit := func(k int, s string) []string {
-		h := append([]string(nil), hist...)
-		h[k] = s
-		return h
-	}
-	for _, c := range []struct {
-		name   string
-		hist   []string
-		scope  *Scope
-		hits   int
-		missAt int // the first message index not replaced
-	}{
-		{"an edited assistant message", edit(3, `{"role":"assistant","content":"Calling g.","tool_calls":[{"id":"call_b","type":"function","function":{"name":"f","arguments":"{\"q\":\"b\"}"}}]}`), testScope, 1, 3},
-		{"reordered tool calls", edit(1, `{"role":"assistant","content":"Calling f.","tool_calls":[{"id":"call_x","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"call_a","type":"function","function":{"name":"f","arguments":"{\"q\":\"a\"}"}}]}`), testScope, 0, 1},
-		{"a changed tool list", hist, &Scope{Tenant: "t1", Model: "m"}, 0, 1},
-		{"another tenant", hist, &Scope{Tenant: "t2", Model: "m", Tools: testScope.Tools}, 0, 1},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			m := msgs(t, c.hist...)
-			h, _ := Identify(c.scope, m, Limits{})
-			p := h.Plan(m, records, 0)
-			if p.Hits != c.hits {
-				t.Fatalf("%d hits, want %d", p.Hits, c.hits)
-			}
-			if _, ok := p.Replace[c.missAt]; ok {
-				t.Fatalf("message %d was replaced", c.missAt)
-			}
-		})
-	}
-}
-
-func TestPlanStopsWhereAncestryIsIncoherent(t *testing.T) {
-	records, hist := session(t, 3)
-	records[0].Blocked = true // turn a is a conflict now: b was produced after a replayed a
-	m := msgs(t, hist...)
-	h, _ := Identify(testScope, m, Limits{})
-	p := h.Plan(m, records, 0)
-	if p.Hits != 0 || p.Conflicts != 1 || p.Misses != 2 {
-		t.Fatalf("plan %+v: want 0 hits, 1 conflict and the rest stopped", p)
-	}
-}
-
-func TestPlanRefusesRecordsThatDoNotPredictTheirEnvelope(t *testing.T) {
-	records, hist := session(t, 1)
-	records[0].Items = turnItems(t, "z") // corrupt: the items say something else
-	m := msgs(t, hist...)
-	h, _ := Identify(testScope, m, Limits{})
-	if p := h.Plan(m, records, 0); p.Hits != 0 {
-		t.Fatalf("a record whose items predict another envelope was replayed: %+v", p)
-	}
-}
-
-func TestPlanStopsAtTheByteBudget(t *testing.T) {
-	records, hist := session(t, 3)
-	m := msgs(t, hist...)
-	h, _ := Identify(testScope, m, Limits{})
-	p := h.Plan(m, records, records[0].Bytes()+records[1].Bytes())
-	if p.Hits != 2 || p.Misses != 1 {
-		t.Fatalf("plan %+v: want 2 hits within the budget", p)
-	}
-}
-
-func TestCapturePredictsTheEnvelopeTheClientSendsBack(t *testing.T) {
-	h, _ := Identify(testScope, msgs(t, user), Limits{})
-	rec, ok := h.Capture(turnItems(t, "a"), "")
-	if !ok {
-		t.Fatal("capture refused")
-	}
-	if got := last(t, testScope, user, echo("a")); got != rec.End {
-		t.Fatal("the client's echo does not reach the captured End digest")
-	}
-	if rec.Start != h.Position() || rec.Payload != PayloadOf(rec.Items) {
-		t.Fatal("Start or Payload wrong")
-	}
 }
