@@ -38,7 +38,7 @@ unit: ## tests without the race detector (faster local loop)
 integration: ## the end-to-end tests alone
 	$(GO) test -race -count=1 -timeout 10m $(GO_TEST_ARGS) ./integration/...
 
-FUZZ_TARGETS := ./upstream:FuzzDecode ./accumulator:FuzzAccumulate ./rehydrate:FuzzBuild ./internal/jsonscan:FuzzScan ./server:FuzzWritersEmitValidJSON
+FUZZ_TARGETS := ./upstream:FuzzDecode ./accumulator:FuzzAccumulate ./rehydrate:FuzzBuild ./internal/jsonscan:FuzzScan ./server:FuzzWritersEmitValidJSON ./chatbridge:FuzzTranslate
 
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \

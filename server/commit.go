@@ -33,6 +33,9 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 		t.rec.CompletedAt = unixPtr(time.Now())
 	}
 	s.applyResult(t, r)
+	if t.chat != nil {
+		t.chat.finished(ctx, r) // commits the replay capture before the terminal frame
+	}
 	if !t.req.Store {
 		return nil
 	}

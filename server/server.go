@@ -103,6 +103,18 @@ type Config struct {
 	// WSCacheBytes bounds the item JSON a WebSocket connection keeps of its store:false responses
 	// for continuation (default 64 MiB).
 	WSCacheBytes int64
+	// ChatReplayIdle is how long a chat replay record may go unused before the sweeper purges it
+	// (default 30 days; docs/chat-completions.md).
+	ChatReplayIdle time.Duration
+	// ChatReplayMaxRecords bounds the replay records kept per tenant and scope, the most
+	// recently used (default 1024).
+	ChatReplayMaxRecords int
+	// ChatReplayMaxRecordBytes bounds the items of one replay record (default 4 MiB); a larger
+	// turn is not captured (and blocks the older records at its position).
+	ChatReplayMaxRecordBytes int
+	// ChatReplayMaxBytes bounds the items replayed into one request (default 16 MiB); replay
+	// stops where it would pass it.
+	ChatReplayMaxBytes int
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -135,6 +147,10 @@ func (c *Config) defaults() {
 	setDefault(&c.WSMaxMessageBytes, c.MaxBodyBytes)
 	setDefault(&c.WSIdleTimeout, 10*time.Minute)
 	setDefault(&c.WSCacheBytes, 64<<20)
+	setDefault(&c.ChatReplayIdle, 30*24*time.Hour)
+	setDefault(&c.ChatReplayMaxRecords, 1024)
+	setDefault(&c.ChatReplayMaxRecordBytes, 4<<20)
+	setDefault(&c.ChatReplayMaxBytes, 16<<20)
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
@@ -279,18 +295,31 @@ func (s *Server) Sweep(ctx context.Context) {
 	if s.cfg.Retention > 0 {
 		s.purge(ctx)
 	}
+	s.purgeReplay(ctx)
 }
 
 // purge applies the retention period, in batches so one pass never holds the store for long.
 // Several replicas may purge at once: deleting an already deleted response is not an error.
 func (s *Server) purge(ctx context.Context) {
+	before := time.Now().Add(-s.cfg.Retention)
+	total := s.purgeBatches(ctx, "apply retention", func(limit int) (int, error) {
+		return s.store.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: before, Limit: limit})
+	})
+	if total > 0 {
+		s.log.Info("retention deleted old responses", "count", total, "retention", s.cfg.Retention.String())
+	}
+}
+
+// purgeBatches calls del with a batch size until a batch deletes fewer, ctx ends or del fails
+// (logged as what), and returns how many were deleted.
+func (s *Server) purgeBatches(ctx context.Context, what string, del func(limit int) (int, error)) int {
 	const batch = 500
-	before, total := time.Now().Add(-s.cfg.Retention), 0
+	total := 0
 	for ctx.Err() == nil {
-		n, err := s.store.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: before, Limit: batch})
+		n, err := del(batch)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
-				s.log.Error("apply retention", "error", err)
+				s.log.Error(what, "error", err)
 			}
 			break
 		}
@@ -299,9 +328,7 @@ func (s *Server) purge(ctx context.Context) {
 			break
 		}
 	}
-	if total > 0 {
-		s.log.Info("retention deleted old responses", "count", total, "retention", s.cfg.Retention.String())
-	}
+	return total
 }
 
 // ActiveStreams is the number of streaming responses in flight.

@@ -79,6 +79,12 @@ func (w *sseWriter) idleSince() time.Time {
 	return w.last
 }
 
+// frameWriter takes a turn's client frames: the SSE writer itself, or a client face that
+// writes its own frames in their place (a chat turn's chunks, server/chat.go).
+type frameWriter interface {
+	write(b []byte) error
+}
+
 var errClientGone = errors.New("server: client went away")
 
 // streamTurn serves stream:true (and every WebSocket turn): reqCtx ends when the client goes away,
@@ -107,10 +113,14 @@ func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSi
 	defer func() { close(watchDone); <-watchExited }()
 	go func() { defer close(watchExited); s.watchStream(ctx, cancel, w, watchDone) }()
 
+	var out frameWriter = w
+	if t.chat != nil {
+		out = t.chat.sink(w)
+	}
 	acc := accumulator.New(s.accOptions(t))
-	cause := s.relay(ctx, w, acc, up, span)
+	cause := s.relay(ctx, out, acc, up, span)
 	_ = up.Close() // nothing more is read: a client that left stops the model at once
-	return s.endStream(ctx, t, w, acc, cause)
+	return s.endStream(ctx, t, out, acc, cause)
 }
 
 // connect writes the in-progress record (with the input) concurrently with the upstream connect,
@@ -146,7 +156,7 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, 
 
 // relay feeds upstream events through the accumulator and writes the client events, one write
 // per upstream event, until the upstream's terminal event, its end, or a failure (the cause).
-func (s *Server) relay(ctx context.Context, w eventSink, acc *accumulator.Accumulator, up *upstream.Stream, span trace.Span) error {
+func (s *Server) relay(ctx context.Context, w frameWriter, acc *accumulator.Accumulator, up *upstream.Stream, span trace.Span) error {
 	start := time.Now()
 	buf := acc.Start(make([]byte, 0, 4096))
 	if err := w.write(buf); err != nil {
@@ -186,7 +196,7 @@ func (s *Server) relay(ctx context.Context, w eventSink, acc *accumulator.Accumu
 
 // endStream closes the accumulator with the relay's cause, commits, and only then writes the
 // terminal event and [DONE] (docs/design.md §1 invariant 2).
-func (s *Server) endStream(ctx context.Context, t *turn, w eventSink, acc *accumulator.Accumulator, cause error) error {
+func (s *Server) endStream(ctx context.Context, t *turn, w frameWriter, acc *accumulator.Accumulator, cause error) error {
 	reqCtx := context.WithoutCancel(ctx)
 	// ctx ends when the client goes away (its request, or a failed keepalive write) or when
 	// shutdown passes its deadline (cause errShutdown).

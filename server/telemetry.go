@@ -45,6 +45,10 @@ type telemetry struct {
 	storeLatency    metric.Float64Histogram
 	sweeps          metric.Int64Counter
 	droppedTools    metric.Int64Counter
+	replayHits      metric.Int64Counter
+	replayMisses    metric.Int64Counter
+	replayConflicts metric.Int64Counter
+	replayBytes     metric.Int64Counter
 }
 
 func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
@@ -80,6 +84,10 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 		{&t.idConflicts, "respgate.rehydrate.id_conflicts", "requests rejected for one id with two contents"},
 		{&t.sweeps, "respgate.sweeper.failed_responses", "in-progress responses failed by the lease sweeper"},
 		{&t.droppedTools, "respgate.tools.dropped", "request tools vLLM cannot serve, dropped, by type"},
+		{&t.replayHits, "respgate.chat.replay.hits", "chat assistant messages replaced by their captured items"},
+		{&t.replayMisses, "respgate.chat.replay.misses", "chat assistant messages sent as is: no record, a mismatch, or replay stopped"},
+		{&t.replayConflicts, "respgate.chat.replay.conflicts", "chat assistant messages sent as is because their identity is blocked"},
+		{&t.replayBytes, "respgate.chat.replay.bytes", "bytes of captured items replayed into chat requests"},
 	}); err != nil {
 		return nil, err
 	}

@@ -43,29 +43,41 @@ type turn struct {
 	// toolNames maps the flat names of namespaced function tools back to the client's
 	// (rehydrate.Result.ToolNames), for the accumulator.
 	toolNames map[string]wire.ToolName
+	// chat, when set, is a Chat Completions turn (server/chat.go): the client sees chat chunks
+	// or a chat completion, and the result is captured for replay before the terminal frame.
+	chat *chatTurn
 }
 
 // createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
 // rehydrate (which may reject), mark in progress concurrently with the upstream connect, relay,
 // commit, and only then send the terminal event.
 func (s *Server) createResponse(c echo.Context) error {
+	return s.serveTurn(c, func(c echo.Context) (*turn, error) {
+		req, err := s.readCreate(c)
+		if err != nil {
+			return nil, err
+		}
+		return s.prepareTurn(c.Request().Context(), tenant(c), req, nil)
+	})
+}
+
+// serveTurn admits a turn, prepares it (prepare reads and validates the request; it writes
+// nothing) and runs it streamed or not: the one lifecycle of POST /v1/responses and POST
+// /v1/chat/completions (server/chat.go).
+func (s *Server) serveTurn(c echo.Context, prepare func(echo.Context) (*turn, error)) error {
 	if !s.admit() {
 		return errShuttingDown
 	}
 	defer s.inflight.Done()
 
-	req, err := s.readCreate(c)
-	if err != nil {
-		return err
-	}
-	t, err := s.prepareTurn(c.Request().Context(), tenant(c), req, nil)
+	t, err := prepare(c)
 	if err != nil {
 		return err
 	}
 	if len(t.droppedTools) > 0 {
 		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(t.droppedTools, ","))
 	}
-	if req.Stream {
+	if t.req.Stream {
 		release, err := s.holdStream(t)
 		if err != nil {
 			return err
@@ -283,8 +295,11 @@ func (s *Server) begin(ctx context.Context, t *turn) <-chan error {
 
 func (s *Server) accOptions(t *turn) accumulator.Options {
 	var observe func(int64, wire.EventType, []byte)
-	if t.events != nil {
+	switch {
+	case t.events != nil:
 		observe = t.events.observe
+	case t.chat != nil:
+		observe = t.chat.observe
 	}
 	return accumulator.Options{
 		ResponseID:    t.rec.ID,
@@ -357,6 +372,9 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	}
 	if err := s.finish(ctx, t, r); err != nil {
 		return &wire.APIError{Status: 500, Type: wire.ErrServer, Code: "server_error", Message: r.Error.Message}
+	}
+	if t.chat != nil {
+		return t.chat.respond(c, r)
 	}
 	out := renderResponse(make([]byte, 0, 1024), &t.rec, t.view.items(r.Output))
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)

@@ -33,6 +33,8 @@ type Queries struct {
 	ConversationItemGet     string // (tenant, conversation, item id) → one item row
 	ConversationTurnExtend  string // (tenant, conversation, response, expires_at)
 	ConversationTurnRelease string // (tenant, conversation, response)
+
+	Replay ReplayQueries
 }
 
 // Base implements the store.Store methods whose logic is the same in every backend, over the

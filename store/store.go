@@ -204,6 +204,17 @@ type Store interface {
 	ConversationTurnExtend(ctx context.Context, p *ConversationTurnAcquireParams) error
 	// ConversationTurnRelease drops the lease if ResponseID holds it (no error otherwise).
 	ConversationTurnRelease(ctx context.Context, p *ConversationTurnReleaseParams) error
+
+	// ReplayRecordList returns the tenant's replay records of Scope whose End is one of Ends,
+	// blocked ones included, in ONE round trip (docs/chat-completions.md).
+	ReplayRecordList(ctx context.Context, p *ReplayRecordListParams) ([]ReplayRecord, error)
+	// ReplayRecordSave records what one chat turn learned, in ONE transaction: the records to
+	// block at a start digest, the new record (a different payload for an existing End blocks
+	// that End instead), the use time of the records replayed, and the per-scope bound.
+	ReplayRecordSave(ctx context.Context, p *ReplayRecordSaveParams) error
+	// ReplayPurge deletes up to Limit replay records of every tenant unused since Before, oldest
+	// first, and returns how many (retention).
+	ReplayPurge(ctx context.Context, p *ReplayPurgeParams) (int, error)
 }
 
 // Names of the server secrets (SecretGetOrCreate). Every replica on one database reads the same

@@ -28,6 +28,8 @@ var queries = store.Queries{
 	ConversationItemGet:     conversationItemGetSQL,
 	ConversationTurnExtend:  turnExtendSQL,
 	ConversationTurnRelease: turnReleaseSQL,
+
+	Replay: replayQueries,
 }
 
 // Secrets and counts.
