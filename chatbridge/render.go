@@ -7,8 +7,8 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// Exposure says how reasoning reaches a chat client. The gateway's reasoning exposure policy
-// (raw/hidden) is the seam: until it exists the server passes ExposeRaw.
+// Exposure says how reasoning reaches a chat client: the gateway's reasoning exposure policy
+// (--reasoning-exposure raw|hidden, docs/reasoning.md).
 type Exposure uint8
 
 const (

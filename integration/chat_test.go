@@ -15,6 +15,7 @@ import (
 
 	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/postgres"
 	"github.com/respgate/respgate/store/sqlite"
@@ -193,6 +194,31 @@ func quote40(s string) string {
 		r = r[:40]
 	}
 	return string(r)
+}
+
+// TestChatHiddenReasoningIsReplayedButNeverShown runs the tool loop with --reasoning-exposure
+// hidden: no chat answer, streamed or not, carries the model's reasoning, yet every upstream
+// request after the first still carries the earlier reasoning items.
+func TestChatHiddenReasoningIsReplayedButNeverShown(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "chat.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			g := respgatetest.New(t, respgatetest.Options{Store: st, Server: server.Config{ReasoningExposure: server.ExposureHidden}})
+			cs := &chatSession{t: t, g: g, client: chatClient(g, "key-a"), model: harmony, stream: stream, tools: chatTools}
+			for i, turn := range chatToolLoop(cs) {
+				if turn.reasoning != "" || strings.Contains(turn.msg.RawJSON(), canary) {
+					t.Fatalf("turn %d shows reasoning: %q %s", i+1, turn.reasoning, turn.msg.RawJSON())
+				}
+			}
+			if got := upstreamReasoning(t, g, 3); len(got) != 3 || !strings.Contains(got[0], canary) {
+				t.Fatalf("step 4's upstream request carries reasoning %q, want the 3 earlier items", got)
+			}
+		})
+	}
 }
 
 func TestChatReplayNeedsTheExactVisibleHistory(t *testing.T) {

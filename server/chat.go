@@ -55,7 +55,9 @@ func (s *Server) prepareChat(c echo.Context) (*turn, error) {
 	}
 	ct := &chatTurn{s: s, tenant: tenant(c), plan: &chatbridge.Plan{}}
 	ct.chunks.IncludeUsage = req.IncludeUsage
-	ct.chunks.Exposure = chatbridge.ExposeRaw // the seam for the reasoning exposure policy (raw/hidden)
+	if s.cfg.ReasoningExposure == ExposureHidden {
+		ct.chunks.Exposure = chatbridge.ExposeHidden // captured and replayed, never shown
+	}
 	ct.planReplay(c.Request().Context(), req)
 	tr, err := req.ToResponses(ct.plan.Replace)
 	if err != nil {
