@@ -27,6 +27,7 @@ var relayedCodes = map[string]string{
 	"upstream.httpAPIError":     "relays vLLM's word code and OpenAI client type (the mapping's 'other 4xx' row)",
 	"server.failureObject":      "the code of an envelope checked where that envelope is built",
 	"server.errorJSON":          "renders a stored error object whose code is checked where it is built",
+	"server.respond":            "answers a failed chat turn with its error object, whose code is checked where it is built",
 	"accumulator.upstreamError": "relays the upstream's own code of a failed response (the 'failed' rows)",
 }
 
