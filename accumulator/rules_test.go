@@ -920,6 +920,26 @@ func TestTerminalReportsTheResultItIsGiven(t *testing.T) {
 	})
 }
 
+// An item first seen without an output_index (a done event that names it only by id) holds no
+// output_index, so a later item at any index is a new item, not that one.
+func TestAnItemSeenOnlyByIDHoldsNoOutputIndex(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventItemDone), "item", obj{"id": "x", "type": "message", "role": "assistant", "status": "completed",
+			"content": []obj{{"type": "output_text", "text": "first", "annotations": []any{}}}}),
+		msgAdded(1, "y"), textPart(1, 0, "y"), textDelta(1, 0, "second"),
+		itemDone(1, obj{"id": "y", "type": "message", "role": "assistant"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	var texts []string
+	for i := range res.Output {
+		texts = append(texts, mustJSON(itemJSON(t, res, i)["content"]))
+	}
+	if len(texts) != 2 || !strings.Contains(texts[0], `"first"`) || !strings.Contains(texts[1], `"second"`) {
+		t.Errorf("output contents %q, want the item seen by id, then the one at output_index 1", texts)
+	}
+}
+
 func TestHugeLimitsDoNotOverflow(t *testing.T) {
 	a := New(Options{MaxItemBytes: 1 << 62})
 	if a.opts.MaxTotalBytes < a.opts.MaxItemBytes {
