@@ -940,6 +940,21 @@ func TestAnItemSeenOnlyByIDHoldsNoOutputIndex(t *testing.T) {
 	}
 }
 
+// Events without an output_index find their item by its upstream id.
+func TestEventsWithoutAnOutputIndexFindTheirItemByID(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventItemAdded), "item", obj{"id": "x", "type": "message", "role": "assistant", "content": []any{}, "status": "in_progress"}),
+		ev(string(wire.EventPartAdded), "content_index", 0, "item_id", "x", "part", obj{"type": "output_text", "text": "", "annotations": []any{}}),
+		ev(string(wire.EventTextDelta), "content_index", 0, "item_id", "x", "delta", "by id", "logprobs", []any{}),
+		ev(string(wire.EventItemDone), "item_id", "x", "item", obj{"id": "x", "type": "message", "role": "assistant"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 1 || !strings.Contains(string(res.Output[0].JSON), `"text":"by id"`) {
+		t.Errorf("output has %d items, want one with the text streamed by id", len(res.Output))
+	}
+}
+
 func TestHugeLimitsDoNotOverflow(t *testing.T) {
 	a := New(Options{MaxItemBytes: 1 << 62})
 	if a.opts.MaxTotalBytes < a.opts.MaxItemBytes {

@@ -173,3 +173,12 @@ func TestUpperFirstCapitalisesOnlyALeadingLowercaseLetter(t *testing.T) {
 		}
 	}
 }
+
+// scanItem refuses input that is not one JSON object, also when it is empty or only whitespace.
+func TestScanItemRefusesEmptyInput(t *testing.T) {
+	for _, in := range []string{"", "  ", "[]"} {
+		if _, _, err := scanItem([]byte(in), nil); err == nil {
+			t.Errorf("scanItem(%q) accepted it", in)
+		}
+	}
+}
