@@ -93,19 +93,21 @@ vulncheck: ## known vulnerabilities in the code's call graph (govulncheck; needs
 # that package's tests against it; a change no test notices (LIVED) is a rule nothing checks. Each
 # mutant rebuilds the package's tests, so it is slow (tens of minutes per package on two busy
 # cores) and not part of `make test`. Logs and JSON results go to bin/mutate/. A mutant's tests
-# may take MUTATE_TIMEOUT times as long as the package's coverage run before it counts as timed
-# out. Do not pass --test-cpu in MUTATE_ARGS: gremlins v0.6.0 hands "-cpu N" to go test as one
-# argument, which fails every run and counts every mutant as killed.
+# may take MUTATE_TIMEOUT times as long as the package's coverage run (whose build is cached,
+# while each mutant's is not: hence the large factor) before it counts as timed out.
+# GOFLAGS=-count=1 keeps that coverage run from being a cached result, which would make the
+# timeout a fraction of a real run. Do not pass --test-cpu in MUTATE_ARGS: gremlins v0.6.0 hands
+# "-cpu N" to go test as one argument, which fails every run and counts every mutant as killed.
 MUTATE_PKGS    ?= accumulator rehydrate store server
 MUTATE_WORKERS ?= 1
-MUTATE_TIMEOUT ?= 20
+MUTATE_TIMEOUT ?= 50
 MUTATE_ARGS    ?=
 
 mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and server: score and survivors per package (slow; not in make test)
 	@mkdir -p bin/mutate
 	@set -e; for p in $(MUTATE_PKGS); do \
 	  echo "== mutating ./$$p (progress: tail -f bin/mutate/$$p.log)"; \
-	  $(GO) tool gremlins unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT) \
+	  GOFLAGS="$$GOFLAGS -count=1" $(GO) tool gremlins unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT) \
 	    -o bin/mutate/$$p.json $(MUTATE_ARGS) ./$$p > bin/mutate/$$p.log 2>&1 || { cat bin/mutate/$$p.log; exit 1; }; \
 	  grep -E '^ *(LIVED|TIMED OUT) ' bin/mutate/$$p.log | sed 's/^ */  /' || true; \
 	  grep -E '^(Killed|Timed out|Test efficacy):' bin/mutate/$$p.log | sed 's/^/  /'; \

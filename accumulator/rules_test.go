@@ -920,6 +920,41 @@ func TestTerminalReportsTheResultItIsGiven(t *testing.T) {
 	})
 }
 
+// An item first seen without an output_index (a done event that names it only by id) holds no
+// output_index, so a later item at any index is a new item, not that one.
+func TestAnItemSeenOnlyByIDHoldsNoOutputIndex(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventItemDone), "item", obj{"id": "x", "type": "message", "role": "assistant", "status": "completed",
+			"content": []obj{{"type": "output_text", "text": "first", "annotations": []any{}}}}),
+		msgAdded(1, "y"), textPart(1, 0, "y"), textDelta(1, 0, "second"),
+		itemDone(1, obj{"id": "y", "type": "message", "role": "assistant"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	var texts []string
+	for i := range res.Output {
+		texts = append(texts, mustJSON(itemJSON(t, res, i)["content"]))
+	}
+	if len(texts) != 2 || !strings.Contains(texts[0], `"first"`) || !strings.Contains(texts[1], `"second"`) {
+		t.Errorf("output contents %q, want the item seen by id, then the one at output_index 1", texts)
+	}
+}
+
+// Events without an output_index find their item by its upstream id.
+func TestEventsWithoutAnOutputIndexFindTheirItemByID(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventItemAdded), "item", obj{"id": "x", "type": "message", "role": "assistant", "content": []any{}, "status": "in_progress"}),
+		ev(string(wire.EventPartAdded), "content_index", 0, "item_id", "x", "part", obj{"type": "output_text", "text": "", "annotations": []any{}}),
+		ev(string(wire.EventTextDelta), "content_index", 0, "item_id", "x", "delta", "by id", "logprobs", []any{}),
+		ev(string(wire.EventItemDone), "item_id", "x", "item", obj{"id": "x", "type": "message", "role": "assistant"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 1 || !strings.Contains(string(res.Output[0].JSON), `"text":"by id"`) {
+		t.Errorf("output has %d items, want one with the text streamed by id", len(res.Output))
+	}
+}
+
 func TestHugeLimitsDoNotOverflow(t *testing.T) {
 	a := New(Options{MaxItemBytes: 1 << 62})
 	if a.opts.MaxTotalBytes < a.opts.MaxItemBytes {

@@ -161,3 +161,24 @@ func TestMapLookup(t *testing.T) {
 		t.Error("y found")
 	}
 }
+
+// upperFirst capitalises the item name an error message starts with ("input[0] is …" reads
+// "Input[0] is …"), and only a lowercase ASCII letter.
+func TestUpperFirstCapitalisesOnlyALeadingLowercaseLetter(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", "input[0]": "Input[0]", "a": "A", "z": "Z", "Items": "Items", "`x": "`x", "{x": "{x", "éa": "éa",
+	} {
+		if got := upperFirst(in); got != want {
+			t.Errorf("upperFirst(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// scanItem refuses input that is not one JSON object, also when it is empty or only whitespace.
+func TestScanItemRefusesEmptyInput(t *testing.T) {
+	for _, in := range []string{"", "  ", "[]"} {
+		if _, _, err := scanItem([]byte(in), nil); err == nil {
+			t.Errorf("scanItem(%q) accepted it", in)
+		}
+	}
+}
