@@ -324,11 +324,11 @@ func tail(g *gateway) string {
 	return s
 }
 
-func TestOpenAINode7(t *testing.T) { runNode(t, 6, "openai-node.mjs", "openai") }
+func TestOpenAINode7(t *testing.T) { runNode(t, 7, "openai-node.mjs", "openai") }
 
-func TestOpenAINode6(t *testing.T) { runNode(t, 6, "openai-node.mjs", "openai-v6") }
+func TestOpenAINode6(t *testing.T) { runNode(t, 7, "openai-node.mjs", "openai-v6") }
 
-func TestAgentsSDK(t *testing.T) { runNode(t, 4, "agents.mjs") }
+func TestAgentsSDK(t *testing.T) { runNode(t, 6, "agents.mjs") }
 
 func TestVercelAISDK(t *testing.T) { runNode(t, 2, "aisdk.mjs") }
 
