@@ -451,11 +451,10 @@ func TestOpenAIGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.Responses.New(ctx, goParams(fmt.Sprintf(`{"model":%q,"conversation":%q,"input":"remember: blue door"}`, model, conv.ID)))
-	if err != nil {
+	if _, err := c.Responses.New(ctx, goParams(fmt.Sprintf(`{"model":%q,"conversation":%q,"input":"remember: blue door"}`, model, conv.ID))); err != nil {
 		t.Fatal(err)
 	}
-	r, err = c.Responses.New(ctx, goParams(fmt.Sprintf(`{"model":%q,"conversation":{"id":%q},"input":"which door?"}`, model, conv.ID)))
+	r, err := c.Responses.New(ctx, goParams(fmt.Sprintf(`{"model":%q,"conversation":{"id":%q},"input":"which door?"}`, model, conv.ID)))
 	if err != nil || !strings.Contains(r.OutputText(), "blue door") {
 		t.Fatalf("conversation turn: %v %s", err, r.OutputText())
 	}
