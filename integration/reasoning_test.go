@@ -403,3 +403,50 @@ func TestRotatedKeysOpenOldBlobsUntilRetired(t *testing.T) {
 		t.Fatalf("retired key: %d %s", status, refused)
 	}
 }
+
+// TestStatelessReplayInFastAgentsEnvelopes continues a store:false turn the way the Fast-Agent
+// client of docs/reasoning.md ("Real clients") persists reasoning: its early minimal object (type,
+// encrypted_content, id), its SDK snapshot without status, and its current envelope (type, id,
+// summary, encrypted_content, non-empty content only when present). Each must replay the first
+// turn's reasoning to vLLM in plaintext.
+func TestStatelessReplayInFastAgentsEnvelopes(t *testing.T) {
+	g := newGateway(t, nil)
+	first := g.create(t, `{"model":"`+harmony+`","store":false,"include":["reasoning.encrypted_content"],"input":"question 1"}`)
+	var rs responses.ResponseReasoningItem
+	var snapshot map[string]any
+	for _, it := range first.Output {
+		if it.Type == "reasoning" {
+			rs = it.AsReasoning()
+			_ = json.Unmarshal([]byte(it.RawJSON()), &snapshot)
+		}
+	}
+	if rs.ID == "" || !strings.HasPrefix(rs.EncryptedContent, "rgr1.") {
+		t.Fatalf("first turn has no sealed reasoning item: %s", first.RawJSON())
+	}
+	delete(snapshot, "status")
+	envelopes := map[string]map[string]any{
+		"v0.10.4 minimal":       {"type": "reasoning", "encrypted_content": rs.EncryptedContent, "id": rs.ID},
+		"v0.10.6 snapshot":      snapshot,
+		"canonical":             {"type": "reasoning", "id": rs.ID, "summary": []any{}, "encrypted_content": rs.EncryptedContent},
+		"canonical, no summary": {"type": "reasoning", "id": rs.ID, "encrypted_content": rs.EncryptedContent},
+	}
+	for name, env := range envelopes {
+		t.Run(name, func(t *testing.T) {
+			in, _ := json.Marshal([]any{
+				map[string]any{"role": "user", "content": "question 1"},
+				env,
+				map[string]any{"role": "assistant", "content": first.OutputText()},
+				map[string]any{"role": "user", "content": "question 2"},
+			})
+			r := g.create(t, `{"model":"`+harmony+`","store":false,"include":["reasoning.encrypted_content"],"input":`+string(in)+`}`)
+			if !strings.Contains(r.OutputText(), "1 reasoning items") {
+				t.Fatalf("answer %q: the model did not see the replayed reasoning", r.OutputText())
+			}
+			reqs := g.UpstreamRequests()
+			got := reasoningTexts(t, reqs[len(reqs)-1])
+			if len(got) != 1 || got[0] != rs.ID+": "+rs.Content[0].Text {
+				t.Fatalf("vLLM received reasoning %q, want the first turn's", got)
+			}
+		})
+	}
+}

@@ -1,10 +1,12 @@
 // The OpenAI Agents SDK (@openai/agents) with a function tool, over the Responses API, in both of
 // its server-managed continuation modes: previousResponseId (it then sends only the new items,
-// e.g. just the function_call_output) and conversationId; streamed and not.
+// e.g. just the function_call_output) and conversationId; streamed and not. And stateless: store:false
+// with include reasoning.encrypted_content (modelSettings.store, and providerData.include, which the
+// SDK spreads over the request body), the SDK's own history (result.history) sent back each run.
 import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled, tool } from '@openai/agents';
 import OpenAI from 'openai';
 import { z } from 'zod';
-import { assert, apiKey, baseURL, main, model, report, version, withTimeout } from './lib.mjs';
+import { assert, apiKey, baseURL, main, model, report, seenReasoning, version, withTimeout } from './lib.mjs';
 
 setTracingDisabled(true); // no trace export to OpenAI
 setOpenAIAPI('responses');
@@ -23,6 +25,10 @@ const getWeather = tool({
   },
 });
 const agent = new Agent({ name: 'compat', instructions: 'Answer briefly.', model, tools: [getWeather] });
+const statelessAgent = new Agent({
+  name: 'compat-stateless', instructions: 'Answer briefly.', model,
+  modelSettings: { store: false, providerData: { include: ['reasoning.encrypted_content'] } },
+});
 
 // A run must end on its own: an empty response.completed output would make the SDK loop
 // (maxTurns bounds it, the timeout catches the rest).
@@ -61,6 +67,29 @@ await main(async () => {
       assert.ok(items.some((it) => it.type === 'function_call_output'), 'no function_call_output in the conversation');
       report({ client: client_, mode, tools: 'function', continuation: 'conversationId', scenario: `two runs on one conversation (${items.length} items)`, result: 'pass' });
     }
+
+    // Stateless: five runs, each given the previous run's result.history plus a new question.
+    // The SDK keeps each reasoning item's encrypted_content, and the rest of the item (its
+    // reasoning_text content too) as providerData, and sends all of it back: respgate opens the
+    // blob and checks it agrees with the content. In the streamed variant the client strips the
+    // content first and keeps only the blob, as a ZDR client persisting history would. Either
+    // way the model's answer counts the reasoning items it saw.
+    {
+      const keep = stream ? 'only encrypted_content' : 'encrypted_content + content, as the SDK replays';
+      let history = [];
+      const seen = [];
+      for (let turn = 1; turn <= 5; turn++) {
+        const input = [...history, { role: 'user', content: `question ${turn}` }];
+        const r = await withTimeout(`stateless run ${turn}`, 30_000, runOnce(statelessAgent, input, opts, stream));
+        seen.push(seenReasoning(String(r.finalOutput)));
+        assert.equal(seen.at(-1), turn - 1, `run ${turn}: ${r.finalOutput}`);
+        const kept = r.history.filter((it) => it.type === 'reasoning');
+        assert.equal(kept.length, turn, `run ${turn}: ${kept.length} reasoning items in result.history`);
+        for (const it of kept) assert.ok(String(it.providerData?.encrypted_content).startsWith('rgr1.'), `run ${turn}: ${JSON.stringify(it)}`);
+        history = stream ? r.history.map(blobOnly) : r.history;
+      }
+      report({ client: client_, mode, tools: 'none', continuation: 'result.history, store:false', scenario: `5 runs, include reasoning.encrypted_content, replaying ${keep}; reasoning items seen per run: ${seen.join(',')}`, result: 'pass' });
+    }
   }
 });
 
@@ -72,4 +101,10 @@ async function runOnce(agent, input, options, stream) {
   await result.completed;
   assert.equal(text, String(result.finalOutput), 'streamed text differs from finalOutput');
   return result;
+}
+
+// blobOnly strips a reasoning item of the SDK's history down to its id and encrypted_content.
+function blobOnly(item) {
+  if (item.type !== 'reasoning') return item;
+  return { type: 'reasoning', id: item.id, content: [], providerData: { encrypted_content: item.providerData.encrypted_content } };
 }

@@ -34,6 +34,58 @@ import (
 // platform binary, so CI does not install it.
 func TestCodexCLI(t *testing.T) {
 	g := start(t)
+	s := codexSession(t, g)
+	violations, dropped, exchanges := g.results()
+	checkConformance(t, violations, exchanges)
+	if len(dropped) == 0 || !strings.Contains(strings.Join(dropped, ","), "web_search") {
+		t.Errorf("X-Respgate-Dropped-Tools seen: %v, want web_search", dropped)
+	}
+	result := "pass"
+	if t.Failed() {
+		result = "fail"
+	}
+	record(row{Client: "codex-cli " + s.version, Mode: "stream", Tools: "function + namespace (flattened) + web_search (dropped)",
+		Continuation: "full history, store:false (exec + exec resume)", Scenario: "2 turns: exec_command, multi_agent_v1.close_agent", Result: result})
+}
+
+// TestCodexCLIHiddenReasoning runs the same session against the respgate with
+// --reasoning-exposure hidden: Codex gets reasoning items with only respgate's encrypted_content
+// and sends them back in its full history (store:false), so the model still sees every earlier
+// reasoning item; the canary of the model's reasoning is in no byte Codex received (the proxy
+// checks) nor in anything Codex printed.
+func TestCodexCLIHiddenReasoning(t *testing.T) {
+	g := startHidden(t)
+	s := codexSession(t, g)
+	// Turn 1 made two model calls (the exec_command call, then the answer), so turn 2's first call
+	// carries 2 reasoning items and its second (after the close_agent output) 3.
+	if m := seenReasoning.FindStringSubmatch(s.answer); m == nil || m[1] != "3" {
+		t.Errorf("turn 2 answer %q: want 3 reasoning items seen", s.answer)
+	}
+	if bytes.Contains(s.printed, []byte(hiddenReasoning.canary)) {
+		t.Errorf("codex printed the model's reasoning:\n%s", s.printed)
+	}
+	violations, _, exchanges := g.results()
+	checkConformance(t, violations, exchanges)
+	result := "pass"
+	if t.Failed() {
+		result = "fail"
+	}
+	record(row{Client: "codex-cli " + s.version, Mode: "stream (hidden reasoning)", Tools: "function + namespace (flattened)",
+		Continuation: "full history, store:false (exec + exec resume)", Scenario: "2 turns; reasoning items seen by the last call: 3", Result: result})
+}
+
+// codexRun is what a two-turn Codex session showed: the version, turn 2's answer and everything
+// Codex printed.
+type codexRun struct {
+	version, answer string
+	printed         []byte
+}
+
+// codexSession runs `codex exec` (an exec_command call Codex executes) then `codex exec resume
+// --last` (a namespaced tool's call) against g and checks both turns.
+func codexSession(t *testing.T, g *gateway) codexRun {
+	t.Helper()
+	var run codexRun
 	bin, err := filepath.Abs("codex/node_modules/.bin/codex")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +114,9 @@ wire_api = "responses"
 		cmd.Env = append(os.Environ(), "CODEX_HOME="+home, "RESPGATE_API_KEY=compat-key", "NO_COLOR=1")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
+		err := cmd.Run()
+		run.printed = append(append(run.printed, stdout.Bytes()...), stderr.Bytes()...)
+		if err != nil {
 			t.Fatalf("codex %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 		}
 		if strings.Contains(stderr.String(), "unsupported call") {
@@ -96,11 +150,11 @@ wire_api = "responses"
 		}
 		return out
 	}
-	version := "0.171.0"
+	run.version = "0.171.0"
 	if b, err := os.ReadFile("codex/node_modules/@openai/codex/package.json"); err == nil {
 		var p struct{ Version string }
 		if json.Unmarshal(b, &p) == nil {
-			version = p.Version
+			run.version = p.Version
 		}
 	}
 
@@ -129,15 +183,6 @@ wire_api = "responses"
 		t.Fatalf("turn 2 answer: %s", text)
 	}
 
-	violations, dropped, exchanges := g.results()
-	checkConformance(t, violations, exchanges)
-	if len(dropped) == 0 || !strings.Contains(strings.Join(dropped, ","), "web_search") {
-		t.Errorf("X-Respgate-Dropped-Tools seen: %v, want web_search", dropped)
-	}
-	result := "pass"
-	if t.Failed() {
-		result = "fail"
-	}
-	record(row{Client: "codex-cli " + version, Mode: "stream", Tools: "function + namespace (flattened) + web_search (dropped)",
-		Continuation: "full history, store:false (exec + exec resume)", Scenario: "2 turns: exec_command, multi_agent_v1.close_agent", Result: result})
+	run.answer = text
+	return run
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,7 @@ type gateway struct {
 	url    string // the proxy's OpenAI base URL, ending in /v1
 	schema *orcheck.Schema
 	logs   *bytes.Buffer
+	canary []byte // when set, text that must appear in no response byte a client receives
 
 	mu         sync.Mutex
 	violations []string
@@ -99,37 +101,80 @@ func (g *gateway) results() (violations, dropped []string, exchanges int) {
 	return append([]string(nil), g.violations...), append([]string(nil), g.dropped...), g.exchanges
 }
 
-var (
-	startOnce sync.Once
-	shared    *gateway
-	startErr  error
-)
+// instance is one respgate of the run, started on first use with its extra flags.
+type instance struct {
+	args   []string
+	canary string
 
-// start builds and starts respgate once for the whole run.
-func start(t *testing.T) *gateway {
-	t.Helper()
-	startOnce.Do(func() { shared, startErr = startGateway() })
-	if startErr != nil {
-		t.Fatal(startErr)
-	}
-	shared.reset()
-	return shared
+	once sync.Once
+	g    *gateway
+	err  error
 }
 
-func startGateway() (*gateway, error) {
+var (
+	rawReasoning = &instance{}
+	// hiddenReasoning never shows reasoning text to clients; "Thinking about" begins every
+	// reasoning text of the simulator (upstream/vllmsim/doc.go) and nothing else it writes.
+	hiddenReasoning = &instance{args: []string{"--reasoning-exposure", "hidden"}, canary: "Thinking about"}
+)
+
+// start builds and starts respgate (default settings) once for the whole run.
+func start(t *testing.T) *gateway { return rawReasoning.start(t) }
+
+// startHidden starts the respgate with --reasoning-exposure hidden.
+func startHidden(t *testing.T) *gateway { return hiddenReasoning.start(t) }
+
+func (in *instance) start(t *testing.T) *gateway {
+	t.Helper()
+	in.once.Do(func() {
+		in.g, in.err = startGateway(in.args...)
+		if in.err == nil && in.canary != "" {
+			in.g.canary = []byte(in.canary)
+		}
+	})
+	if in.err != nil {
+		t.Fatal(in.err)
+	}
+	in.g.reset()
+	return in.g
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// build builds cmd/respgate once for every instance.
+func build() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "respgate-compat-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "respgate")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/respgate")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	return binPath, buildErr
+}
+
+func startGateway(args ...string) (*gateway, error) {
 	schema, err := orcheck.Load("../testdata/openresponses-openapi-2026-04-24.json")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "respgate-compat-")
+	bin, err := build()
 	if err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(dir, "respgate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/respgate")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %v\n%s", err, out)
+	dir, err := os.MkdirTemp("", "respgate-compat-db-")
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -137,7 +182,7 @@ func startGateway() (*gateway, error) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cmd := exec.Command(bin, "--listen", addr, "--database-url", "sqlite:"+filepath.Join(dir, "respgate.db"), "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"--listen", addr, "--database-url", "sqlite:" + filepath.Join(dir, "respgate.db"), "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=") // the built-in simulator
 	g := &gateway{schema: schema, logs: &bytes.Buffer{}}
 	cmd.Stderr = &syncWriter{w: g.logs, mu: &g.mu}
@@ -198,7 +243,7 @@ func startGateway() (*gateway, error) {
 			g.schema.Wrap(res, what, func(what string, err error) {
 				if err != nil {
 					g.mu.Lock()
-					g.violations = append(g.violations, what+": "+err.Error())
+					g.violations = append(g.violations, "Open Responses: "+what+": "+err.Error())
 					g.mu.Unlock()
 				}
 			})
@@ -208,10 +253,15 @@ func startGateway() (*gateway, error) {
 		}
 		w.WriteHeader(res.StatusCode)
 		rc := http.NewResponseController(w)
+		var relayed bytes.Buffer // the whole body, for the canary check
+		defer g.checkCanary(what, &relayed)
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := res.Body.Read(buf)
 			if n > 0 {
+				if g.canary != nil {
+					relayed.Write(buf[:n])
+				}
 				if _, werr := w.Write(buf[:n]); werr != nil {
 					return
 				}
@@ -225,6 +275,16 @@ func startGateway() (*gateway, error) {
 	srv := httptest.NewServer(proxy)
 	g.url = srv.URL + "/v1"
 	return g, nil
+}
+
+// checkCanary records a violation when a response body the proxy relayed contains the canary.
+func (g *gateway) checkCanary(what string, body *bytes.Buffer) {
+	if g.canary == nil || !bytes.Contains(body.Bytes(), g.canary) {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.violations = append(g.violations, fmt.Sprintf("hidden reasoning: %s: the client received reasoning text (%q)", what, g.canary))
 }
 
 type syncWriter struct {
@@ -259,11 +319,15 @@ func killChildren() {
 	}
 }
 
-// runNode runs one compat script and checks its exit code, its table rows and the checker's
-// verdict on everything respgate sent it.
+// runNode runs one compat script against the default respgate and checks its exit code, its
+// table rows and the checker's verdict on everything respgate sent it.
 func runNode(t *testing.T, wantRows int, script string, args ...string) {
 	t.Helper()
-	g := start(t)
+	runNodeOn(t, start(t), wantRows, script, args...)
+}
+
+func runNodeOn(t *testing.T, g *gateway, wantRows int, script string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
@@ -282,7 +346,7 @@ func runNode(t *testing.T, wantRows int, script string, args ...string) {
 	checkConformance(t, violations, exchanges)
 	for _, r := range rows {
 		if len(violations) > 0 {
-			r.Result = "fail (Open Responses schema)"
+			r.Result = "fail (" + strings.SplitN(violations[0], ":", 2)[0] + ")"
 		}
 		record(r)
 	}
@@ -294,7 +358,7 @@ func checkConformance(t *testing.T, violations []string, exchanges int) {
 		t.Errorf("no request reached respgate")
 	}
 	for _, v := range violations {
-		t.Errorf("Open Responses: %s", v)
+		t.Error(v)
 	}
 }
 
@@ -327,13 +391,21 @@ func tail(g *gateway) string {
 	return s
 }
 
-func TestOpenAINode7(t *testing.T) { runNode(t, 6, "openai-node.mjs", "openai") }
+func TestOpenAINode7(t *testing.T) { runNode(t, 7, "openai-node.mjs", "openai") }
 
-func TestOpenAINode6(t *testing.T) { runNode(t, 6, "openai-node.mjs", "openai-v6") }
+func TestOpenAINode6(t *testing.T) { runNode(t, 7, "openai-node.mjs", "openai-v6") }
 
 func TestOpenAINodeChat(t *testing.T) { runNode(t, 2, "chat.mjs", "openai") }
 
-func TestAgentsSDK(t *testing.T) { runNode(t, 4, "agents.mjs") }
+func TestOpenAINode7HiddenReasoning(t *testing.T) {
+	runNodeOn(t, startHidden(t), 2, "hidden.mjs", "openai")
+}
+
+func TestOpenAINode6HiddenReasoning(t *testing.T) {
+	runNodeOn(t, startHidden(t), 2, "hidden.mjs", "openai-v6")
+}
+
+func TestAgentsSDK(t *testing.T) { runNode(t, 6, "agents.mjs") }
 
 func TestVercelAISDK(t *testing.T) { runNode(t, 2, "aisdk.mjs") }
 
@@ -346,36 +418,11 @@ func TestOpenAIGo(t *testing.T) {
 		violations, _, exchanges := g.results()
 		checkConformance(t, violations, exchanges)
 	}()
-	ver := "v3"
-	if b, err := os.ReadFile("../../go.mod"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/openai/openai-go/v3" {
-				ver = f[1]
-			}
-		}
-	}
+	ver := openaiGoVersion()
 	c := openai.NewClient(option.WithBaseURL(g.url), option.WithAPIKey("compat-key"), option.WithMaxRetries(0))
 	ctx := t.Context()
 	tool := `[{"type":"function","name":"get_weather","description":"weather","strict":true,"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}}]`
-	p := func(s string) responses.ResponseNewParams {
-		return param.Override[responses.ResponseNewParams](json.RawMessage(s))
-	}
-	stream := func(body string) *responses.Response {
-		t.Helper()
-		s := c.Responses.NewStreaming(ctx, p(body))
-		defer s.Close()
-		var final *responses.Response
-		for s.Next() {
-			if ev := s.Current(); ev.Type == "response.completed" {
-				r := ev.Response
-				final = &r
-			}
-		}
-		if err := s.Err(); err != nil || final == nil {
-			t.Fatalf("stream: %v (final %v)", err, final != nil)
-		}
-		return final
-	}
+	stream := func(body string) *responses.Response { return goStream(t, c, body, nil) }
 	first := stream(`{"model":"` + model + `","input":"call get_weather for Bern","tools":` + tool + `,"stream":true}`)
 	var callID string
 	for _, it := range first.Output {
@@ -409,11 +456,10 @@ func TestOpenAIGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.Responses.New(ctx, p(fmt.Sprintf(`{"model":%q,"conversation":%q,"input":"remember: blue door"}`, model, conv.ID)))
-	if err != nil {
+	if _, err := c.Responses.New(ctx, goParams(fmt.Sprintf(`{"model":%q,"conversation":%q,"input":"remember: blue door"}`, model, conv.ID))); err != nil {
 		t.Fatal(err)
 	}
-	r, err = c.Responses.New(ctx, p(fmt.Sprintf(`{"model":%q,"conversation":{"id":%q},"input":"which door?"}`, model, conv.ID)))
+	r, err := c.Responses.New(ctx, goParams(fmt.Sprintf(`{"model":%q,"conversation":{"id":%q},"input":"which door?"}`, model, conv.ID)))
 	if err != nil || !strings.Contains(r.OutputText(), "blue door") {
 		t.Fatalf("conversation turn: %v %s", err, r.OutputText())
 	}
@@ -422,4 +468,108 @@ func TestOpenAIGo(t *testing.T) {
 		t.Fatalf("get: %v", err)
 	}
 	record(row{Client: "openai-go " + ver, Mode: "non-stream", Tools: "none", Continuation: "conversation", Scenario: "Conversations.New, 2 turns, Responses.Get", Result: "pass"})
+}
+
+// TestOpenAIGoHiddenReasoning drives openai-go's NewStreaming against the respgate with
+// --reasoning-exposure hidden: a stateless store:false session that sends each turn's output back
+// (reasoning items with only respgate's encrypted_content), then GetStreaming. No event is a
+// reasoning_text event, every reasoning item is hidden, the model's answers count the reasoning
+// that reached it, and the proxy checks that "Thinking about" is in no byte the client got.
+func TestOpenAIGoHiddenReasoning(t *testing.T) {
+	g := startHidden(t)
+	defer func() {
+		violations, _, exchanges := g.results()
+		checkConformance(t, violations, exchanges)
+	}()
+	c := openai.NewClient(option.WithBaseURL(g.url), option.WithAPIKey("compat-key"), option.WithMaxRetries(0))
+	hidden := func(what string, ev responses.ResponseStreamEventUnion) {
+		t.Helper()
+		if strings.HasPrefix(ev.Type, "response.reasoning") || strings.Contains(ev.RawJSON(), "Thinking about") {
+			t.Fatalf("%s: event shows reasoning: %s", what, ev.RawJSON())
+		}
+	}
+	var history []json.RawMessage
+	var seen []string
+	var last *responses.Response
+	for turn := 1; turn <= 3; turn++ {
+		history = append(history, json.RawMessage(fmt.Sprintf(`{"role":"user","content":"question %d"}`, turn)))
+		in, _ := json.Marshal(history)
+		r := goStream(t, c, `{"model":"`+model+`","store":false,"stream":true,"input":`+string(in)+`}`, func(ev responses.ResponseStreamEventUnion) {
+			hidden(fmt.Sprintf("turn %d", turn), ev)
+		})
+		m := seenReasoning.FindStringSubmatch(r.OutputText())
+		if m == nil || m[1] != fmt.Sprint(turn-1) {
+			t.Fatalf("turn %d: answer %q does not say it saw %d reasoning items", turn, r.OutputText(), turn-1)
+		}
+		seen = append(seen, m[1])
+		for _, it := range r.Output {
+			if it.Type == "reasoning" {
+				rs := it.AsReasoning()
+				if !strings.HasPrefix(rs.EncryptedContent, "rgr1.") || len(rs.Summary) != 0 || len(rs.Content) != 0 {
+					t.Fatalf("turn %d: reasoning item %s", turn, it.RawJSON())
+				}
+			}
+			history = append(history, json.RawMessage(it.RawJSON()))
+		}
+		last = r
+	}
+	next := goStream(t, c, `{"model":"`+model+`","stream":true,"input":"stored"}`, func(ev responses.ResponseStreamEventUnion) { hidden("stored turn", ev) })
+	s := c.Responses.GetStreaming(t.Context(), next.ID, responses.ResponseGetParams{})
+	done := false
+	for s.Next() {
+		hidden("GetStreaming", s.Current())
+		done = done || s.Current().Type == "response.completed"
+	}
+	if err := s.Err(); err != nil || !done {
+		t.Fatalf("GetStreaming: %v (completed %v)", err, done)
+	}
+	s.Close()
+	t.Logf("last stateless answer: %q", last.OutputText())
+	record(row{Client: "openai-go " + openaiGoVersion(), Mode: "stream (hidden reasoning) + GET replay", Tools: "none", Continuation: "full history, store:false",
+		Scenario: "NewStreaming, 3 turns; reasoning items seen per turn: " + strings.Join(seen, ","), Result: "pass"})
+}
+
+// seenReasoning finds the simulator's count of the reasoning items that reached the model
+// ("Seen <m> messages, <r> reasoning items, ...", upstream/vllmsim/doc.go).
+var seenReasoning = regexp.MustCompile(`Seen \d+ messages, (\d+) reasoning items`)
+
+// goStream runs one NewStreaming turn, passing each event to each (when set), and returns the
+// response of its response.completed event.
+func goStream(t *testing.T, c openai.Client, body string, each func(responses.ResponseStreamEventUnion)) *responses.Response {
+	t.Helper()
+	s := c.Responses.NewStreaming(t.Context(), goParams(body))
+	defer s.Close()
+	var final *responses.Response
+	for s.Next() {
+		ev := s.Current()
+		if each != nil {
+			each(ev)
+		}
+		if ev.Type == "response.completed" {
+			r := ev.Response
+			final = &r
+		}
+	}
+	if err := s.Err(); err != nil || final == nil {
+		t.Fatalf("stream: %v (final %v)", err, final != nil)
+	}
+	return final
+}
+
+func goParams(body string) responses.ResponseNewParams {
+	return param.Override[responses.ResponseNewParams](json.RawMessage(body))
+}
+
+// openaiGoVersion is the openai-go version go.mod requires.
+func openaiGoVersion() string {
+	b, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		return "v3"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/openai/openai-go/v3" {
+			return f[1]
+		}
+	}
+	return "v3"
 }

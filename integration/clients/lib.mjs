@@ -38,6 +38,29 @@ export const weatherTool = {
   strict: true,
 };
 
+// streamTurn runs one streamed turn through openai-node's strict helper (responses.stream(), which
+// checks item ids, indices and the response's identity), counting its events.
+export async function streamTurn(client, params, onEvent = () => {}) {
+  const stream = client.responses.stream(params);
+  let events = 0;
+  let deltas = '';
+  stream.on('response.output_text.delta', (e) => { deltas += e.delta; });
+  for await (const event of stream) {
+    events++;
+    onEvent(event);
+  }
+  const final = await stream.finalResponse();
+  return { final, events, deltas };
+}
+
+// seenReasoning reads how many reasoning items reached the model from the simulator's answer
+// ("Seen <m> messages, <r> reasoning items, ...", upstream/vllmsim/doc.go).
+export function seenReasoning(text) {
+  const m = /Seen \d+ messages, (\d+) reasoning items/.exec(text);
+  if (!m) throw new Error(`not a simulator answer: ${text}`);
+  return Number(m[1]);
+}
+
 export function functionCalls(response) {
   return response.output.filter((it) => it.type === 'function_call');
 }

@@ -1,23 +1,15 @@
 // openai-node (npm "openai"): the responses.stream() helper, finalResponse(), retrieve,
-// inputItems pagination, conversations, and the GET ?stream=true replay, against respgate.
+// inputItems pagination, conversations, the GET ?stream=true replay, and a stateless (store:false)
+// session that keeps only respgate's encrypted_content of each reasoning item, against respgate.
 // Usage: node openai-node.mjs <package>, where <package> is "openai" (7.x) or "openai-v6" (6.x).
-import { assert, apiKey, baseURL, functionCalls, main, model, report, version, weatherTool, withTimeout } from './lib.mjs';
+import { assert, apiKey, baseURL, functionCalls, main, model, report, seenReasoning, streamTurn as streamTurnWith, version, weatherTool, withTimeout } from './lib.mjs';
 
 const pkg = process.argv[2] ?? 'openai';
 const { default: OpenAI } = await import(pkg);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 const client_ = `openai-node ${version(pkg)}`;
 
-// streamTurn runs one streamed turn through the strict helper, counting its events.
-async function streamTurn(params) {
-  const stream = client.responses.stream(params);
-  let events = 0;
-  let deltas = '';
-  stream.on('response.output_text.delta', (e) => { deltas += e.delta; });
-  for await (const _ of stream) events++;
-  const final = await stream.finalResponse();
-  return { final, events, deltas };
-}
+const streamTurn = (params) => streamTurnWith(client, params);
 
 await main(async () => {
   // 1. A streamed text turn: the helper accepts every event and finalResponse() has the output.
@@ -119,5 +111,33 @@ await main(async () => {
     const got = await client.conversations.retrieve(conv.id);
     assert.deepEqual(got.metadata, { suite: 'compat' });
     report({ client: client_, mode: 'stream + non-stream', tools: 'function', continuation: 'conversation', scenario: `conversations: create, 3 turns, items pagination (${items.length})`, result: 'pass' });
+  }
+
+  // 7. Stateless, the ZDR way: store:false with include reasoning.encrypted_content, the client
+  // keeps its own history and of each reasoning item only id + encrypted_content (content
+  // stripped), and sends everything back each turn, streamed and not in turn. respgate opens its
+  // blobs and replays the plaintext to the model, whose answer counts the reasoning items it saw:
+  // turn N must have seen the N-1 earlier ones.
+  {
+    const history = [];
+    const seen = [];
+    for (let turn = 1; turn <= 5; turn++) {
+      history.push({ role: 'user', content: `question ${turn}` });
+      const params = { model, store: false, include: ['reasoning.encrypted_content'], input: history };
+      const r = turn % 2 ? (await streamTurn(params)).final : await client.responses.create(params);
+      assert.equal(r.status, 'completed');
+      seen.push(seenReasoning(r.output_text));
+      assert.equal(seen.at(-1), turn - 1, `turn ${turn}: ${r.output_text}`);
+      for (const it of r.output) {
+        if (it.type !== 'reasoning') {
+          history.push(it);
+          continue;
+        }
+        assert.ok(it.encrypted_content?.startsWith('rgr1.'), `turn ${turn}: reasoning item without respgate's blob: ${JSON.stringify(it)}`);
+        if (turn > 1) assert.ok(it.content[0].text.includes(`Prior reasoning: "Thinking about "question ${turn - 1}`), it.content[0].text);
+        history.push({ type: 'reasoning', id: it.id, summary: [], encrypted_content: it.encrypted_content });
+      }
+    }
+    report({ client: client_, mode: 'stream + non-stream', tools: 'none', continuation: 'full history, store:false', scenario: `5 turns keeping only encrypted_content; reasoning items seen per turn: ${seen.join(',')}`, result: 'pass' });
   }
 });
