@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # respgate container images. Two targets share one build stage:
 #
 #   docker build -t respgate .                           # default (last) target: respgate
@@ -15,7 +13,11 @@
 #
 # deploy/compose_test.go checks this file against the code: the Go version against go.mod, that the
 # build commands below produce static binaries from the build context .dockerignore leaves, the
-# ports, users, entrypoints and healthchecks.
+# ports, users, entrypoints and healthchecks; `make compose-test` builds it with a real engine.
+#
+# No `# syntax=` line: it makes BuildKit pull the docker/dockerfile frontend image from a registry,
+# so the build would fail where none is reachable. The frontend built into the engine's BuildKit
+# (Docker 20.10 and later) knows everything used here (RUN --mount=type=cache, FROM --platform).
 
 ARG GO_VERSION=1.26
 
@@ -23,8 +25,9 @@ FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS
 ARG TARGETARCH
 WORKDIR /src
-COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
+# No separate `go mod download` layer: it would fetch every module go.mod requires, the linters'
+# (go.mod's tool directives) included, several times what the binaries need; the cache mounts keep
+# the modules and packages go build fetches and compiles from one build to the next.
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     export CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} && \

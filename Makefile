@@ -113,6 +113,14 @@ mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and serv
 	  grep -E '^(Killed|Timed out|Test efficacy):' bin/mutate/$$p.log | sed 's/^/  /'; \
 	done
 
+# The container path with a real Docker engine (deploy/compose-test; docs/deployment.md says what it
+# proves): local stand-ins for the registry images, the Dockerfile and docker-compose.yml unchanged,
+# a smoke through the published port, down -v. As root it installs what it needs (docker.io,
+# debootstrap, jq) and builds Docker Compose v2 from its Go module. Not part of `make test`.
+.PHONY: compose-test
+compose-test: ## the Dockerfile and docker-compose.yml on a real engine, with a smoke (root; ~15 min from a clean machine, not part of make test)
+	bash deploy/compose-test
+
 # Real clients (integration/clients/README.md): npm packages pinned in package.json +
 # package-lock.json, installed with `npm ci` into integration/clients/node_modules (git-ignored)
 # when the lock file changes. CODEX=0 leaves out Codex CLI (a ~400 MB package); CI runs that.
