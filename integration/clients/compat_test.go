@@ -397,6 +397,16 @@ func TestOpenAINode6(t *testing.T) { runNode(t, 7, "openai-node.mjs", "openai-v6
 
 func TestOpenAINodeChat(t *testing.T) { runNode(t, 2, "chat.mjs", "openai") }
 
+func TestOpenAINode6Chat(t *testing.T) { runNode(t, 2, "chat.mjs", "openai-v6") }
+
+func TestVercelAISDKChat(t *testing.T) { runNode(t, 2, "aisdk-chat.mjs") }
+
+// TestVercelAISDKChatHiddenReasoning: the SDK never sees reasoning, so only the front door's
+// replay can give step 2's model step 1's reasoning.
+func TestVercelAISDKChatHiddenReasoning(t *testing.T) {
+	runNodeOn(t, startHidden(t), 2, "aisdk-chat.mjs", "hidden")
+}
+
 func TestOpenAINode7HiddenReasoning(t *testing.T) {
 	runNodeOn(t, startHidden(t), 2, "hidden.mjs", "openai")
 }
