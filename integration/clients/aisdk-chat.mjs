@@ -6,28 +6,18 @@
 // so the simulator's answer on step 2 proves the front door replayed step 1's reasoning.
 // Usage: node aisdk-chat.mjs [hidden]
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { generateText, stepCountIs, streamText, tool } from 'ai';
-import { z } from 'zod';
+import { generateText, stepCountIs, streamText } from 'ai';
+import { weather } from './aisdk-lib.mjs';
 import { assert, apiKey, baseURL, main, model, report, version, withTimeout } from './lib.mjs';
 
 const hidden = process.argv[2] === 'hidden';
 const provider = createOpenAICompatible({ name: 'respgate', baseURL, apiKey, includeUsage: true });
 const client_ = `ai ${version('ai')} + @ai-sdk/openai-compatible ${version('@ai-sdk/openai-compatible')}`;
 
-let calls = 0;
-const tools = {
-  get_weather: tool({
-    description: 'Current weather of a city.',
-    inputSchema: z.object({ city: z.string() }),
-    execute: async ({ city }) => {
-      calls++;
-      return `windy in ${city}`;
-    },
-  }),
-};
+const { tools } = weather;
 
 function check(steps, text) {
-  assert.equal(calls, 1, 'the tool ran ' + calls + ' times');
+  assert.equal(weather.calls, 1, 'the tool ran ' + weather.calls + ' times');
   assert.equal(steps.length, 2, `${steps.length} steps`);
   assert.equal(steps[0].toolCalls[0]?.toolName, 'get_weather');
   if (hidden) {
@@ -42,7 +32,7 @@ function check(steps, text) {
 
 await main(async () => {
   {
-    calls = 0;
+    weather.calls = 0;
     const r = await withTimeout('generateText', 30_000, generateText({
       model: provider.chatModel(model), tools, stopWhen: stepCountIs(3), maxRetries: 0,
       prompt: 'call get_weather for Tunis',
@@ -51,7 +41,7 @@ await main(async () => {
     report({ client: client_, mode: 'non-stream', tools: 'function', continuation: hidden ? 'visible chat history (hidden reasoning), replayed by respgate' : 'chat history with reasoning_content', scenario: 'chat generateText, 2 steps; step 2 saw 1 reasoning item', result: 'pass' });
   }
   {
-    calls = 0;
+    weather.calls = 0;
     const s = streamText({
       model: provider.chatModel(model), tools, stopWhen: stepCountIs(3), maxRetries: 0,
       prompt: 'call get_weather for Quito',
