@@ -10,10 +10,7 @@ import (
 
 // The replay records of the Chat Completions front door (store.Store ReplayRecord*).
 
-var replayCases = []struct {
-	name string
-	run  func(t *testing.T, s store.Store)
-}{
+var replayCases = []storeCase{
 	{"replay records round-trip verbatim and list only the tenant's scope and ends", testReplayRoundTrip},
 	{"a second payload for one replay identity blocks it for good", testReplayConflict},
 	{"blocking a start blocks the older records there, not later ones", testReplayBlock},

@@ -34,10 +34,13 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	}
 }
 
-var cases = []struct {
+// storeCase is one named case of the shared suite, run against a fresh store of each backend.
+type storeCase struct {
 	name string
 	run  func(t *testing.T, s store.Store)
-}{
+}
+
+var cases = []storeCase{
 	{"ping answers", testPing},
 	{"odd items round-trip verbatim through every read", testItemFidelity},
 	{"a 1 MiB item round-trips verbatim", testLargeItem},

@@ -15,10 +15,7 @@ import (
 // turnCases prove a turn's lifecycle: ResponseBegin's input, the Begun commit, the event log,
 // ResponseContextGet, the lease guards on delete and ConversationTurnExtend. Exercise runs them
 // after cases.
-var turnCases = []struct {
-	name string
-	run  func(t *testing.T, s store.Store)
-}{
+var turnCases = []storeCase{
 	{"chain turns keep each response's input and output apart", testChainTurns},
 	{"begin stores the input items, which outlive a sweep", testBeginStoresInput},
 	{"a begun commit finishes the record and appends the stored input without writing it again", testBegunCommit},
