@@ -255,6 +255,58 @@ func TestWebSocketStoreFalseStateIsLocalToItsConnection(t *testing.T) {
 	w.turn(`{"model":"` + harmony + `","store":false,"previous_response_id":"` + first.ID + `","input":"and?"}`).ok(t)
 }
 
+// A warm-up ("generate":false, as Codex CLI sends first on a socket) is validated like any turn,
+// runs no model, answers completed with no output, and can be continued like any response: from the
+// connection's cache (store:false) or from the store (store:true, also on another connection).
+func TestWebSocketWarmUpRunsNoModelAndCanBeContinued(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		for _, stored := range []bool{false, true} {
+			t.Run(fmt.Sprintf("store=%t", stored), func(t *testing.T) {
+				w := openWS(t, g)
+				before := len(g.UpstreamRequests())
+				warm := w.turn(fmt.Sprintf(`{"model":%q,"store":%t,"generate":false,"instructions":"be brief","input":"remember: owls hoot"}`, harmony, stored)).ok(t)
+				if len(warm.Output) != 0 || warm.Usage.TotalTokens != 0 {
+					t.Fatalf("warm-up output %d items, usage %+v", len(warm.Output), warm.Usage)
+				}
+				if n := len(g.UpstreamRequests()); n != before {
+					t.Fatalf("the warm-up sent %d requests upstream", n-before)
+				}
+				// A warm-up is validated like any turn.
+				w.turn(`{"model":"`+harmony+`","generate":false,"input":"x","previous_response_id":"resp_missing"}`).
+					wantError(t, 400, "previous_response_not_found", "previous_response_id")
+				next := w.turn(fmt.Sprintf(`{"model":%q,"store":%t,"previous_response_id":%q,"input":"what do you know?"}`, harmony, stored, warm.ID)).ok(t)
+				if !strings.Contains(next.OutputText(), "Facts: owls hoot.") {
+					t.Fatalf("the continuation did not get the warm-up's input: %q", next.OutputText())
+				}
+				// The model saw the warm-up's input once, and no answer to it.
+				reqs := g.UpstreamRequests()
+				if n := len(reqs) - before; n != 1 {
+					t.Fatalf("%d upstream requests, want 1", n)
+				}
+				if c := strings.Count(string(reqs[len(reqs)-1]), "owls hoot"); c != 1 {
+					t.Fatalf("the warm-up's input reached the model %d times", c)
+				}
+				_, err := g.client.Responses.Get(t.Context(), warm.ID, responsesGetParams())
+				if found := err == nil; found != stored {
+					t.Fatalf("warm-up stored %t, want %t (%v)", found, stored, err)
+				}
+				if stored { // from another connection too
+					openWS(t, g).turn(`{"model":"` + harmony + `","previous_response_id":"` + warm.ID + `","input":"again?"}`).ok(t)
+				}
+			})
+		}
+	})
+}
+
+// Codex CLI sends "stream":true (and stream_options) in every response.create; they say what the
+// socket does anyway, so the turn runs.
+func TestWebSocketAcceptsTheNoOpMembersCodexSends(t *testing.T) {
+	g := newGateway(t, nil)
+	w := openWS(t, g)
+	w.turn(`{"model":"` + harmony + `","store":false,"stream":true,"stream_options":{"include_obfuscation":false},"background":false,"input":"hi"}`).ok(t)
+}
+
 func TestWebSocketRefusesBadMessagesWithErrorEventsAndStaysOpen(t *testing.T) {
 	g := newGateway(t, nil)
 	w := openWS(t, g)
@@ -263,10 +315,8 @@ func TestWebSocketRefusesBadMessagesWithErrorEventsAndStaysOpen(t *testing.T) {
 		status             int
 		code, param, label string
 	}{
-		{`{"type":"response.create","model":"m","input":"x","stream":true}`, 400, "unsupported_parameter", "stream", "stream"},
 		{`{"type":"response.create","model":"m","input":"x","stream":false}`, 400, "unsupported_parameter", "stream", "stream false"},
-		{`{"type":"response.create","model":"m","input":"x","stream_options":{}}`, 400, "unsupported_parameter", "stream_options", "stream_options"},
-		{`{"type":"response.create","model":"m","input":"x","background":false}`, 400, "unsupported_parameter", "background", "background"},
+		{`{"type":"response.create","model":"m","input":"x","background":true}`, 400, "unsupported_parameter", "background", "background"},
 		{`{"model":"m","input":"x"}`, 400, "invalid_value", "type", "no type"},
 		{`{"type":"response.cancel"}`, 400, "invalid_value", "type", "other type"},
 		{`{"type":"response.create","input":"x"}`, 400, "missing_required_parameter", "model", "no model"},

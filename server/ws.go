@@ -175,7 +175,7 @@ func (k *socket) turn(m socketMessage) error {
 		return errOverloaded
 	}
 	defer s.budget.Release(int64(len(m.data)))
-	req, err := decodeSocketCreate(m.data, s.cfg.MaxJSONDepth)
+	req, generate, err := decodeSocketCreate(m.data, s.cfg.MaxJSONDepth)
 	if err != nil {
 		return err
 	}
@@ -184,7 +184,9 @@ func (k *socket) turn(m socketMessage) error {
 	}
 	defer s.inflight.Done()
 	t, err := s.prepareTurn(k.ctx, k.tenant, req, &k.cache)
-	if err == nil {
+	if err == nil && !generate {
+		err = k.warmup(t)
+	} else if err == nil {
 		var release func()
 		if release, err = s.holdStream(t); err == nil {
 			err = s.streamTurn(k.ctx, t, func() eventSink { return k.sink })
@@ -210,24 +212,34 @@ func (k *socket) remember(req *createRequest, t *turn, err error) {
 }
 
 // decodeSocketCreate decodes a response.create message: the create body with "type" beside it.
-// stream, stream_options and background must not be sent (every socket turn is streamed).
-func decodeSocketCreate(msg []byte, maxDepth int) (*createRequest, error) {
+// Every socket turn is streamed, so the spec says stream, stream_options and background are not
+// sent; Codex CLI sends "stream":true (and may send stream_options) on every message anyway, so
+// those are accepted as the no-ops they are. What contradicts the transport is refused:
+// "stream":false and "background":true (docs/clients.md).
+//
+// generate is false for a warm-up ("generate":false: prepare the turn, run no model).
+func decodeSocketCreate(msg []byte, maxDepth int) (req *createRequest, generate bool, err error) {
 	members, err := scanCreate(msg, maxDepth)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var typ string
 	if json.Unmarshal(members["type"], &typ) != nil || typ != "response.create" {
-		return nil, errMsgType
+		return nil, false, errMsgType
 	}
-	for _, name := range [...]string{"stream", "stream_options", "background"} {
-		if _, sent := members[name]; sent {
-			return nil, wire.Invalid(name, "unsupported_parameter",
-				"'%s' must not be sent in a WebSocket response.create message: every response is streamed on the socket.", name)
+	for _, c := range [...]struct{ name, allowed string }{{"stream", "true"}, {"background", "false"}} {
+		if v, sent := members[c.name]; sent && string(bytes.TrimSpace(v)) != c.allowed {
+			return nil, false, wire.Invalid(c.name, "unsupported_parameter",
+				"'%s' must be omitted (or %s) in a WebSocket response.create message: every response is streamed on the socket.", c.name, c.allowed)
 		}
 	}
 	members["stream"] = json.RawMessage("true")
-	return createFromMembers(members)
+	delete(members, "background")
+	if generate, err = socketGenerate(members); err != nil {
+		return nil, false, err
+	}
+	req, err = createFromMembers(members)
+	return req, generate, err
 }
 
 // send writes one message, within WriteTimeout: a client that does not read is dropped (the

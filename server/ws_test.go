@@ -65,17 +65,31 @@ func TestSocketCacheBoundsBytes(t *testing.T) {
 	}
 }
 
-func TestDecodeSocketCreateRefusesHTTPOnlyMembers(t *testing.T) {
-	for _, m := range []string{"stream", "stream_options", "background"} {
-		_, err := decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x","`+m+`":null}`), 64)
+func TestDecodeSocketCreateRefusesWhatContradictsTheSocket(t *testing.T) {
+	for _, tc := range []struct{ member, param, code string }{
+		{`"stream":false`, "stream", "unsupported_parameter"}, {`"stream":null`, "stream", "unsupported_parameter"},
+		{`"background":true`, "background", "unsupported_parameter"}, {`"background":null`, "background", "unsupported_parameter"},
+		{`"generate":"no"`, "generate", "invalid_type"},
+	} {
+		_, _, err := decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x",`+tc.member+`}`), 64)
 		var ae *wire.APIError
-		if !errors.As(err, &ae) || ae.Param != m || ae.Code != "unsupported_parameter" {
-			t.Fatalf("%s: %v", m, err)
+		if !errors.As(err, &ae) || ae.Param != tc.param || ae.Code != tc.code {
+			t.Fatalf("%s: %v", tc.member, err)
 		}
 	}
-	req, err := decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x"}`), 64)
-	if err != nil || !req.Stream || !req.Store {
+	// What Codex CLI sends on every message: no-ops on a socket.
+	for _, member := range []string{`"stream":true`, `"stream": true `, `"stream_options":{"include_obfuscation":false}`, `"background":false`} {
+		req, generate, err := decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x",`+member+`}`), 64)
+		if err != nil || !req.Stream || req.body.Background || !generate {
+			t.Fatalf("%s: %+v %v", member, req, err)
+		}
+	}
+	req, generate, err := decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x"}`), 64)
+	if err != nil || !req.Stream || !req.Store || !generate {
 		t.Fatalf("a plain create: %+v %v", req, err)
+	}
+	if _, generate, err = decodeSocketCreate([]byte(`{"type":"response.create","model":"m","input":"x","generate":false}`), 64); err != nil || generate {
+		t.Fatalf("a warm-up: generate %v, %v", generate, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,6 +49,26 @@ func TestCodexCLI(t *testing.T) {
 		Continuation: "full history, store:false (exec + exec resume)", Scenario: "2 turns: exec_command, multi_agent_v1.close_agent", Result: result})
 }
 
+// TestCodexCLIWebSocket runs the same session with the provider's supports_websockets = true:
+// Codex then sends every turn as a response.create message on one WebSocket (GET /v1/responses)
+// instead of a POST, with "stream":true in it (accepted as a no-op, docs/clients.md). The proxy
+// relays the socket and checks every turn's messages as one Open Responses event stream.
+func TestCodexCLIWebSocket(t *testing.T) {
+	g := start(t)
+	s := codexSession(t, g, "supports_websockets = true")
+	violations, _, exchanges := g.results()
+	checkConformance(t, violations, exchanges)
+	if n := g.socketCount(); n == 0 {
+		t.Errorf("Codex opened no WebSocket: it used HTTP")
+	}
+	result := "pass"
+	if t.Failed() {
+		result = "fail"
+	}
+	record(row{Client: "codex-cli " + s.version, Mode: fmt.Sprintf("WebSocket (%d connections, %d turns)", g.socketCount(), exchanges), Tools: "function + namespace (flattened)",
+		Continuation: "full history, store:false (exec + exec resume)", Scenario: "2 turns: exec_command, multi_agent_v1.close_agent", Result: result})
+}
+
 // TestCodexCLIHiddenReasoning runs the same session against the respgate with
 // --reasoning-exposure hidden: Codex gets reasoning items with only respgate's encrypted_content
 // and sends them back in its full history (store:false), so the model still sees every earlier
@@ -83,7 +104,7 @@ type codexRun struct {
 
 // codexSession runs `codex exec` (an exec_command call Codex executes) then `codex exec resume
 // --last` (a namespaced tool's call) against g and checks both turns.
-func codexSession(t *testing.T, g *gateway) codexRun {
+func codexSession(t *testing.T, g *gateway, extraProviderConfig ...string) codexRun {
 	t.Helper()
 	var run codexRun
 	bin, err := filepath.Abs("codex/node_modules/.bin/codex")
@@ -99,7 +120,7 @@ name = "respgate"
 base_url = "` + g.url + `"
 env_key = "RESPGATE_API_KEY"
 wire_api = "responses"
-`
+` + strings.Join(extraProviderConfig, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

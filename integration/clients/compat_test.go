@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/conversations"
 	"github.com/openai/openai-go/v3/option"
@@ -86,13 +87,22 @@ type gateway struct {
 	mu         sync.Mutex
 	violations []string
 	dropped    []string // X-Respgate-Dropped-Tools values seen
-	exchanges  int
+	exchanges  int      // HTTP exchanges and WebSocket turns
+	sockets    int      // WebSocket connections (GET /v1/responses upgrades)
+	base       string   // respgate's own address, http://host:port
 }
 
 func (g *gateway) reset() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.violations, g.dropped, g.exchanges = nil, nil, 0
+	g.violations, g.dropped, g.exchanges, g.sockets = nil, nil, 0, 0
+}
+
+// socketCount reports how many WebSocket connections clients opened since the last reset.
+func (g *gateway) socketCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sockets
 }
 
 func (g *gateway) results() (violations, dropped []string, exchanges int) {
@@ -184,7 +194,7 @@ func startGateway(args ...string) (*gateway, error) {
 	_ = ln.Close()
 	cmd := exec.Command(bin, append([]string{"--listen", addr, "--database-url", "sqlite:" + filepath.Join(dir, "respgate.db"), "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=") // the built-in simulator
-	g := &gateway{schema: schema, logs: &bytes.Buffer{}}
+	g := &gateway{schema: schema, logs: &bytes.Buffer{}, base: "http://" + addr}
 	cmd.Stderr = &syncWriter{w: g.logs, mu: &g.mu}
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -213,6 +223,10 @@ func startGateway(args ...string) (*gateway, error) {
 	// one read at a time, flushing each, through the checker.
 	transport := &http.Transport{MaxIdleConnsPerHost: 16}
 	proxy := http.HandlerFunc(func(w http.ResponseWriter, in *http.Request) {
+		if strings.EqualFold(in.Header.Get("Upgrade"), "websocket") {
+			g.relaySocket(w, in)
+			return
+		}
 		body, err := io.ReadAll(in.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -275,6 +289,102 @@ func startGateway(args ...string) (*gateway, error) {
 	srv := httptest.NewServer(proxy)
 	g.url = srv.URL + "/v1"
 	return g, nil
+}
+
+// relaySocket relays a WebSocket-mode connection (docs/clients.md) between the client and
+// respgate, message by message, and checks every turn's server messages as one event stream
+// (orcheck.SocketTurn) and against the canary. It returns when either side closes; the goroutine
+// relaying the client's messages ends with the connection and is waited for.
+func (g *gateway) relaySocket(w http.ResponseWriter, in *http.Request) {
+	hdr := http.Header{}
+	for _, k := range []string{"Authorization", "OpenAI-Beta", "Session_id", "Originator", "User-Agent"} {
+		if v := in.Header.Get(k); v != "" {
+			hdr.Set(k, v)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(in.Context()))
+	defer cancel()
+	up, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(g.base, "http")+in.URL.RequestURI(), &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		status := http.StatusBadGateway
+		if res != nil {
+			status = res.StatusCode
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	defer up.CloseNow()
+	client, err := websocket.Accept(w, in, nil)
+	if err != nil {
+		return
+	}
+	defer client.CloseNow()
+	client.SetReadLimit(-1)
+	up.SetReadLimit(-1)
+	what := "WebSocket " + in.URL.Path
+	g.mu.Lock()
+	g.sockets++
+	g.mu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // client → respgate
+		defer wg.Done()
+		defer cancel()
+		for {
+			typ, msg, err := client.Read(ctx)
+			if err != nil {
+				_ = up.Close(websocket.StatusNormalClosure, "")
+				return
+			}
+			if err := up.Write(ctx, typ, msg); err != nil {
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+	var turn *orcheck.SocketTurn
+	for { // respgate → client, checked
+		typ, msg, err := up.Read(ctx)
+		if err != nil {
+			if turn != nil {
+				g.report(what+" (connection ended mid-turn)", turn.Close())
+			}
+			_ = client.Close(websocket.StatusNormalClosure, "")
+			return
+		}
+		if g.canary != nil {
+			g.checkCanary(what, bytes.NewBuffer(msg))
+		}
+		if bytes.HasPrefix(msg, []byte(`{"type":"error"`)) {
+			g.report(what, fmt.Errorf("error event: %s", msg))
+		} else {
+			if turn == nil {
+				turn = g.schema.NewSocketTurn()
+			}
+			if turn.Message(msg) {
+				g.report(what, turn.Close())
+				turn = nil
+				g.mu.Lock()
+				g.exchanges++
+				g.mu.Unlock()
+			}
+		}
+		if err := client.Write(ctx, typ, msg); err != nil {
+			return
+		}
+	}
+}
+
+// report records a checker's verdict on one exchange (nil: it conforms).
+func (g *gateway) report(what string, err error) {
+	if err == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.violations = append(g.violations, "Open Responses: "+what+": "+err.Error())
 }
 
 // checkCanary records a violation when a response body the proxy relayed contains the canary.

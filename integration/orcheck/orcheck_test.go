@@ -199,3 +199,33 @@ func TestPatch(t *testing.T) {
 		}
 	}
 }
+
+// The same stream as WebSocket messages (one event per message, no [DONE]) conforms; with one
+// message lost the sequence rule catches it.
+func TestSocketTurnAppliesTheStreamRules(t *testing.T) {
+	s := loadWith(t, Overlays)
+	var msgs [][]byte
+	for _, l := range bytes.Split(readFile(t, "testdata/stream.sse"), []byte("\n")) {
+		if d, ok := bytes.CutPrefix(l, []byte("data: ")); ok && string(d) != "[DONE]" {
+			msgs = append(msgs, d)
+		}
+	}
+	check := func(msgs [][]byte) (bool, error) {
+		k := s.NewSocketTurn()
+		ended := false
+		for _, m := range msgs {
+			ended = k.Message(m)
+		}
+		err := k.Close()
+		return ended, err
+	}
+	if ended, err := check(msgs); err != nil || !ended {
+		t.Fatalf("whole turn: ended %v, %v", ended, err)
+	}
+	if _, err := check(append(msgs[:2:2], msgs[3:]...)); err == nil || !strings.Contains(err.Error(), "sequence_number") {
+		t.Fatalf("a lost message was not caught: %v", err)
+	}
+	if ended, err := check(msgs[:len(msgs)-1]); err == nil || ended {
+		t.Fatalf("a turn without its terminal event passed: ended %v, %v", ended, err)
+	}
+}
