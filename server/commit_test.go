@@ -184,7 +184,9 @@ func TestCommitRetriesAndStoresTheFailureOfABegunRecord(t *testing.T) {
 				frames := parseSSE(t, body)
 				id = responseID(t, frames)
 				term := frames[len(frames)-2]
-				var ev struct{ Response struct{ Error *struct{ Message string } } }
+				var ev struct {
+					Response struct{ Error *struct{ Message string } }
+				}
 				_ = json.Unmarshal([]byte(term.data), &ev)
 				if ev.Response.Error != nil {
 					message = ev.Response.Error.Message
