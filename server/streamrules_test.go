@@ -227,7 +227,9 @@ func TestMidStreamUpstreamFailureCarriesTheNonStreamedError(t *testing.T) {
 		h.serve(t.Context(), c, `{"model":"openai/gpt-oss-sim?`+fault+`","input":"hi","stream":true}`)
 		failed := c.events(wire.EventFailed)
 		var ev struct {
-			Response struct{ Error struct{ Code, Message string } }
+			Response struct {
+				Error struct{ Code, Message string }
+			}
 		}
 		if len(failed) != 1 || json.Unmarshal([]byte(failed[0]), &ev) != nil {
 			t.Fatalf("%s: response.failed events %q in %s", fault, failed, c.body.String())
