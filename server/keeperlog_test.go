@@ -20,8 +20,8 @@ type logRecords struct {
 }
 
 func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler      { return l }
-func (l *logRecords) WithGroup(string) slog.Handler           { return l }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecords) WithGroup(string) slog.Handler            { return l }
 func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 	s := r.Level.String() + " " + r.Message
 	r.Attrs(func(a slog.Attr) bool {
