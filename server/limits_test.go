@@ -147,3 +147,26 @@ func TestChunkedBodyIsChargedAChunkAhead(t *testing.T) {
 		t.Fatalf("a read of 3 chunks: %d %v, %d charged, want one chunk read and charged", n, err, big.charged)
 	}
 }
+
+// Requests are counted by route pattern and status; a path no route matches is counted as
+// "unmatched", never by its raw path (an unbounded label set).
+func TestRequestMetricsNameTheRouteOrUnmatched(t *testing.T) {
+	s, _ := newIntakeServer(t, Config{})
+	for _, target := range []string{"/healthz", "/no/such/path", "/v1/nothing/here"} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, target, nil))
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/metrics", nil))
+	m := rec.Body.String()
+	for _, want := range []string{`route="/healthz",status="200"`, `route="unmatched",status="404"`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, raw := range []string{"/no/such/path", "/v1/nothing/here", `route="/*"`, `route="/v1/*"`} {
+		if strings.Contains(m, raw) {
+			t.Errorf("metrics name %s", raw)
+		}
+	}
+}
