@@ -147,7 +147,9 @@ func TestTurnFailuresBeforeTheFirstEvent(t *testing.T) {
 		s := newSimServer(t, Config{}, func(st store.Store) store.Store { return beginFails{st} })
 		code, body := call(t, s, http.MethodPost, "/v1/conversations", `{}`)
 		var conv struct{ ID string }
-		_ = json.Unmarshal([]byte(body), &conv)
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &conv) != nil {
+			t.Fatalf("create conversation: %d %s", code, body)
+		}
 		turn := fmt.Sprintf(`{"model":"openai/gpt-oss-sim","input":"hi","stream":true,"conversation":%q}`, conv.ID)
 		for range 2 { // the second is not refused as locked: the first released the lease
 			if code, body = call(t, s, http.MethodPost, "/v1/responses", turn); code != http.StatusInternalServerError || envelope(t, body).Type != "server_error" {
