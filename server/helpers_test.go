@@ -75,3 +75,14 @@ func deref(p *string) string {
 	}
 	return *p
 }
+
+// newRequest is a request with the test tenant's key and a JSON body.
+func newRequest(t *testing.T, method, target, body string) *http.Request {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), method, target, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }

@@ -139,7 +139,8 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		route := c.Path()
-		if route == "" || c.Get("echo_route_not_found") != nil {
+		// No route has a wildcard: one is Echo's not-found route ("/*", or a group's "/v1/*").
+		if route == "" || strings.HasSuffix(route, "/*") {
 			route = "unmatched"
 		}
 		ctx, span := s.tel.tracer.Start(c.Request().Context(), c.Request().Method+" "+route,

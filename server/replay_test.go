@@ -1,0 +1,286 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// sseFrame is one frame of an event stream: its event name and data ("" and "[DONE]" for the
+// last frame). Comment frames (keepalives) are left out.
+type sseFrame struct {
+	typ, data string
+}
+
+func parseSSE(t *testing.T, body string) []sseFrame {
+	t.Helper()
+	var out []sseFrame
+	if !strings.HasSuffix(body, "\n\n") {
+		t.Fatalf("stream does not end with a blank line: %q", body)
+	}
+	for frame := range strings.SplitSeq(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		switch {
+		case strings.HasPrefix(frame, ":"):
+		case frame == "data: [DONE]":
+			out = append(out, sseFrame{data: "[DONE]"})
+		default:
+			name, data, ok := strings.Cut(frame, "\ndata: ")
+			if !ok || !strings.HasPrefix(name, "event: ") {
+				t.Fatalf("malformed frame %q", frame)
+			}
+			out = append(out, sseFrame{strings.TrimPrefix(name, "event: "), data})
+		}
+	}
+	return out
+}
+
+// seqOf is the sequence_number of an event frame.
+func seqOf(t *testing.T, f sseFrame) int64 {
+	t.Helper()
+	var v struct {
+		Type string `json:"type"`
+		Seq  *int64 `json:"sequence_number"`
+	}
+	if err := json.Unmarshal([]byte(f.data), &v); err != nil || v.Seq == nil || v.Type != f.typ {
+		t.Fatalf("frame %s %s: type %q sequence %v (%v)", f.typ, f.data, v.Type, v.Seq, err)
+	}
+	return *v.Seq
+}
+
+// describe renders an event as its type and the given members' JSON (absent members as "-"),
+// with every other member left out.
+func describe(t *testing.T, f sseFrame, keys ...string) string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(f.data), &m); err != nil {
+		t.Fatalf("%s: %v", f.data, err)
+	}
+	parts := []string{f.typ}
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			parts = append(parts, k+"="+string(v))
+		} else {
+			parts = append(parts, k+"=-")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func storedItem(id, typ, fields string) wire.Item {
+	return wire.Item{ID: id, Type: typ, JSON: []byte(`{"id":"` + id + `","type":"` + typ + `",` + fields + `}`)}
+}
+
+// replayOutput is a response with every kind of part a replay regenerates.
+var replayOutput = []wire.Item{
+	storedItem("rs_1", "reasoning", `"status":"completed","summary":[{"type":"summary_text","text":"S"}],"content":[{"type":"reasoning_text","text":"R"}],"encrypted_content":"E"`),
+	storedItem("msg_1", "message", `"status":"completed","role":"assistant","content":[{"type":"output_text","text":"T","annotations":[],"logprobs":[]},{"type":"refusal","refusal":"N"}]`),
+	storedItem("fc_1", "function_call", `"status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"`),
+}
+
+func replayResponse(status wire.Status) *store.Response {
+	return &store.Response{ID: "resp_1", Tenant: "t1", Status: status, Model: "m", CreatedAt: time.Unix(100, 0), Echo: []byte(`{}`)}
+}
+
+// A response answered without streaming is replayed as a stream: each item announced in
+// progress (without its parts), each part announced empty, streamed as one delta, done, and
+// closed, the item done as stored, then the terminal event; sequence numbers dense from 0.
+func TestReplayEventsRegeneratesEachPartAsOneDelta(t *testing.T) {
+	b, err := replayEvents(nil, replayResponse(wire.StatusCompleted), replayOutput, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := parseSSE(t, string(b))
+	var got []string
+	for i, f := range frames {
+		if seq := seqOf(t, f); seq != int64(i) {
+			t.Fatalf("event %d (%s) has sequence_number %d", i, f.typ, seq)
+		}
+		switch {
+		case strings.HasPrefix(f.typ, "response.output_item."):
+			got = append(got, describe(t, f, "output_index", "item"))
+		case strings.HasPrefix(f.typ, "response.function_call"):
+			got = append(got, describe(t, f, "output_index", "item_id", "delta", "arguments", "name"))
+		case strings.HasPrefix(f.typ, "response.reasoning_summary"):
+			got = append(got, describe(t, f, "output_index", "item_id", "summary_index", "part", "delta", "text", "logprobs"))
+		case f.typ == "response.created" || f.typ == "response.in_progress" || f.typ == "response.completed":
+			var v struct{ Response struct{ Status, ID string } }
+			_ = json.Unmarshal([]byte(f.data), &v)
+			got = append(got, f.typ+" "+v.Response.ID+" "+v.Response.Status)
+		default:
+			got = append(got, describe(t, f, "output_index", "item_id", "content_index", "part", "delta", "text", "refusal", "logprobs"))
+		}
+	}
+	want := []string{
+		"response.created resp_1 in_progress",
+		"response.in_progress resp_1 in_progress",
+		`response.output_item.added output_index=0 item={"id":"rs_1","status":"in_progress","summary":[],"type":"reasoning"}`,
+		`response.reasoning_summary_part.added output_index=0 item_id="rs_1" summary_index=0 part={"text":"","type":"summary_text"} delta=- text=- logprobs=-`,
+		`response.reasoning_summary_text.delta output_index=0 item_id="rs_1" summary_index=0 part=- delta="S" text=- logprobs=-`,
+		`response.reasoning_summary_text.done output_index=0 item_id="rs_1" summary_index=0 part=- delta=- text="S" logprobs=-`,
+		`response.reasoning_summary_part.done output_index=0 item_id="rs_1" summary_index=0 part={"text":"S","type":"summary_text"} delta=- text=- logprobs=-`,
+		`response.content_part.added output_index=0 item_id="rs_1" content_index=0 part={"text":"","type":"reasoning_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.reasoning_text.delta output_index=0 item_id="rs_1" content_index=0 part=- delta="R" text=- refusal=- logprobs=-`,
+		`response.reasoning_text.done output_index=0 item_id="rs_1" content_index=0 part=- delta=- text="R" refusal=- logprobs=-`,
+		`response.content_part.done output_index=0 item_id="rs_1" content_index=0 part={"text":"R","type":"reasoning_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.output_item.done output_index=0 item=` + string(replayOutput[0].JSON),
+		`response.output_item.added output_index=1 item={"content":[],"id":"msg_1","role":"assistant","status":"in_progress","type":"message"}`,
+		`response.content_part.added output_index=1 item_id="msg_1" content_index=0 part={"annotations":[],"logprobs":[],"text":"","type":"output_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.output_text.delta output_index=1 item_id="msg_1" content_index=0 part=- delta="T" text=- refusal=- logprobs=[]`,
+		`response.output_text.done output_index=1 item_id="msg_1" content_index=0 part=- delta=- text="T" refusal=- logprobs=[]`,
+		`response.content_part.done output_index=1 item_id="msg_1" content_index=0 part={"annotations":[],"logprobs":[],"text":"T","type":"output_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.content_part.added output_index=1 item_id="msg_1" content_index=1 part={"refusal":"","type":"refusal"} delta=- text=- refusal=- logprobs=-`,
+		`response.refusal.delta output_index=1 item_id="msg_1" content_index=1 part=- delta="N" text=- refusal=- logprobs=-`,
+		`response.refusal.done output_index=1 item_id="msg_1" content_index=1 part=- delta=- text=- refusal="N" logprobs=-`,
+		`response.content_part.done output_index=1 item_id="msg_1" content_index=1 part={"refusal":"N","type":"refusal"} delta=- text=- refusal=- logprobs=-`,
+		`response.output_item.done output_index=1 item=` + string(replayOutput[1].JSON),
+		`response.output_item.added output_index=2 item={"arguments":"","call_id":"call_1","id":"fc_1","name":"f","status":"in_progress","type":"function_call"}`,
+		`response.function_call_arguments.delta output_index=2 item_id="fc_1" delta="{\"a\":1}" arguments=- name=-`,
+		`response.function_call_arguments.done output_index=2 item_id="fc_1" delta=- arguments="{\"a\":1}" name="f"`,
+		`response.output_item.done output_index=2 item=` + string(replayOutput[2].JSON),
+		"response.completed resp_1 completed",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("replay:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// starting_after=k leaves out exactly the events numbered k or less: the terminal event too when
+// k is its number. A response still in progress has no terminal event.
+func TestReplayEventsResumesAfterStartingAfter(t *testing.T) {
+	full, err := replayEvents(nil, replayResponse(wire.StatusIncomplete), replayOutput, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := parseSSE(t, string(full))
+	last := int64(len(all) - 1)
+	if all[last].typ != string(wire.EventIncomplete) {
+		t.Fatalf("the last event is %s, want response.incomplete", all[last].typ)
+	}
+	for after := int64(-1); after <= last+1; after++ {
+		b, err := replayEvents(nil, replayResponse(wire.StatusIncomplete), replayOutput, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []sseFrame
+		if after < last {
+			want = all[after+1:]
+		}
+		if got := parseSSEOrEmpty(t, b); !slices.Equal(got, want) {
+			t.Fatalf("starting_after=%d: %d events, want the %d after it", after, len(got), len(want))
+		}
+	}
+	b, err := replayEvents(nil, replayResponse(wire.StatusInProgress), replayOutput, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parseSSE(t, string(b)); len(got) != len(all)-1 || got[len(got)-1].typ != string(wire.EventItemDone) {
+		t.Fatalf("in-progress replay: %d events ending %s, want %d ending with the last item", len(got), got[len(got)-1].typ, len(all)-1)
+	}
+}
+
+func parseSSEOrEmpty(t *testing.T, b []byte) []sseFrame {
+	t.Helper()
+	if len(b) == 0 {
+		return nil
+	}
+	return parseSSE(t, string(b))
+}
+
+// getStream serves GET /v1/responses/{id}?stream=true (and starting_after when after >= 0).
+func (h *turnHarness) getStream(t *testing.T, id string, after int) []sseFrame {
+	t.Helper()
+	target := "/v1/responses/" + id + "?stream=true"
+	if after >= 0 {
+		target += fmt.Sprintf("&starting_after=%d", after)
+	}
+	c := h.newClient()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, target, nil)
+	req.Header.Set("Authorization", "Bearer k")
+	h.s.ServeHTTP(c, req)
+	if c.code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", target, c.code, c.body.String())
+	}
+	return parseSSE(t, c.body.String())
+}
+
+// responseID is the id in a stream's response.created event.
+func responseID(t *testing.T, frames []sseFrame) string {
+	t.Helper()
+	var v struct{ Response struct{ ID string } }
+	if len(frames) == 0 || json.Unmarshal([]byte(frames[0].data), &v) != nil || v.Response.ID == "" {
+		t.Fatalf("no response.created first: %v", frames)
+	}
+	return v.Response.ID
+}
+
+// A streamed response is replayed from its event log as the client got it live, the terminal
+// event rendered from the record with the next number; starting_after=k resumes at k+1, and the
+// stream always ends with [DONE].
+func TestStoredStreamReplaysItsLogAndResumesAfterStartingAfter(t *testing.T) {
+	h := newTurnHarness(t, nil)
+	c := h.newClient()
+	h.serve(t.Context(), c, `{"model":"openai/gpt-oss-sim","input":"tell me a story","stream":true}`)
+	live := parseSSE(t, c.body.String())
+	id := responseID(t, live)
+	if got := h.getStream(t, id, -1); !slices.Equal(got, live) {
+		t.Fatalf("replay differs from the live stream:\n%v\nlive:\n%v", got, live)
+	}
+	for i, f := range live[:len(live)-1] {
+		if seq := seqOf(t, f); seq != int64(i) {
+			t.Fatalf("live event %d has sequence_number %d", i, seq)
+		}
+	}
+	n := len(live) - 1 // events before [DONE]; the terminal one is number n-1
+	for _, after := range []int{0, 1, n - 2, n - 1, n, n + 5} {
+		got := h.getStream(t, id, after)
+		want := []sseFrame{{data: "[DONE]"}}
+		if after < n-1 {
+			want = live[after+1:]
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("starting_after=%d: got %d frames, want %d (the events after it and [DONE])", after, len(got), len(want))
+		}
+	}
+}
+
+// A response answered without streaming has no event log: GET ?stream=true regenerates it, and
+// its terminal event carries the response as GET renders it.
+func TestStoredNonStreamedResponseReplaysFromItsItems(t *testing.T) {
+	h := newTurnHarness(t, nil)
+	c := h.newClient()
+	h.serve(t.Context(), c, syncBody)
+	var resp struct{ ID string }
+	if err := json.Unmarshal(c.body.Bytes(), &resp); err != nil || resp.ID == "" {
+		t.Fatalf("answer %s", c.body.String())
+	}
+	got := h.getStream(t, resp.ID, -1)
+	if len(got) < 4 || got[0].typ != string(wire.EventCreated) || got[len(got)-2].typ != string(wire.EventCompleted) ||
+		got[len(got)-1].data != "[DONE]" {
+		t.Fatalf("replay %v", got)
+	}
+	var term struct{ Response json.RawMessage }
+	_ = json.Unmarshal([]byte(got[len(got)-2].data), &term)
+	if !jsonEqual(term.Response, c.body.Bytes()) {
+		t.Fatalf("terminal event's response %s\nwant the answer %s", term.Response, c.body.Bytes())
+	}
+	if after := h.getStream(t, resp.ID, len(got)-2); !slices.Equal(after, []sseFrame{{data: "[DONE]"}}) {
+		t.Fatalf("starting_after the terminal event: %v", after)
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// sinkLog is an eventSink on the bubble's clock that records when keepalives were written.
+type sinkLog struct {
+	mu         sync.Mutex
+	start      time.Time
+	last       time.Time
+	keepalives []time.Duration
+	fail       bool
+}
+
+func (s *sinkLog) write([]byte) error { return nil }
+
+func (s *sinkLog) keepalive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return errors.New("broken pipe (injected)")
+	}
+	s.last = time.Now()
+	s.keepalives = append(s.keepalives, s.last.Sub(s.start))
+	return nil
+}
+
+func (s *sinkLog) idleSince() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// watch runs watchStream on sink until the returned stop is called; stop waits for it and
+// returns the cause the watcher cancelled the stream with (nil: none).
+func watch(ctx context.Context, s *Server, sink eventSink) (stop func() error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() { defer close(exited); s.watchStream(ctx, cancel, sink, done) }()
+	return func() error {
+		cause := context.Cause(ctx)
+		close(done)
+		<-exited
+		cancel(nil)
+		return cause
+	}
+}
+
+// During upstream silence a keepalive goes out once the stream has been idle for KeepAlive (the
+// watcher looks every KeepAlive/2, at most every second), and not before.
+func TestWatchStreamSendsAKeepaliveAfterKeepAliveOfSilence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Server{cfg: Config{KeepAlive: 1500 * time.Millisecond}, stop: make(chan struct{})}
+		sink := &sinkLog{start: time.Now(), last: time.Now()}
+		stop := watch(t.Context(), s, sink)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if cause := stop(); cause != nil {
+			t.Fatalf("the watcher cut a healthy stream: %v", cause)
+		}
+		want := []time.Duration{1500 * time.Millisecond, 3 * time.Second, 4500 * time.Millisecond}
+		if len(sink.keepalives) != len(want) {
+			t.Fatalf("keepalives at %v, want %v", sink.keepalives, want)
+		}
+		for i := range want {
+			if sink.keepalives[i] != want[i] {
+				t.Fatalf("keepalives at %v, want %v", sink.keepalives, want)
+			}
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// A long KeepAlive is still checked every second.
+		s := &Server{cfg: Config{KeepAlive: 10*time.Second + 500*time.Millisecond}, stop: make(chan struct{})}
+		sink := &sinkLog{start: time.Now(), last: time.Now()}
+		stop := watch(t.Context(), s, sink)
+		time.Sleep(12 * time.Second)
+		synctest.Wait()
+		_ = stop()
+		if len(sink.keepalives) != 1 || sink.keepalives[0] != 11*time.Second {
+			t.Fatalf("keepalives at %v, want one at 11s", sink.keepalives)
+		}
+	})
+}
+
+// A keepalive that cannot be written means the client is gone; shutdown past its deadline cuts
+// the stream with errShutdown; the request's end stops the watcher without a cause of its own.
+func TestWatchStreamCutsTheStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Server{cfg: Config{KeepAlive: time.Second}, stop: make(chan struct{})}
+		stop := watch(t.Context(), s, &sinkLog{start: time.Now(), last: time.Now(), fail: true})
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if cause := stop(); !errors.Is(cause, errClientGone) {
+			t.Fatalf("a failed keepalive: cause %v, want errClientGone", cause)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		s := &Server{cfg: Config{KeepAlive: time.Minute}, stop: make(chan struct{})}
+		stop := watch(t.Context(), s, &sinkLog{start: time.Now(), last: time.Now()})
+		close(s.stop)
+		synctest.Wait()
+		if cause := stop(); !errors.Is(cause, errShutdown) {
+			t.Fatalf("shutdown: cause %v, want errShutdown", cause)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		s := &Server{cfg: Config{KeepAlive: time.Minute}, stop: make(chan struct{})}
+		ctx, cancel := context.WithCancel(t.Context())
+		stop := watch(ctx, s, &sinkLog{start: time.Now(), last: time.Now()})
+		cancel()
+		synctest.Wait()
+		close(s.stop) // too late: the watcher has returned
+		if cause := stop(); !errors.Is(cause, context.Canceled) {
+			t.Fatalf("the request's end: cause %v, want only the request's own", cause)
+		}
+	})
+}
+
+// signalClient is a client that closes first at its first write.
+type signalClient struct {
+	*client
+	once  sync.Once
+	first chan struct{}
+}
+
+func (c *signalClient) Write(b []byte) (int, error) {
+	n, err := c.client.Write(b)
+	c.once.Do(func() { close(c.first) })
+	return n, err
+}
+
+// With MaxConcurrentStreams streams running, another stream is a 503 too_many_streams before it
+// reaches upstream; a stream that ended frees its place.
+func TestStreamsPastMaxConcurrentStreamsAre503(t *testing.T) {
+	h := newTurnHarness(t, func(_ *turnStore, g *upstreamGate) { g.hold = true })
+	h.s.cfg.MaxConcurrentStreams = 1
+	ctxA, cancelA := context.WithCancel(t.Context())
+	aDone := make(chan struct{})
+	go func() { defer close(aDone); h.serve(ctxA, h.newClient(), streamBody) }()
+	<-h.gate.arrived // A runs
+	ctxB, cancelB := context.WithCancel(t.Context())
+	defer cancelB()
+	b := h.newClient()
+	bDone := make(chan struct{})
+	go func() { defer close(bDone); h.serve(ctxB, b, streamBody) }()
+	select {
+	case <-bDone:
+	case <-h.gate.arrived:
+		cancelB()
+		<-bDone
+		cancelA()
+		<-aDone
+		t.Fatal("a second stream reached upstream past MaxConcurrentStreams=1")
+	}
+	cancelA()
+	<-aDone
+	if env := envelope(t, b.body.String()); b.code != http.StatusServiceUnavailable || deref(env.Code) != "too_many_streams" {
+		t.Fatalf("the second stream: %d %s, want 503 too_many_streams", b.code, b.body.String())
+	}
+	if n := h.s.ActiveStreams(); n != 0 {
+		t.Fatalf("%d active streams after both ended", n)
+	}
+	h.gate.hold = false // both requests have ended
+	for range 2 {
+		c := h.newClient()
+		h.serve(t.Context(), c, streamBody)
+		if len(c.events(wire.EventCompleted)) != 1 {
+			t.Fatalf("a stream after the others ended: %d %s", c.code, c.body.String())
+		}
+	}
+}
+
+// A stream cut by shutdown past its deadline ends with response.failed saying so, and is stored
+// failed with the same words.
+func TestStreamCutByShutdownEndsFailedWithTheReason(t *testing.T) {
+	h := newTurnHarness(t, nil)
+	c := &signalClient{client: h.newClient(), first: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req := newRequest(t, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim?stall=1h&stall_after=3","input":"hi","stream":true}`)
+		h.s.ServeHTTP(c, req)
+	}()
+	<-c.first
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.s.Shutdown(expired) // cuts the stream, then waits for the turn
+	<-done
+	failed := c.events(wire.EventFailed)
+	var ev struct {
+		Response struct {
+			Status string
+			Error  struct{ Code, Message string }
+		}
+	}
+	if len(failed) != 1 || json.Unmarshal([]byte(failed[0]), &ev) != nil ||
+		ev.Response.Error.Message != "The gateway shut down before the response finished; retry it." {
+		t.Fatalf("response.failed events %q", failed)
+	}
+	r := h.stored(t, h.st.firstCommit(t))
+	if r.Status != wire.StatusFailed || !json.Valid(r.Error) || !containsMessage(r.Error, ev.Response.Error.Message) {
+		t.Fatalf("stored %s %s", r.Status, r.Error)
+	}
+}
+
+func containsMessage(raw json.RawMessage, msg string) bool {
+	var e struct{ Message string }
+	return json.Unmarshal(raw, &e) == nil && e.Message == msg
+}
+
+// An upstream failure mid-stream ends the stream with response.failed carrying the error object a
+// non-streamed call gets for the same failure (docs/errors.md, "Streamed turns").
+func TestMidStreamUpstreamFailureCarriesTheNonStreamedError(t *testing.T) {
+	h := newTurnHarness(t, nil)
+	for _, fault := range []string{"error_after=3", "cut_after=3"} {
+		c := h.newClient()
+		h.serve(t.Context(), c, `{"model":"openai/gpt-oss-sim?`+fault+`","input":"hi","stream":true}`)
+		failed := c.events(wire.EventFailed)
+		var ev struct {
+			Response struct {
+				Error struct{ Code, Message string }
+			}
+		}
+		if len(failed) != 1 || json.Unmarshal([]byte(failed[0]), &ev) != nil {
+			t.Fatalf("%s: response.failed events %q in %s", fault, failed, c.body.String())
+		}
+		sc := h.newClient()
+		h.serve(t.Context(), sc, `{"model":"openai/gpt-oss-sim?`+fault+`","input":"hi"}`)
+		env := envelope(t, sc.body.String())
+		if ev.Response.Error.Code != deref(env.Code) || ev.Response.Error.Message != env.Message {
+			t.Fatalf("%s: streamed error %+v, non-streamed %s", fault, ev.Response.Error, sc.body.String())
+		}
+	}
+}
