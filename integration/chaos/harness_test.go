@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		_ = flag.Set("test.parallel", "6")
+		_ = flag.Set("test.parallel", "12")
 	}
 	pgtest.Main(m)
 }
@@ -564,6 +564,6 @@ func (e *env) terminalStored(id string) {
 	defer d.Close()
 	waitFor(e.t, "response "+id+" to end", func() bool {
 		s := e.stored(d, id)
-		return s != "in_progress" && s != "queued"
+		return s != "" && s != "in_progress" && s != "queued"
 	})
 }

@@ -165,7 +165,9 @@ func processScenarios() []scenario {
 		p.kill()
 	}})
 	ss = append(ss, scenario{name: "sigterm/200-streams", backends: both, faults: fShutdown, process: true, run: func(e *env, rng *rand.Rand) {
-		p := e.startProcess("--shutdown-timeout", "3s")
+		// 200 streams load two cores: upstream timeouts as in production, so that only the
+		// drain deadline cuts streams.
+		p := e.startProcess("--shutdown-timeout", "3s", "--upstream-connect-timeout", "30s", "--upstream-idle-timeout", "30s")
 		e.gwURL = p.url
 		// Half end within the drain deadline, half run past it.
 		var created, wg sync.WaitGroup
