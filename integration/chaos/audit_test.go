@@ -225,7 +225,7 @@ func reasonFits(r row, injected faults) bool {
 		return injected&(fClient|fKill) != 0
 	case r.errCode == "response_deleted":
 		return injected&fDelete != 0
-	case r.errCode == "shutting_down":
+	case r.errCode == "shutting_down" || strings.Contains(m, "gateway shut down"):
 		return injected&fShutdown != 0
 	case strings.Contains(m, "lease") || m == sweepMessage:
 		return injected&(fDB|fKill|fClient) != 0

@@ -111,4 +111,3 @@ func printTable(t *testing.T, scs []scenario, ta *tally, seeds int) {
 		_ = os.WriteFile(p, []byte(b.String()), 0o644)
 	}
 }
-

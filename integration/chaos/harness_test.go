@@ -123,7 +123,8 @@ func gatewayConfig() server.Config {
 		LeaseTTL:      leaseTTL,
 		SweepInterval: 200 * time.Millisecond,
 		WriteTimeout:  300 * time.Millisecond,
-		CommitTimeout: 3 * time.Second,
+		SyncTimeout:   2 * time.Second,  // a stalled non-streamed call ends in a 504, not in 10 minutes
+		CommitTimeout: 10 * time.Second, // generous: a loaded machine is not a database fault
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
@@ -219,7 +220,7 @@ type transcript struct {
 	done     bool              // [DONE] seen
 	// faulted: the client itself misbehaved (FIN, RST, stopped reading) or the gateway process
 	// was killed under it, so a missing terminal event is not the gateway's fault.
-	faulted bool
+	faulted   bool
 	transport string // a transport error, if any
 }
 
@@ -259,6 +260,8 @@ type streamOpts struct {
 	header map[string]string
 	// waitGone is called for actStopRead: it returns once the gateway is done with the turn.
 	waitGone func(tr *transcript)
+	// slow makes a slow reader: it pauses this long after each event.
+	slow time.Duration
 }
 
 // stream sends a streamed POST /v1/responses over a raw TCP connection (so the client can FIN,
@@ -351,6 +354,9 @@ func (e *env) stream(body string, o streamOpts) *transcript {
 			continue
 		}
 		tr.events = append(tr.events, ev.Type)
+		if o.slow > 0 {
+			time.Sleep(o.slow)
+		}
 		switch ev.Type {
 		case "response.created":
 			var r struct{ ID string }
@@ -465,7 +471,9 @@ func (e *env) do(kind, method, base, path, body string) *transcript {
 	return tr
 }
 
-func (e *env) create(body string) *transcript { return e.do("create", "POST", "", "/v1/responses", body) }
+func (e *env) create(body string) *transcript {
+	return e.do("create", "POST", "", "/v1/responses", body)
+}
 
 func (e *env) deleteResponse(id string) *transcript {
 	tr := e.do("delete-response", "DELETE", "", "/v1/responses/"+id, "")

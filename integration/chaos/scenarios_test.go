@@ -121,7 +121,9 @@ func allScenarios() []scenario {
 	// Upstream (vLLM) faults, on both backends.
 	add(scenario{name: "upstream/refused", backends: both, faults: fUpstream, run: withProxy(func(e *env) { e.up.Refuse() })})
 	add(scenario{name: "upstream/reset-while-sending-request", backends: both, faults: fUpstream,
-		run: withProxy(func(e *env) { e.up.Arm(faultproxy.ToServer, faultproxy.Spec{Match: []byte("POST /v1/responses"), Action: faultproxy.CutBefore}) })})
+		run: withProxy(func(e *env) {
+			e.up.Arm(faultproxy.ToServer, faultproxy.Spec{Match: []byte("POST /v1/responses"), Action: faultproxy.CutBefore})
+		})})
 	add(scenario{name: "upstream/request-cut-after-100-bytes", backends: both, faults: fUpstream,
 		run: withProxy(func(e *env) { e.up.Set(faultproxy.ToServer, faultproxy.Faults{CutAfter: 100}) })})
 	add(scenario{name: "upstream/stall-before-headers", backends: both, faults: fUpstream,
@@ -164,7 +166,7 @@ func allScenarios() []scenario {
 				prev := chain(e, rng)
 				q := ""
 				if a.act == actStopRead {
-					q = "huge=3000000" // enough to fill the socket buffers, so writes block
+					q = "huge=1000000" // more than the socket buffers of a client that does not read: writes block
 				}
 				e.stream(body(model(rng, q), fact(rng), true, opt(prev)...), streamOpts{at: ph, act: a.act,
 					waitGone: func(tr *transcript) {
