@@ -126,8 +126,12 @@ func (e *env) audit(injected faults) []violation {
 		}
 		switch {
 		case tr.terminal == "" && tr.kind == "stream" && !tr.faulted && injected&(fKill) == 0:
-			bad("one-terminal", "stream %s ended without a terminal event (events %d, transport %q), and nothing it did or suffered excuses it",
-				tr.id, len(tr.events), tr.transport)
+			last := ""
+			if len(tr.events) > 0 {
+				last = tr.events[len(tr.events)-1]
+			}
+			bad("one-terminal", "stream %s ended without a terminal event (%d events, the last %s; transport %q; stored %s %s %q), and nothing it did or suffered excuses it",
+				tr.id, len(tr.events), last, tr.transport, r.status, r.errCode, r.errMsg)
 		case tr.terminal == "":
 		case !ok:
 			bad("seen-is-stored", "%s: the client saw %s and nothing is stored", tr.id, tr.terminal)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // chaosSeeds is the number of seeds per scenario: CHAOS_SEEDS (`make chaos` sets 10), else 1,
@@ -69,7 +70,11 @@ func runOne(t *testing.T, sc scenario, backend string, seed int64, ta *tally) {
 	rng := rand.New(rand.NewPCG(uint64(seed), h.Sum64()))
 	e := newEnv(t, sc.name, backend, seed)
 	if !sc.process {
-		e.startGateway()
+		up := 10 * time.Second
+		if sc.quick {
+			up = time.Second
+		}
+		e.startGateway(up)
 	}
 	sc.run(e, rng)
 	e.clean()

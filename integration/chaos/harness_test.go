@@ -131,18 +131,20 @@ func gatewayConfig() server.Config {
 
 // startGateway starts respgate in-process on the env's store (through the Postgres proxy) and
 // the simulator (through the upstream proxy). The returned stop shuts it down and waits.
-func (e *env) startGateway() {
+func (e *env) startGateway(upTimeout time.Duration) {
 	e.t.Helper()
 	st, err := e.openStore(e.gwDSN)
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
 	up, err := upstream.New(upstream.Config{BaseURL: "http://" + e.up.Addr() + "/v1",
-		ConnectTimeout: time.Second, IdleTimeout: time.Second})
+		ConnectTimeout: upTimeout, IdleTimeout: upTimeout})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	srv, err := server.New(context.Background(), gatewayConfig(), st, up)
+	cfg := gatewayConfig()
+	cfg.SyncTimeout = 2 * upTimeout
+	srv, err := server.New(context.Background(), cfg, st, up)
 	if err != nil {
 		e.t.Fatalf("server: %v", err)
 	}

@@ -16,7 +16,10 @@ type scenario struct {
 	backends []string // where it applies
 	faults   faults   // the fault classes it injects (what may explain a stored failure)
 	process  bool     // drives the respgate binary instead of an in-process gateway
-	run      func(e *env, rng *rand.Rand)
+	// quick makes the in-process gateway's upstream timeouts short (1 s), for the scenarios that
+	// stall vLLM; the others keep 10 s, so that a loaded machine is not an upstream fault.
+	quick bool
+	run   func(e *env, rng *rand.Rand)
 }
 
 var (
@@ -126,10 +129,10 @@ func allScenarios() []scenario {
 		})})
 	add(scenario{name: "upstream/request-cut-after-100-bytes", backends: both, faults: fUpstream,
 		run: withProxy(func(e *env) { e.up.Set(faultproxy.ToServer, faultproxy.Faults{CutAfter: 100}) })})
-	add(scenario{name: "upstream/stall-before-headers", backends: both, faults: fUpstream,
+	add(scenario{name: "upstream/stall-before-headers", quick: true, backends: both, faults: fUpstream,
 		run: withProxy(func(e *env) { e.up.Set(faultproxy.ToClient, faultproxy.Faults{Stall: true}) })})
-	add(scenario{name: "upstream/stall-after-headers", backends: both, faults: fUpstream, run: turnPair("stall=60s&stall_after=0")})
-	add(scenario{name: "upstream/stall-mid-stream", backends: both, faults: fUpstream,
+	add(scenario{name: "upstream/stall-after-headers", quick: true, backends: both, faults: fUpstream, run: turnPair("stall=60s&stall_after=0")})
+	add(scenario{name: "upstream/stall-mid-stream", quick: true, backends: both, faults: fUpstream,
 		run: armed(upProxy, faultproxy.ToClient, faultproxy.Spec{Match: []byte("output_text.delta"), Action: faultproxy.StallAt}, "")})
 	for n := 0; n <= 11; n++ {
 		add(scenario{name: fmt.Sprintf("upstream/cut-after-event-%02d", n), backends: both, faults: fUpstream, run: turnPair(fmt.Sprintf("cut_after=%d", n))})

@@ -28,7 +28,7 @@ func TestSoak(t *testing.T) {
 		streams = n
 	}
 	e := newEnv(t, "soak", "postgres", 1)
-	e.startGateway()
+	e.startGateway(10 * time.Second)
 	rng := rand.New(rand.NewPCG(1, 2))
 	injected := fClient | fUpstream
 
