@@ -363,7 +363,8 @@ func (p *Proxy) pump(l *link, d Direction, src, dst net.Conn) {
 				return
 			}
 			if f.CutAfter > 0 && sent+int64(len(chunk)) >= f.CutAfter {
-				_, _ = dst.Write(chunk[:f.CutAfter-sent])
+				// A connection that carried more before the fault was set is cut at once.
+				_, _ = dst.Write(chunk[:max(0, f.CutAfter-sent)])
 				l.reset()
 				return
 			}

@@ -139,3 +139,19 @@ func TestBandwidthAndDelayStillDeliverEverything(t *testing.T) {
 		t.Fatalf("got %d bytes, %v", len(b), err)
 	}
 }
+
+func TestCutAfterSetOnABusyConnectionCutsAtOnce(t *testing.T) {
+	p := New(t, echoServer(t))
+	c := dial(t, p)
+	r := bufio.NewReader(c)
+	_, _ = c.Write([]byte("0123456789\n"))
+	if l, _ := r.ReadString('\n'); l != "0123456789\n" {
+		t.Fatalf("got %q", l)
+	}
+	p.Set(ToClient, Faults{CutAfter: 5}) // already past it on this connection
+	_, _ = c.Write([]byte("more\n"))
+	b, err := io.ReadAll(r)
+	if len(b) != 0 || !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("got %q, %v; want an immediate reset", b, err)
+	}
+}
