@@ -98,7 +98,7 @@ func newEnv(t *testing.T, name, backend string, seed int64) *env {
 		// Every statement's SQL text goes over the wire (no statement cache), so that a trigger
 		// can hit a phase by its SQL (history load, in-progress write, commit).
 		q.Set("default_query_exec_mode", "describe_exec")
-		q.Set("connect_timeout", "2")
+		q.Set("connect_timeout", "10")
 		u.RawQuery = q.Encode()
 		e.gwDSN = u.String()
 	case "sqlite":
@@ -174,7 +174,7 @@ func (e *env) cleanGateway() string {
 	if err != nil {
 		e.t.Fatalf("open store: %v", err)
 	}
-	up, err := upstream.New(upstream.Config{BaseURL: e.simURL + "/v1"})
+	up, err := upstream.New(upstream.Config{BaseURL: e.simURL + "/v1", ConnectTimeout: 30 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -49,6 +49,7 @@ type proc struct {
 	url    string
 	waited chan struct{}
 	err    error
+	last   string // the last log line, read after waited closes
 }
 
 // startProcess runs the respgate binary on the env's database (through the Postgres proxy) and
@@ -64,6 +65,11 @@ func (e *env) startProcess(extra ...string) *proc {
 	db := e.gwDSN
 	if e.backend == "sqlite" {
 		db = "sqlite:" + e.gwDSN
+	} else {
+		// 200 streams cut at once by SIGTERM commit their failed records together: pgx's
+		// default pool (4 connections on 2 cores) cannot store them within the commit timeout
+		// on a loaded machine, and they would be left to the sweeper.
+		db += "&pool_max_conns=16"
 	}
 	args := append([]string{"--listen", addr, "--database-url", db, "--lease-ttl", leaseTTL.String(),
 		"--write-timeout", "300ms", "--sweep-interval", "200ms", "--upstream-idle-timeout", "10s",
@@ -77,7 +83,9 @@ func (e *env) startProcess(extra ...string) *proc {
 	p := &proc{cmd: cmd, url: "http://" + addr, waited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
+			p.last = sc.Text() // ids, types and counts only (the gateway logs no bodies)
 		}
 		p.err = cmd.Wait()
 		close(p.waited)
@@ -86,7 +94,7 @@ func (e *env) startProcess(extra ...string) *proc {
 	waitFor(e.t, "respgate /readyz", func() bool {
 		select {
 		case <-p.waited:
-			e.t.Fatalf("respgate exited at start: %v", p.err)
+			e.t.Fatalf("respgate exited at start: %v; last log line: %s", p.err, p.last)
 		default:
 		}
 		res, err := http.Get(p.url + "/readyz")

@@ -217,7 +217,9 @@ func allScenarios() []scenario {
 		e.stream(body(model(rng, ""), fact(rng), true), streamOpts{})
 	}})
 	add(scenario{name: "pg/lost-during-history-load", backends: pgOnly, faults: fDB, run: func(e *env, rng *rand.Rand) {
-		base := e.create(body(model(rng, ""), fact(rng), false))
+		// The base turn goes through another gateway, so this one has no cached chain and must
+		// load the history from Postgres.
+		base := e.do("create", "POST", e.cleanGateway(), "/v1/responses", body(model(rng, ""), fact(rng), false))
 		s := faultproxy.Spec{Match: []byte("WITH RECURSIVE"), Fold: true, Action: faultproxy.CutBefore}
 		tr := e.pg.Arm(faultproxy.ToServer, s)
 		e.stream(body(model(rng, ""), fact(rng), true, fmt.Sprintf(`"previous_response_id":%q`, base.id)), streamOpts{})
