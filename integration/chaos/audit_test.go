@@ -24,6 +24,9 @@ const (
 	fKill                        // the gateway process was killed
 	fShutdown                    // SIGTERM drain deadline
 	fDelete                      // concurrent deletes
+	// fNoAmbiguity: the scenario lets a late COMMIT land before the gateway reads the outcome
+	// back, so "told failed, stored completed" is a violation even with a database fault.
+	fNoAmbiguity
 )
 
 // sweepMessage marks what the auditor's own sweep failed (see audit).
@@ -135,7 +138,7 @@ func (e *env) audit(injected faults) []violation {
 		case tr.terminal == "":
 		case !ok:
 			bad("seen-is-stored", "%s: the client saw %s and nothing is stored", tr.id, tr.terminal)
-		case r.status != tr.terminal && !(ambiguous(tr) && injected&fDB != 0):
+		case r.status != tr.terminal && !(ambiguous(tr) && injected&fDB != 0 && injected&fNoAmbiguity == 0):
 			bad("seen-is-stored", "%s: the client saw %s (%s %q), stored %s (%s %q)", tr.id, tr.terminal, tr.errCode, tr.errMsg, r.status, r.errCode, r.errMsg)
 		case r.status != tr.terminal:
 		case tr.terminal == "failed" && (r.errCode != tr.errCode || r.errMsg != tr.errMsg) && !swept(r):

@@ -249,6 +249,50 @@ func allScenarios() []scenario {
 			e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
 		}})
 	}
+	add(scenario{name: "pg/commit-lands-after-the-gateway-gave-up", backends: pgOnly, faults: fDB | fNoAmbiguity, run: func(e *env, rng *rand.Rand) {
+		// The COMMIT is held on the wire past the commit timeout; once the gateway reads the
+		// outcome back, the COMMIT goes through, and only then does the read-back run. The
+		// client must be told what the store holds (server/commit.go, commitLanded).
+		prev := chain(e, rng)
+		commit := faultproxy.Spec{Match: []byte("commit"), Fold: true, Action: faultproxy.StallAt}
+		readBack := faultproxy.Spec{Match: []byte("0 AS depth, 0 AS kind"), Action: faultproxy.StallAt}
+		var a *faultproxy.Trigger
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{at: phItemDone, hook: func(tr *transcript) {
+			a = e.pg.Arm(faultproxy.ToServer, commit)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer a.Release()
+				select {
+				case <-a.Fired():
+				case <-done:
+					return
+				}
+				b := e.pg.Arm(faultproxy.ToServer, readBack)
+				defer b.Release()
+				select {
+				case <-b.Fired():
+				case <-done:
+					return
+				}
+				a.Release()
+				d := e.db()
+				defer d.Close()
+				// (Not waitFor: this is not the test's goroutine. If it never lands, the
+				// auditor sees what the client was told against what is stored.)
+				for i := 0; i < 3000 && e.stored(d, tr.id) != "completed"; i++ {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+		}})
+		close(done)
+		wg.Wait()
+		if a != nil {
+			e.requireFired(a, commit)
+		}
+	}})
 	add(scenario{name: "pg/restart-with-50-streams-open", backends: pgOnly, faults: fDB, run: func(e *env, rng *rand.Rand) {
 		many(e, rng, 50, "delay_ms=10&tokens=60", func() {
 			e.pg.Down()

@@ -28,6 +28,9 @@ func TestSoak(t *testing.T) {
 		streams = n
 	}
 	e := newEnv(t, "soak", "postgres", 1)
+	// 500 streams renew leases, flush event logs and commit through one pool: pgx's default
+	// (4 connections on 2 cores) queues them past the commit timeout on a loaded machine.
+	e.gwDSN += "&pool_max_conns=32"
 	e.startGateway(10 * time.Second)
 	rng := rand.New(rand.NewPCG(1, 2))
 	injected := fClient | fUpstream
