@@ -84,7 +84,6 @@ type Trigger struct {
 
 	fired    chan struct{}
 	released chan struct{}
-	once     sync.Once
 	relOnce  sync.Once
 }
 
