@@ -142,3 +142,43 @@ $(CLIENTS)/codex/node_modules/.installed: $(CLIENTS)/codex/package.json $(CLIENT
 
 compat: $(CLIENTS)/node_modules/.installed $(if $(filter 1,$(CODEX)),$(CLIENTS)/codex/node_modules/.installed) ## real clients (openai-node 6/7, Agents SDK, AI SDK, openai-go, Codex CLI unless CODEX=0) against respgate + the simulator, checked against Open Responses
 	COMPAT_REPORT=$(CURDIR)/bin/compat-table.md $(GO) test -count=1 -timeout 10m -tags '$(COMPAT_TAGS)' -v ./$(CLIENTS)/
+
+# Chaos and soak (integration/chaos, docs/testing.md "Chaos and soak"). `make test` runs the fast
+# subset of the matrix (one seed per scenario); `chaos` runs CHAOS_SEEDS seeds of every scenario on
+# both backends and prints the scenario table (also in bin/chaos-table.md). A violation prints its
+# replay command: make chaos CHAOS_RUN='scenario/backend/seed-NN'.
+CHAOS_SEEDS    ?= 10
+CHAOS_PARALLEL ?= 16
+CHAOS_RUN      ?=
+SOAK_DURATION  ?= 10m
+SOAK_TIMEOUT   ?= 40m
+# fuzz-long runs every fuzz target (or FUZZ_LONG_TARGETS) for FUZZ_LONG_TIME each, one at a time,
+# and prints the executions per target (bin/fuzz-long/summary.txt); FUZZ_LONG_ARGS passes flags
+# (e.g. -parallel 1 on a loaded machine).
+FUZZ_LONG_TIME    ?= 10m
+FUZZ_LONG_TARGETS ?= $(FUZZ_TARGETS)
+FUZZ_LONG_ARGS    ?=
+
+.PHONY: chaos soak fuzz-long
+chaos: ## the full fault matrix: every scenario x both backends x CHAOS_SEEDS seeds, audited; prints the table (under 15 min; not part of make test)
+	@mkdir -p bin
+	@rm -f bin/chaos-table.md
+	@CHAOS_SEEDS=$(CHAOS_SEEDS) CHAOS_TABLE=$(CURDIR)/bin/chaos-table.md $(GO) test -count=1 -timeout 30m -parallel $(CHAOS_PARALLEL) \
+	  -run 'TestChaos$(if $(CHAOS_RUN),/$(CHAOS_RUN))' $(GO_TEST_ARGS) ./integration/chaos/; st=$$?; \
+	  cat bin/chaos-table.md 2>/dev/null; exit $$st
+
+soak: ## waves of 500 concurrent streams with random cancels, cuts and slow readers for SOAK_DURATION (10m); resources and error rate checked per wave, audited
+	@mkdir -p bin
+	@echo "soak for $(SOAK_DURATION) (log: bin/soak.log)"
+	@SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' $(GO_TEST_ARGS) ./integration/chaos/ > bin/soak.log 2>&1; st=$$?; \
+	  grep -E '^(soak |--- |ok|FAIL|PASS)|VIOLATION|soak_test.go' bin/soak.log; exit $$st
+
+fuzz-long: ## every fuzz target for FUZZ_LONG_TIME (10m) each, one at a time, printing executions per target
+	@mkdir -p bin/fuzz-long
+	@: > bin/fuzz-long/summary.txt
+	@set -e; for t in $(FUZZ_LONG_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$fn ($(FUZZ_LONG_TIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_LONG_TIME) $(FUZZ_LONG_ARGS) $$pkg > bin/fuzz-long/$$fn.log 2>&1 || { tail -40 bin/fuzz-long/$$fn.log; exit 1; }; \
+	  execs=$$(grep -o 'execs: [0-9]*' bin/fuzz-long/$$fn.log | tail -1 | cut -d' ' -f2); \
+	  echo "  $$fn: $${execs:-?} executions"; echo "$$pkg $$fn $${execs:-?}" >> bin/fuzz-long/summary.txt; \
+	done; echo "executions per target:"; cat bin/fuzz-long/summary.txt

@@ -47,6 +47,9 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 		p.ConversationID = t.req.ConversationID
 	}
 	err := s.commit(ctx, p)
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) && s.commitLanded(ctx, p) {
+		err = nil
+	}
 	if err == nil {
 		if p.ConversationID != "" {
 			t.convTurn.Store(false) // the commit's append released the conversation's lease
@@ -100,6 +103,19 @@ func (s *Server) commit(ctx context.Context, p *store.ResponseCommitParams) erro
 			return err
 		}
 	}
+}
+
+// commitLanded reads the response back after a commit that failed with an unknown outcome (a
+// timeout, or a connection lost after COMMIT was sent): the transaction may have gone through.
+// It reports true when the store holds the response with the status being committed, so the
+// client is told what the store holds instead of a failure the store contradicts
+// (integration/chaos: pg/ambiguous-commit, and the soak, where commits that timed out under load
+// were stored completed while their clients were told failed).
+func (s *Server) commitLanded(ctx context.Context, p *store.ResponseCommitParams) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.CommitTimeout, 5*time.Second))
+	defer cancel()
+	rec, _, err := s.store.ResponseGet(rctx, &store.ResponseGetParams{Tenant: p.Response.Tenant, ID: p.Response.ID})
+	return err == nil && rec.Status == p.Response.Status
 }
 
 // storeFailure keeps trying, in the background, to store p (a failed record) until the store

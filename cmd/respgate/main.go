@@ -172,8 +172,12 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	// response.failed. It runs beside hs.Shutdown, which waits for the handlers of those turns.
 	g.Go(func() error { srv.Shutdown(sctx); return nil })
 	// The HTTP server waits a little longer than the turns, so streams ended at the deadline can
-	// still write their terminal event before connections are closed.
-	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout+5*time.Second)
+	// still write their terminal event before connections are closed. A stream writes it only
+	// after its failed record is committed, so the grace is the commit's own bound: with a fixed
+	// 5 s, a hundred streams cut at once on a busy Postgres lost their terminal events to
+	// hs.Close (integration/chaos, sigterm/200-streams).
+	grace := max(5*time.Second, srvCfg.CommitTimeout)
+	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout+grace)
 	defer hcancel()
 	if err := hs.Shutdown(hctx); err != nil {
 		log.Warn("shutdown deadline reached; closing remaining connections")
