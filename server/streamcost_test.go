@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/upstream"
@@ -164,10 +165,17 @@ type discardClient struct {
 	writes int
 }
 
-func (d *discardClient) Header() http.Header         { return d.header }
-func (d *discardClient) WriteHeader(int)             {}
-func (d *discardClient) Write(b []byte) (int, error) { d.n += int64(len(b)); d.writes++; return len(b), nil }
-func (d *discardClient) Flush()                      {}
+func (d *discardClient) Header() http.Header { return d.header }
+func (d *discardClient) WriteHeader(int)     {}
+func (d *discardClient) Write(b []byte) (int, error) {
+	d.n += int64(len(b))
+	d.writes++
+	return len(b), nil
+}
+func (d *discardClient) Flush() {}
+
+// SetWriteDeadline is what http.ResponseController sets before each write (as on a real connection).
+func (d *discardClient) SetWriteDeadline(time.Time) error { return nil }
 
 // recordSimStream returns the raw SSE body the simulator streams for body.
 func recordSimStream(b *testing.B, body string) []byte {
