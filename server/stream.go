@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -37,6 +38,7 @@ type sseWriter struct {
 	writeTimeout time.Duration
 	last         time.Time
 	err          error
+	headersSent  bool // sendHeaders ran: an error can no longer get a status
 }
 
 // openStream sends the headers of an event stream and returns its writer.
@@ -48,6 +50,16 @@ func (s *Server) openStream(c echo.Context) *sseWriter {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	res.WriteHeader(http.StatusOK)
 	return &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: s.cfg.WriteTimeout, last: time.Now()}
+}
+
+// sendHeaders sends the status line and headers now, before any event.
+func (w *sseWriter) sendHeaders() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.headersSent = true
+	if w.err = w.rc.Flush(); w.err == nil {
+		w.last = time.Now()
+	}
 }
 
 func (w *sseWriter) write(b []byte) error {
@@ -104,14 +116,28 @@ func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSi
 
 	uctx, span := s.tel.tracer.Start(ctx, "upstream.stream")
 	defer span.End()
-	up, err := s.connect(ctx, uctx, t)
+	// When upstream has answered before the in-progress record is written, the client's stream
+	// opens at once (its status line and headers), and response.created, which names the id,
+	// waits for the record (issue 25 item 3: the record never sits on the time to first byte).
+	var w eventSink
+	up, err := s.connect(ctx, uctx, t, func() {
+		w = open()
+		if sw, ok := w.(*sseWriter); ok {
+			sw.sendHeaders()
+		}
+	})
 	defer t.keeper.Stop()
 	if err != nil {
+		if sw, ok := w.(*sseWriter); ok && sw.headersSent {
+			return s.failOpenStream(sw, err)
+		}
 		return err
 	}
 	defer up.Close()
 
-	w := open()
+	if w == nil {
+		w = open()
+	}
 	watch := s.watchStream(cancel, w)
 	defer watch.stop()
 
@@ -155,13 +181,23 @@ func putRelayBuf(b *[]byte) {
 
 // connect writes the in-progress record (with the input) concurrently with the upstream connect,
 // then starts the turn's lease keeper. A failure before the stream opens is answered as an error
-// envelope (and stored as a failed record when the record was written).
-func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, error) {
+// envelope (and stored as a failed record when the record was written). answered runs when
+// upstream has answered 2xx while the record is still being written.
+func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*upstream.Stream, error) {
 	began := s.begin(ctx, t)
 	start := time.Now()
 	up, upErr := s.upstream.Stream(uctx, t.body)
 	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
-	if err := <-began; err != nil {
+	var beginErr error
+	select {
+	case beginErr = <-began:
+	default:
+		if upErr == nil {
+			answered()
+		}
+		beginErr = <-began
+	}
+	if err := beginErr; err != nil {
 		if up != nil {
 			_ = up.Close()
 		}
@@ -182,6 +218,39 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, 
 		return nil, ctx.Err()
 	}
 	return nil, s.failBeforeStream(ctx, t, upErr)
+}
+
+// failOpenStream answers a turn whose client stream opened (upstream had answered) before its
+// in-progress record failed to be written: no response exists and its id was never sent, so the
+// stream carries only an error event, OpenAI's streaming error shape with the envelope's code,
+// message and param, then [DONE] (docs/errors.md, "Streamed turns").
+func (s *Server) failOpenStream(w *sseWriter, err error) error {
+	ae := knownAPIError(err)
+	if ae == nil {
+		s.log.Error("internal error", "error", err)
+		ae = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+	}
+	code := ae.Code
+	if code == "" {
+		code = string(ae.Type)
+	}
+	ev := struct {
+		Type           string  `json:"type"`
+		Code           string  `json:"code"`
+		Message        string  `json:"message"`
+		Param          *string `json:"param"`
+		SequenceNumber int     `json:"sequence_number"`
+	}{Type: "error", Code: code, Message: ae.Message}
+	if ae.Param != "" {
+		ev.Param = &ae.Param
+	}
+	data, jerr := json.Marshal(ev)
+	if jerr != nil {
+		return jerr
+	}
+	frame := wire.Event{Type: wire.EventError, Data: data}.AppendSSE(nil)
+	_ = w.write(append(frame, wire.DoneFrame...))
+	return nil
 }
 
 // relay feeds upstream events through the accumulator and writes the client events until the
