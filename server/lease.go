@@ -74,17 +74,26 @@ func (l *eventLog) putBack(runs []store.Event) {
 	l.closed = append(runs, l.closed...)
 }
 
-// leaseKeeper keeps a turn's leases alive and flushes its event log while the turn runs. Its
-// goroutine talks only to the store, never to the client: a client that stops reading must not
-// let the lease expire (renewal used to wait behind a blocked write). Start it once the leases are
-// held; Stop it, which waits for the goroutine, before the commit, so no renewal can run after
-// the turn has released its leases.
+// leaseKeeper keeps a turn's leases alive and flushes its event log while the turn runs. It talks
+// only to the store, never to the client: a client that stops reading must not let the lease
+// expire (renewal used to wait behind a blocked write). It is a timer, not a goroutine: its work
+// runs on a short-lived goroutine when due (issue 25: goroutines per open stream). Start it once
+// the leases are held; Stop it, which waits for work in progress, before the commit, so no
+// renewal can run after the turn has released its leases.
 type leaseKeeper struct {
 	s      *Server
 	t      *turn
+	ctx    context.Context // ends at Stop: aborts a store call in progress
 	cancel context.CancelFunc
-	done   chan struct{}
 	once   sync.Once
+
+	tick, renewEvery time.Duration
+	timer            *time.Timer
+	next, lastRenew  time.Time // used only by the callback (one at a time: it re-arms the timer last)
+
+	mu      sync.Mutex
+	stopped bool
+	running sync.WaitGroup
 }
 
 // startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
@@ -92,44 +101,64 @@ func (s *Server) startKeeper(t *turn) *leaseKeeper {
 	if !t.leased && !t.convTurn.Load() && t.events == nil {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	k := &leaseKeeper{s: s, t: t, cancel: cancel, done: make(chan struct{})}
-	go k.run(ctx)
+	k := &leaseKeeper{s: s, t: t, renewEvery: s.cfg.LeaseTTL / 3}
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+	k.tick = k.renewEvery
+	if t.events != nil && eventFlushInterval < k.tick {
+		k.tick = eventFlushInterval
+	}
+	now := time.Now()
+	k.lastRenew, k.next = now, now.Add(k.tick)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.timer = time.AfterFunc(k.tick, k.run)
 	return k
 }
 
-// Stop ends the keeper and waits for it. It is safe on a nil keeper and more than once.
+// Stop ends the keeper and waits for work in progress. It is safe on a nil keeper and more than
+// once.
 func (k *leaseKeeper) Stop() {
 	if k == nil {
 		return
 	}
-	k.once.Do(k.cancel)
-	<-k.done
+	k.once.Do(func() {
+		k.mu.Lock()
+		k.stopped = true
+		k.timer.Stop()
+		k.mu.Unlock()
+		k.cancel()
+	})
+	k.running.Wait()
 }
 
-func (k *leaseKeeper) run(ctx context.Context) {
-	defer close(k.done)
-	renewEvery := k.s.cfg.LeaseTTL / 3
-	tick := renewEvery
-	if k.t.events != nil && eventFlushInterval < tick {
-		tick = eventFlushInterval
+// run is one tick: flush the events, renew the leases when a third of the TTL has passed, and
+// arm the timer for the next tick (ticks missed while the store was slow are skipped, as a
+// time.Ticker drops them).
+func (k *leaseKeeper) run() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
 	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	lastRenew := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-ticker.C:
-			if k.t.events != nil {
-				k.flush(ctx)
-			}
-			if now.Sub(lastRenew) >= renewEvery {
-				lastRenew = now
-				k.renew(ctx)
-			}
-		}
+	k.running.Add(1)
+	k.mu.Unlock()
+	defer k.running.Done()
+	now := time.Now()
+	if k.t.events != nil {
+		k.flush(k.ctx)
+	}
+	if now.Sub(k.lastRenew) >= k.renewEvery {
+		k.lastRenew = now
+		k.renew(k.ctx)
+	}
+	k.next = k.next.Add(k.tick)
+	for after := time.Now(); !k.next.After(after); {
+		k.next = k.next.Add(k.tick)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.timer.Reset(time.Until(k.next))
 	}
 }
 

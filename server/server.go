@@ -198,6 +198,9 @@ type Server struct {
 	inflight sync.WaitGroup
 	stopOnce sync.Once
 	stop     chan struct{} // closed when shutdown's deadline passes: cut the streams still running
+	// stopCtx ends when stop closes: streams watch it with context.AfterFunc (no goroutine).
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
 	// background: goroutines the server owns beyond a request (storeFailure); quit stops them.
 	background sync.WaitGroup
 	quitOnce   sync.Once
@@ -252,6 +255,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		drained:  make(chan struct{}),
 		budget:   semaphore.NewWeighted(cfg.MaxBodyBytesInFlight),
 	}
+	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
 	if len(cfg.APIKeys) > 0 {
 		for _, k := range cfg.APIKeys {
 			s.keys = append(s.keys, s.tenantOf(k))
@@ -362,7 +366,12 @@ func (s *Server) Shutdown(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		s.stopOnce.Do(func() { close(s.stop) })
+		s.stopOnce.Do(func() {
+			close(s.stop)
+			if s.stopCancel != nil {
+				s.stopCancel()
+			}
+		})
 		<-done
 	}
 	s.drainedOnce.Do(func() { close(s.drained) })

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -37,6 +38,7 @@ type sseWriter struct {
 	writeTimeout time.Duration
 	last         time.Time
 	err          error
+	headersSent  bool // sendHeaders ran: an error can no longer get a status
 }
 
 // openStream sends the headers of an event stream and returns its writer.
@@ -48,6 +50,16 @@ func (s *Server) openStream(c echo.Context) *sseWriter {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	res.WriteHeader(http.StatusOK)
 	return &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: s.cfg.WriteTimeout, last: time.Now()}
+}
+
+// sendHeaders sends the status line and headers now, before any event.
+func (w *sseWriter) sendHeaders() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.headersSent = true
+	if w.err = w.rc.Flush(); w.err == nil {
+		w.last = time.Now()
+	}
 }
 
 func (w *sseWriter) write(b []byte) error {
@@ -91,6 +103,11 @@ var errClientGone = errors.New("server: client went away")
 // open opens the client's stream once upstream has answered. Before that an upstream failure is
 // returned (an error envelope or event); after it, only an in-band response.failed can report it
 // (docs/style.md: the relay model).
+//
+// Goroutines: the turn runs on its caller's (the HTTP handler's, or the WebSocket loop's), which
+// also reads the upstream stream (upstream.Stream.Events, no coroutine). Keepalives, the shutdown
+// cut and the lease keeper are timers whose callbacks run only when due, each stopped and awaited
+// before the turn returns (issue 25: at most 3 goroutines per open stream, with net/http's own).
 func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSink) error {
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
@@ -99,39 +116,88 @@ func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSi
 
 	uctx, span := s.tel.tracer.Start(ctx, "upstream.stream")
 	defer span.End()
-	up, err := s.connect(ctx, uctx, t)
+	// When upstream has answered before the in-progress record is written, the client's stream
+	// opens at once (its status line and headers), and response.created, which names the id,
+	// waits for the record (issue 25 item 3: the record never sits on the time to first byte).
+	var w eventSink
+	up, err := s.connect(ctx, uctx, t, func() {
+		w = open()
+		if sw, ok := w.(*sseWriter); ok {
+			sw.sendHeaders()
+		}
+	})
 	defer t.keeper.Stop()
 	if err != nil {
+		if sw, ok := w.(*sseWriter); ok && sw.headersSent {
+			return s.failOpenStream(sw, err)
+		}
 		return err
 	}
 	defer up.Close()
 
-	w := open()
-	// One helper goroutine per stream besides the keeper: keepalive comments during silence, and
-	// shutdown past its deadline. Stopped and awaited when the stream ends.
-	watchDone, watchExited := make(chan struct{}), make(chan struct{})
-	defer func() { close(watchDone); <-watchExited }()
-	go func() { defer close(watchExited); s.watchStream(ctx, cancel, w, watchDone) }()
+	if w == nil {
+		w = open()
+	}
+	watch := s.watchStream(cancel, w)
+	defer watch.stop()
 
 	var out frameWriter = w
 	if t.chat != nil {
 		out = t.chat.sink(w)
 	}
 	acc := accumulator.New(s.accOptions(t))
-	cause := s.relay(ctx, out, acc, up, span)
-	_ = up.Close() // nothing more is read: a client that left stops the model at once
-	return s.endStream(ctx, t, out, acc, cause)
+	buf := getRelayBuf()
+	defer putRelayBuf(buf)
+	cause := s.relay(ctx, cancel, out, acc, up, span, buf)
+	if cause != nil {
+		_ = up.Close() // nothing more is read: a client that left stops the model at once
+	}
+	err = s.endStream(ctx, t, out, acc, cause)
+	if cause == nil {
+		// The model has finished: read the body's end so the connection is reused (after the
+		// client has its terminal event, so this never delays it).
+		_ = up.Finish(upstreamDrainWait)
+	}
+	return err
+}
+
+// upstreamDrainWait bounds the wait for the end of an upstream body after its terminal event.
+const upstreamDrainWait = 250 * time.Millisecond
+
+// relayBufs pools the relay's frame buffers (issue 25: no per-turn or per-event buffer growth
+// once warm); buffers grown past maxPooledRelayBuf are left to the GC.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+
+const maxPooledRelayBuf = 256 << 10
+
+func getRelayBuf() *[]byte { return relayBufs.Get().(*[]byte) }
+
+func putRelayBuf(b *[]byte) {
+	if cap(*b) <= maxPooledRelayBuf {
+		*b = (*b)[:0]
+		relayBufs.Put(b)
+	}
 }
 
 // connect writes the in-progress record (with the input) concurrently with the upstream connect,
 // then starts the turn's lease keeper. A failure before the stream opens is answered as an error
-// envelope (and stored as a failed record when the record was written).
-func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, error) {
+// envelope (and stored as a failed record when the record was written). answered runs when
+// upstream has answered 2xx while the record is still being written.
+func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*upstream.Stream, error) {
 	began := s.begin(ctx, t)
 	start := time.Now()
 	up, upErr := s.upstream.Stream(uctx, t.body)
 	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
-	if err := <-began; err != nil {
+	var beginErr error
+	select {
+	case beginErr = <-began:
+	default:
+		if upErr == nil {
+			answered()
+		}
+		beginErr = <-began
+	}
+	if err := beginErr; err != nil {
 		if up != nil {
 			_ = up.Close()
 		}
@@ -154,44 +220,102 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn) (*upstream.Stream, 
 	return nil, s.failBeforeStream(ctx, t, upErr)
 }
 
-// relay feeds upstream events through the accumulator and writes the client events, one write
-// per upstream event, until the upstream's terminal event, its end, or a failure (the cause).
-func (s *Server) relay(ctx context.Context, w frameWriter, acc *accumulator.Accumulator, up *upstream.Stream, span trace.Span) error {
+// failOpenStream answers a turn whose client stream opened (upstream had answered) before its
+// in-progress record failed to be written: no response exists and its id was never sent, so the
+// stream carries only an error event, OpenAI's streaming error shape with the envelope's code,
+// message and param, then [DONE] (docs/errors.md, "Streamed turns").
+func (s *Server) failOpenStream(w *sseWriter, err error) error {
+	ae := knownAPIError(err)
+	if ae == nil {
+		s.log.Error("internal error", "error", err)
+		ae = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+	}
+	code := ae.Code
+	if code == "" {
+		code = string(ae.Type)
+	}
+	ev := struct {
+		Type           string  `json:"type"`
+		Code           string  `json:"code"`
+		Message        string  `json:"message"`
+		Param          *string `json:"param"`
+		SequenceNumber int     `json:"sequence_number"`
+	}{Type: "error", Code: code, Message: ae.Message}
+	if ae.Param != "" {
+		ev.Param = &ae.Param
+	}
+	data, jerr := json.Marshal(ev)
+	if jerr != nil {
+		return jerr
+	}
+	frame := wire.Event{Type: wire.EventError, Data: data}.AppendSSE(nil)
+	_ = w.write(append(frame, wire.DoneFrame...))
+	return nil
+}
+
+// relay feeds upstream events through the accumulator and writes the client events until the
+// upstream's terminal event, its end, or a failure (the cause). The events decoded from one read
+// of the upstream body go to the client in one write and flush, made before the next read (which
+// may wait): a lone event is written as soon as it is decoded, a burst in one write
+// (httputil.ReverseProxy flushes the same way, issue 25). A failed write cancels the turn's
+// context (cancel), which also ends a read waiting on upstream.
+func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w frameWriter, acc *accumulator.Accumulator,
+	up *upstream.Stream, span trace.Span, pooled *[]byte) error {
 	start := time.Now()
-	buf := acc.Start(make([]byte, 0, 4096))
-	if err := w.write(buf); err != nil {
+	var werr error
+	flush := func() {
+		if len(*pooled) > 0 && werr == nil {
+			if werr = w.write(*pooled); werr != nil {
+				cancel(errClientGone)
+			}
+		}
+		*pooled = (*pooled)[:0]
+	}
+	up.BeforeRead(flush)
+	*pooled = acc.Start((*pooled)[:0])
+	flush()
+	if werr != nil {
 		return errClientGone
 	}
 	events, firstDelta := int64(0), false
 	defer func() { s.tel.events.Add(context.WithoutCancel(ctx), events) }()
-	for !acc.Done() {
-		ev, err := up.Next()
-		if errors.Is(err, io.EOF) {
-			// vLLM ends a failed generation by closing the stream (docs/wire.md §6.5 quirk 5).
-			return &upstream.Error{Kind: upstream.KindStreamBroken, Status: http.StatusOK,
-				Message: "the stream ended before its terminal event"}
+	err := func() error {
+		for ev, err := range up.Events() {
+			if werr != nil {
+				return errClientGone
+			}
+			if errors.Is(err, io.EOF) {
+				// vLLM ends a failed generation by closing the stream (docs/wire.md §6.5 quirk 5).
+				return &upstream.Error{Kind: upstream.KindStreamBroken, Status: http.StatusOK,
+					Message: "the stream ended before its terminal event"}
+			}
+			if err != nil {
+				return err
+			}
+			if ev.Type == wire.EventError {
+				return up.EventError(ev.Data) // mapped like the same error before the stream
+			}
+			events++
+			if !firstDelta && ev.Type.IsDelta() {
+				firstDelta = true
+				s.tel.ttft.Record(ctx, time.Since(start).Seconds())
+				span.AddEvent("first_token")
+			}
+			*pooled, err = acc.Feed(*pooled, ev)
+			if err != nil {
+				return err
+			}
+			if acc.Done() {
+				return nil
+			}
 		}
-		if err != nil {
-			return err
-		}
-		if ev.Type == wire.EventError {
-			return up.EventError(ev.Data) // mapped like the same error before the stream
-		}
-		events++
-		if !firstDelta && ev.Type.IsDelta() {
-			firstDelta = true
-			s.tel.ttft.Record(ctx, time.Since(start).Seconds())
-			span.AddEvent("first_token")
-		}
-		buf, err = acc.Feed(buf[:0], ev)
-		if len(buf) > 0 && w.write(buf) != nil {
-			return errClientGone
-		}
-		if err != nil {
-			return err
-		}
+		return nil
+	}()
+	flush()
+	if werr != nil {
+		return errClientGone
 	}
-	return nil
+	return err
 }
 
 // endStream closes the accumulator with the relay's cause, commits, and only then writes the
@@ -241,31 +365,84 @@ var (
 	errSyncTimeout = errors.New("server: non-streamed upstream call timed out")
 )
 
-// watchStream writes keepalive comments during silence and cuts the stream when shutdown passes
-// its deadline, until done closes. It does no store work: the lease keeper renews leases on its
-// own goroutine, so a blocked client write cannot delay them.
-func (s *Server) watchStream(ctx context.Context, cancel context.CancelCauseFunc, w eventSink, done <-chan struct{}) {
-	tick := min(s.cfg.KeepAlive/2, time.Second)
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-			return
-		case <-s.stop:
-			cancel(errShutdown)
-			return
-		case now := <-ticker.C:
-			if now.Sub(w.idleSince()) >= s.cfg.KeepAlive {
-				if w.keepalive() != nil {
-					cancel(errClientGone)
-					return
-				}
+// streamWatch writes keepalive comments during silence and cuts the stream when shutdown passes
+// its deadline. It holds no goroutine while it waits (issue 25): a timer due when the client has
+// had nothing for KeepAlive, and a context.AfterFunc on the server's stop; their callbacks run on
+// short-lived goroutines that stop waits for. It does no store work: the lease keeper renews
+// leases on its own, so a blocked client write cannot delay them.
+type streamWatch struct {
+	keepAlive time.Duration
+	w         eventSink
+	cancel    context.CancelCauseFunc
+	timer     *time.Timer
+	unstop    func() bool // stops the AfterFunc on the server's stop (nil: none)
+
+	mu      sync.Mutex
+	stopped bool
+	running sync.WaitGroup // callbacks that started before stop
+}
+
+func (s *Server) watchStream(cancel context.CancelCauseFunc, w eventSink) *streamWatch {
+	sw := &streamWatch{keepAlive: s.cfg.KeepAlive, w: w, cancel: cancel}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.timer = time.AfterFunc(sw.keepAlive, sw.keepalive)
+	if s.stopCtx != nil {
+		sw.unstop = context.AfterFunc(s.stopCtx, func() {
+			if sw.enter() {
+				defer sw.running.Done()
+				cancel(errShutdown)
 			}
-		}
+		})
 	}
+	return sw
+}
+
+// enter reports whether a callback may run (stop has not been called) and counts it as running.
+func (sw *streamWatch) enter() bool {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.stopped {
+		return false
+	}
+	sw.running.Add(1)
+	return true
+}
+
+// keepalive runs when the client may have been idle for KeepAlive: it writes a keepalive when so,
+// and sets the timer for the next moment the client can have been idle that long.
+func (sw *streamWatch) keepalive() {
+	if !sw.enter() {
+		return
+	}
+	defer sw.running.Done()
+	next := sw.keepAlive
+	if idle := time.Since(sw.w.idleSince()); idle >= sw.keepAlive {
+		if sw.w.keepalive() != nil {
+			sw.cancel(errClientGone)
+			return
+		}
+	} else {
+		next -= idle
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if !sw.stopped {
+		sw.timer.Reset(next)
+	}
+}
+
+// stop ends the watch and waits for a callback still running (a keepalive write is bounded by
+// the write timeout).
+func (sw *streamWatch) stop() {
+	sw.mu.Lock()
+	sw.stopped = true
+	sw.timer.Stop()
+	sw.mu.Unlock()
+	if sw.unstop != nil {
+		sw.unstop()
+	}
+	sw.running.Wait()
 }
 
 func conversationNotFound(id string) error {

@@ -272,6 +272,8 @@ type idleReader struct {
 	eof  bool // r returned io.EOF
 	tail int  // bytes of eventTerminator already returned after eof (Stream only)
 	sse  bool
+	// before runs before each read of r (Stream.BeforeRead), not after its end.
+	before func()
 }
 
 // eventTerminator is appended to a stream's body at a clean EOF so go-sse dispatches a final
@@ -281,6 +283,9 @@ const eventTerminator = "\n\n"
 func (r *idleReader) Read(p []byte) (int, error) {
 	if r.eof {
 		return r.terminate(p)
+	}
+	if r.before != nil {
+		r.before()
 	}
 	r.cl.idle.Reset(r.d)
 	n, err := r.r.Read(p)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	sse "github.com/tmaxmax/go-sse"
 
@@ -27,9 +28,11 @@ type Stream struct {
 	body io.ReadCloser
 	rd   *idleReader
 
-	mu       sync.Mutex // serialises Next, Close and abort
-	next     func() (sse.Event, error, bool)
+	mu       sync.Mutex // serialises Next (or the decoding step of Events), Close and abort
+	seq      iter.Seq2[sse.Event, error]
+	next     func() (sse.Event, error, bool) // Next's pull iterator over seq, made at its first call
 	stop     func()
+	pushing  bool        // Events is reading the stream: Next must not
 	unwatch  func() bool // stops the context.AfterFunc that calls abort
 	status   int         // the response's status, kept on errors
 	buf      []byte      // Data of the last event, reused
@@ -46,10 +49,7 @@ func (c *Client) newStream(cl *call, status int, body io.ReadCloser) *Stream {
 	s.rd = &idleReader{r: body, cl: cl, d: cl.idleD, sse: true}
 	// sse.Read's scanner buffer grows up to MaxEventSize and fails with bufio.ErrTooLong
 	// beyond it, which bounds the memory of one event.
-	seq := iter.Seq2[sse.Event, error](sse.Read(s.rd, &sse.ReadConfig{MaxEventSize: c.maxEventBytes}))
-	// iter.Pull2 runs the push iterator as a coroutine: no goroutine switch per event, and no
-	// goroutine left once the iterator ends or stop is called (Close, or the end of the stream).
-	s.next, s.stop = iter.Pull2(seq)
+	s.seq = iter.Seq2[sse.Event, error](sse.Read(s.rd, &sse.ReadConfig{MaxEventSize: c.maxEventBytes}))
 	// When the request's context ends (the caller's context, the idle timer, Close), release
 	// the stream even if nobody calls Next or Close again: an abandoned stream leaks nothing
 	// once its context is done.
@@ -93,41 +93,147 @@ func (s *Stream) Next() (wire.Event, error) {
 	if s.err != nil {
 		return wire.Event{}, s.err
 	}
+	if s.next == nil {
+		if s.pushing {
+			return s.fail(ErrClosed)
+		}
+		// iter.Pull2 runs the push iterator as a coroutine: no goroutine switch per event, and
+		// no goroutine left once the iterator ends or stop is called (Close, or the end of the
+		// stream). It is a goroutine while the stream is open, though: Events has none.
+		s.next, s.stop = iter.Pull2(s.seq)
+	}
 	for {
-		select {
-		case <-s.cl.ctx.Done(): // the caller's context, the idle timer or Close
-			return s.fail(s.c.classify(s.cl.caller, s.cl.ctx, context.Cause(s.cl.ctx), true))
-		default:
+		if ev, err, _ := s.ctxEnded(); err != nil {
+			return ev, err
 		}
 		ev, err, ok := s.next()
-		if !ok {
-			return s.fail(io.EOF)
+		if e, err, skip := s.decode(ev, err, ok); !skip {
+			return e, err
 		}
-		if err != nil {
-			return s.fail(s.c.classify(s.cl.caller, s.cl.ctx, err, true))
-		}
-		if ev.Data == "" {
-			continue // WHATWG: an event with an empty data buffer is not dispatched
-		}
-		if ev.Data == "[DONE]" {
-			return s.fail(io.EOF)
-		}
-		if cap(s.buf) > maxRetainedBuf && len(ev.Data) <= maxRetainedBuf {
-			s.buf = nil
-		}
-		s.buf = append(s.buf[:0], ev.Data...)
-		if s.rd.injected() && !json.Valid(s.buf) {
-			return s.fail(&Error{Kind: KindStreamBroken, Message: "stream ended in the middle of an event"})
-		}
-		typ := ev.Type
-		if typ == "" {
-			if typ = typeOf(s.buf); typ == "" {
-				return s.fail(&Error{Kind: KindBadBody, Message: "event has neither an event name nor a JSON type"})
-			}
-		}
-		return wire.Event{Type: internType(typ), Data: s.buf}, nil
 	}
 }
+
+// Events is Next as a push iterator, for a range loop: the loop's body runs on the caller's
+// goroutine between reads of the body, with no coroutine (Next runs one) and no goroutine at all.
+// Every event is yielded with a nil error; the last yield carries the error that ends the
+// stream (io.EOF at a clean end, else what Next would return) with a zero Event. Data is valid
+// until the loop's body returns. A Stream is read with Next or with Events, not both, and Events
+// only once. The loop's body must not call Close (after the loop, it may).
+func (s *Stream) Events() iter.Seq2[wire.Event, error] {
+	return func(yield func(wire.Event, error) bool) {
+		s.mu.Lock()
+		start := s.err
+		if start == nil && (s.pushing || s.next != nil) {
+			_, start = s.fail(ErrClosed)
+		}
+		s.pushing = true
+		s.mu.Unlock()
+		if start != nil {
+			yield(wire.Event{}, start)
+			return
+		}
+		for raw, rawErr := range s.seq {
+			s.mu.Lock()
+			e, err, skip := s.ctxEnded()
+			if err == nil {
+				e, err, skip = s.decode(raw, rawErr, true)
+			}
+			s.mu.Unlock()
+			if skip {
+				continue
+			}
+			if !yield(e, err) || err != nil {
+				return
+			}
+		}
+		s.mu.Lock()
+		err := s.err
+		if err == nil {
+			_, err = s.fail(io.EOF)
+		}
+		s.mu.Unlock()
+		yield(wire.Event{}, err)
+	}
+}
+
+// ctxEnded ends the stream when its context has ended (the caller's context, the idle timer or
+// Close) or it has already ended; it returns (zero, nil, false) otherwise. Callers hold s.mu.
+func (s *Stream) ctxEnded() (wire.Event, error, bool) {
+	if s.err != nil {
+		return wire.Event{}, s.err, false
+	}
+	select {
+	case <-s.cl.ctx.Done():
+		ev, err := s.fail(s.c.classify(s.cl.caller, s.cl.ctx, context.Cause(s.cl.ctx), true))
+		return ev, err, false
+	default:
+		return wire.Event{}, nil, false
+	}
+}
+
+// decode turns what go-sse read into the stream's next event, or its end (the stream is then
+// released); skip reports an event that is not dispatched. ok is false at the end of go-sse's
+// iteration. Callers hold s.mu.
+func (s *Stream) decode(ev sse.Event, err error, ok bool) (_ wire.Event, _ error, skip bool) {
+	if !ok {
+		e, err := s.fail(io.EOF)
+		return e, err, false
+	}
+	if err != nil {
+		e, err := s.fail(s.c.classify(s.cl.caller, s.cl.ctx, err, true))
+		return e, err, false
+	}
+	if ev.Data == "" {
+		return wire.Event{}, nil, true // WHATWG: an event with an empty data buffer is not dispatched
+	}
+	if ev.Data == "[DONE]" {
+		e, err := s.fail(io.EOF)
+		return e, err, false
+	}
+	if cap(s.buf) > maxRetainedBuf && len(ev.Data) <= maxRetainedBuf {
+		s.buf = nil
+	}
+	s.buf = append(s.buf[:0], ev.Data...)
+	if s.rd.injected() && !json.Valid(s.buf) {
+		e, err := s.fail(&Error{Kind: KindStreamBroken, Message: "stream ended in the middle of an event"})
+		return e, err, false
+	}
+	typ := ev.Type
+	if typ == "" {
+		if typ = typeOf(s.buf); typ == "" {
+			e, err := s.fail(&Error{Kind: KindBadBody, Message: "event has neither an event name nor a JSON type"})
+			return e, err, false
+		}
+	}
+	return wire.Event{Type: internType(typ), Data: s.buf}, nil, false
+}
+
+// BeforeRead sets f to run before each read of the upstream body, on the goroutine that reads
+// the stream (Next's or Events' caller): the moment the decoder has no complete event left and
+// may wait for bytes. A relay flushes there what it has buffered, so the events of one read go
+// to its client in one write, and a lone event is never held back (issue 25). Set it before
+// reading; f must not call the Stream's methods.
+func (s *Stream) BeforeRead(f func()) { s.rd.before = f }
+
+// Finish reads what is left of the body after the stream's terminal event, for at most wait
+// and maxDrainBytes, then closes the stream: a body read to its end hands its connection back to
+// the pool (a body closed early closes the connection, and the next stream dials a new one, with
+// its own goroutines). It is for the end of a stream the caller has read to its terminal event;
+// anywhere else Close is right.
+func (s *Stream) Finish(wait time.Duration) error {
+	s.mu.Lock()
+	if s.err == nil && !s.rd.eof {
+		timer := time.AfterFunc(wait, func() { s.cl.cancel(ErrClosed) })
+		_, _ = io.Copy(io.Discard, io.LimitReader(s.body, maxDrainBytes))
+		timer.Stop()
+	}
+	s.mu.Unlock()
+	return s.Close()
+}
+
+// maxDrainBytes bounds what Finish reads after the terminal event (vLLM sends nothing more: the
+// rest is the chunked body's end).
+const maxDrainBytes = 64 << 10
 
 // fail ends the stream with err (io.EOF included) and releases it.
 func (s *Stream) fail(err error) (wire.Event, error) {
@@ -147,7 +253,9 @@ func (s *Stream) release() {
 	}
 	s.released = true
 	s.unwatch()
-	s.stop()
+	if s.stop != nil {
+		s.stop()
+	}
 	s.cl.end(s.body)
 }
 

@@ -103,7 +103,7 @@ func runBench(args []string) error {
 	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds per scenario")
 	fs.BoolVar(&o.quick, "quick", false, "a much shorter run (smoke test of the harness; figures are rough)")
 	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(scenarioNames, ","))
-	rampArms := fs.String("ramp-arms", "A,D,D*", "arms of the capacity ramp (D* is the diagnostic: D with synchronous_commit=off)")
+	rampArms := fs.String("ramp-arms", "A,B,D,D*", "arms of the capacity ramp (B the bare proxy, whose last step D should reach; D* is the diagnostic: D with synchronous_commit=off)")
 	ramp := fs.String("ramp", "256,512,1024,2048", "concurrent streams of the capacity ramp's steps")
 	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles of the gateway twin under c=256 load in the log folder")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs even when the run succeeds")

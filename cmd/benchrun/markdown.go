@@ -280,6 +280,10 @@ func (r *report) allocsMD(w writer) {
 		w("\nWhat an open stream holds (Postgres twin, %d streams open at once; runtime counters after a forced GC at mid-stream, minus the same when idle): %.1f goroutines, %.1f KiB of goroutine stacks, %.1f KiB of live heap (%.1f KiB of in-use heap spans), and %.1f KiB of RSS before that GC (garbage awaiting collection included); the stream's accumulated output is %.1f KiB.\n",
 			a.HoldStreams, h.GoroutinesPerStream, h.StackKiBPerStream, h.LiveKiBPerStream, h.HeapKiBPerStream, h.RSSKiBPerStream, h.OutputBytes/1024)
 	}
+	if h := a.HoldProxy; h != nil {
+		w("The bare proxy (B) measured the same way: %.1f goroutines, %.1f KiB of goroutine stacks, %.1f KiB of live heap, %.1f KiB of RSS per open stream. Both were warmed first with as many streams run to their end, so their upstream connections come from the pool.\n",
+			h.GoroutinesPerStream, h.StackKiBPerStream, h.LiveKiBPerStream, h.RSSKiBPerStream)
+	}
 	w("\n")
 }
 

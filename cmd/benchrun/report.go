@@ -160,6 +160,14 @@ func (r *report) allocsTargets() []target {
 			Note: fmt.Sprintf("marginal, between %d- and %d-token answers; %.2f allocs per relayed event all in",
 				r.Allocs.Short, r.Allocs.Long, aa.AllocsPerEvent)})
 	}
+	if h := r.Allocs.Hold; h != nil {
+		note := fmt.Sprintf("%d streams open at once, warm upstream pool", r.Allocs.HoldStreams)
+		if p := r.Allocs.HoldProxy; p != nil {
+			note += fmt.Sprintf("; bare proxy (B) %.1f", p.GoroutinesPerStream)
+		}
+		ts = append(ts, target{Name: "Goroutines per open stream (D twin)", Limit: "≤ 3",
+			Figure: fmt.Sprintf("%.1f", h.GoroutinesPerStream), Met: boolp(h.GoroutinesPerStream <= 3), Note: note})
+	}
 	return ts
 }
 
@@ -172,7 +180,7 @@ func (r *report) capacityTargets() []target {
 	if n, ok := r.Capacity.MaxPassed["D"]; ok || hasArm(r.Capacity, "D") {
 		ts = append(ts, target{Name: "Concurrent streams at 25 tokens/s, zero lost events (D)", Limit: "≥ 1,024",
 			Figure: fmt.Sprintf("%d passed", n), Met: boolp(n >= 1024),
-			Note: fmt.Sprintf("ramp %v; direct (A) passed %d, D* (synchronous_commit=off) %d", rampOf(r.Capacity), r.Capacity.MaxPassed["A"], r.Capacity.MaxPassed["D*"])})
+			Note: fmt.Sprintf("ramp %v; direct (A) passed %d, bare proxy (B) %d, D* (synchronous_commit=off) %d", rampOf(r.Capacity), r.Capacity.MaxPassed["A"], r.Capacity.MaxPassed["B"], r.Capacity.MaxPassed["D*"])})
 	}
 	st := capStepAt(r.Capacity, "D", 1024)
 	if st == nil {

@@ -193,6 +193,8 @@ type allocResult struct {
 	// from the runtime's own counters (what RSS per stream is made of).
 	HoldStreams int         `json:"hold_streams"`
 	Hold        *holdResult `json:"hold,omitempty"`
+	// HoldProxy: the same for the bare proxy (B), the floor of goroutines per stream.
+	HoldProxy *holdResult `json:"hold_proxy,omitempty"`
 }
 
 type holdResult struct {
@@ -273,19 +275,41 @@ func (b *bench) scenarioAllocs(ctx context.Context) error {
 }
 
 // holdStreams opens many paced streams on the Postgres twin and, once all are open, reads its
-// runtime counters: the per-stream goroutines, heap and stacks behind the RSS per stream.
+// runtime counters: the per-stream goroutines, heap and stacks behind the RSS per stream. The
+// bare proxy (B) is measured the same way, for its goroutines per stream.
 func (b *bench) holdStreams(ctx context.Context, res *allocResult) error {
 	tw := b.twins["pg"]
 	a := &arm{Name: "D-twin", URL: tw.baseURL(), proc: tw, done: true}
-	n := b.p.Conc
-	res.HoldStreams = n
-	st0, err := loadgen.ReadProc(tw.pid())
+	h, err := b.holdOn(ctx, a)
 	if err != nil {
 		return err
 	}
-	m0, err := tw.memstats(true)
+	res.HoldStreams, res.Hold = b.p.Conc, h
+	hb, err := b.holdOn(ctx, &arm{Name: "B", URL: b.proxy.baseURL(), proc: b.proxy})
 	if err != nil {
 		return err
+	}
+	res.HoldProxy = hb
+	return nil
+}
+
+// holdOn opens Conc paced streams on arm a at once and reads its process's counters while all are
+// open, minus the same before. A first wave of as many streams, run to their end, warms the
+// process's upstream connection pool, so the figures are a steady state's (a pooled upstream
+// connection's two net/http goroutines belong to the pool, before and after a stream).
+func (b *bench) holdOn(ctx context.Context, a *arm) (*holdResult, error) {
+	n := b.p.Conc
+	body := constBody(a.body(model(b.p.RampPaceMS, 8, ""), benchInput, true, nil))
+	if _, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: n, Requests: n, Body: body}); err != nil {
+		return nil, err
+	}
+	st0, err := loadgen.ReadProc(a.proc.pid())
+	if err != nil {
+		return nil, err
+	}
+	m0, err := a.proc.memstats(true)
+	if err != nil {
+		return nil, err
 	}
 	type out struct {
 		rs  *runStats
@@ -302,22 +326,22 @@ func (b *bench) holdStreams(ctx context.Context, res *allocResult) error {
 	select {
 	case <-time.After(b.p.Spread + 1500*time.Millisecond):
 	case o := <-done:
-		return fmt.Errorf("streams ended before the sample: %w", o.err)
+		return nil, fmt.Errorf("streams ended before the sample: %w", o.err)
 	}
-	st1, err := loadgen.ReadProc(tw.pid())
+	st1, err := loadgen.ReadProc(a.proc.pid())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m1, err := tw.memstats(true)
+	m1, err := a.proc.memstats(true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	o := <-done
 	if o.err != nil {
-		return o.err
+		return nil, o.err
 	}
 	f := float64(n)
-	res.Hold = &holdResult{
+	h := &holdResult{
 		GoroutinesPerStream: float64(m1.Goroutines-m0.Goroutines) / f,
 		HeapKiBPerStream:    (float64(m1.HeapInuse) - float64(m0.HeapInuse)) / f / 1024,
 		LiveKiBPerStream:    (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / f / 1024,
@@ -326,9 +350,9 @@ func (b *bench) holdStreams(ctx context.Context, res *allocResult) error {
 		OutputBytes:         o.rs.OutputBytes,
 	}
 	if o.rs.Summary.Failed > 0 {
-		b.noteProblems("hold D-twin", o.rs.Summary)
+		b.noteProblems("hold "+a.Name, o.rs.Summary)
 	}
-	return nil
+	return h, nil
 }
 
 // nsResult: non-streaming requests per second at NSConc (closed loop), every arm, interleaved;
