@@ -22,7 +22,11 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 		return err
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, responseBeginSQL, args...); err != nil {
+		l, err := lineage(ctx, tx, p.Response.Tenant, p.Response.PreviousResponseID)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, responseBeginSQL, append(args, l...)...); err != nil {
 			return interpretError(err)
 		}
 		return insertItems(ctx, tx, p.Response.Tenant, p.Response.ID, store.RoleInput, p.Input, "", nil)
@@ -31,6 +35,41 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 		return fmt.Errorf("begin response: %w", interpretError(err))
 	}
 	return nil
+}
+
+// lineage chooses a new response's (branch, depth, fork_branch) in the writing transaction
+// (migrations/sqlite/006): continuing the head of a branch extends it; continuing any other
+// response forks a new branch from its branch; a response whose previous one does not exist
+// starts a branch at depth 0. The transaction holds SQLite's only write lock, so two
+// continuations of one head cannot both extend it.
+func lineage(ctx context.Context, tx *sql.Tx, tenant, prev string) ([]any, error) {
+	var branch, depth int64
+	if prev != "" {
+		err := tx.QueryRowContext(ctx, continueHeadSQL, tenant, prev).Scan(&branch, &depth)
+		if err == nil {
+			return []any{branch, depth + 1, nil}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("lineage: %w", interpretError(err))
+		}
+	}
+	var fork any
+	depth = -1
+	if prev != "" {
+		err := tx.QueryRowContext(ctx, parentLineageSQL, tenant, prev).Scan(&branch, &depth)
+		switch {
+		case err == nil:
+			fork = branch
+		case errors.Is(err, sql.ErrNoRows):
+			depth = -1
+		default:
+			return nil, fmt.Errorf("lineage: %w", interpretError(err))
+		}
+	}
+	if err := tx.QueryRowContext(ctx, nextBranchSQL).Scan(&branch); err != nil {
+		return nil, fmt.Errorf("lineage: new branch: %w", interpretError(err))
+	}
+	return []any{branch, depth + 1, fork}, nil
 }
 
 // errNoop rolls back ResponseCommit's transaction when the response is already terminal.
@@ -58,7 +97,10 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 		case action == store.CommitUpdate:
 			_, err = tx.ExecContext(ctx, responseFinishSQL, store.FinishArgs(s.Driver, r)...)
 		default:
-			_, err = tx.ExecContext(ctx, responseInsertSQL, store.ResponseArgs(s.Driver, r, r.Status)...)
+			var l []any
+			if l, err = lineage(ctx, tx, r.Tenant, r.PreviousResponseID); err == nil {
+				_, err = tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, r.Status), l...)...)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("upsert: %w", interpretError(err))
@@ -157,7 +199,7 @@ func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventA
 // response whose lease is live at Now is left alone: store.ErrLeaseHeld.
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
 	err := s.guardedDelete(ctx, p.Tenant, p.ID, s.Driver.Time(store.NowOr(p.Now)), store.ErrLeaseHeld,
-		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseDeleteSQL)
+		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseDeleteSQL)
 	if err != nil {
 		return fmt.Errorf("delete response: %w", err)
 	}
@@ -172,7 +214,7 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 	var n int64
 	before := s.Driver.Time(store.NowOr(p.Before))
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, q := range []string{purgeDetachSQL, purgeItemsSQL} {
+		for _, q := range []string{purgeBumpSQL, purgeDetachSQL, purgeItemsSQL} {
 			if _, err := tx.ExecContext(ctx, q, before, p.Limit); err != nil {
 				return interpretError(err)
 			}
