@@ -56,7 +56,7 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 		if t.chainGenOK {
 			// Its continuation replays this history: keep it (chainCache), right while the
 			// generation the turn's history was read at holds.
-			s.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), r.Status, t.input, r.Output))
+			s.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), p.Response.Status, t.input, p.Output))
 		}
 		s.log.Info("response stored", "response_id", t.rec.ID, "status", r.Status,
 			"input_items", len(t.input), "output_items", len(r.Output), "events", len(p.Events))
