@@ -24,9 +24,11 @@ func benchItems(b testing.TB, prefix string, n int) []wire.Item {
 // output items of about 400 bytes each, no conversation, on the given (empty) store.
 func BenchmarkCommit(b *testing.B, s store.Store) {
 	ctx := b.Context()
+	p := BenchCommitParams(b, "")
 	i := 0
 	for b.Loop() {
-		err := s.ResponseCommit(ctx, BenchCommitParams(b, fmt.Sprintf("resp_bench_%d", i)))
+		p.Response.ID = fmt.Sprintf("resp_bench_%d", i)
+		err := s.ResponseCommit(ctx, p)
 		if err != nil {
 			b.Fatalf("commit: %v", err)
 		}
