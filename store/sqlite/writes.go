@@ -75,42 +75,93 @@ func lineage(ctx context.Context, tx *sql.Tx, tenant, prev string) ([]any, error
 // errNoop rolls back ResponseCommit's transaction when the response is already terminal.
 var errNoop = errors.New("already terminal")
 
-// ResponseCommit stores a finished turn in one transaction; see store.Store. It reads the stored
-// status first and lets store.CommitDecision say whether to insert, update or do nothing.
+// ResponseCommit stores a finished turn in one transaction; see store.Store. Concurrent commits
+// are grouped (commitGroup): one transaction on SQLite's single writer carries every commit
+// queued while the previous group was writing, each under a savepoint of its own, so one that
+// fails or is a no-op rolls back alone and the others still commit together. Durability is the
+// database's (a file opens with journal_mode=WAL and synchronous=NORMAL, as before grouping): a
+// grouped commit is exactly as durable as a lone one.
 func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
 	if err := store.CommitCheck(p); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
-	r := &p.Response
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var stored wire.Status
-		err := interpretError(tx.QueryRowContext(ctx, responseStatusSQL, r.Tenant, r.ID).Scan(&stored))
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("read status: %w", err)
-		}
-		action, err := store.CommitDecision(stored, p)
-		switch {
-		case err != nil:
-			return err
-		case action == store.CommitNoop:
-			return errNoop
-		case action == store.CommitUpdate:
-			_, err = tx.ExecContext(ctx, responseFinishSQL, store.FinishArgs(s.Driver, r)...)
-		default:
-			var l []any
-			if l, err = lineage(ctx, tx, r.Tenant, r.PreviousResponseID); err == nil {
-				_, err = tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, r.Status), l...)...)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("upsert: %w", interpretError(err))
-		}
-		return s.commitItems(ctx, tx, p)
-	})
-	if err != nil && !errors.Is(err, errNoop) {
+	if err := s.commits.run(ctx, p, s.commitGroup); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
 	return nil
+}
+
+// commitOne is one commit inside a group's transaction: it reads the stored status and lets
+// store.CommitDecision say whether to insert, update or do nothing (errNoop).
+func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
+	r := &p.Response
+	var stored wire.Status
+	err := interpretError(tx.QueryRowContext(ctx, responseStatusSQL, r.Tenant, r.ID).Scan(&stored))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("read status: %w", err)
+	}
+	action, err := store.CommitDecision(stored, p)
+	switch {
+	case err != nil:
+		return err
+	case action == store.CommitNoop:
+		return errNoop
+	case action == store.CommitUpdate:
+		_, err = tx.ExecContext(ctx, responseFinishSQL, store.FinishArgs(s.Driver, r)...)
+	default:
+		var l []any
+		if l, err = lineage(ctx, tx, r.Tenant, r.PreviousResponseID); err == nil {
+			_, err = tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, r.Status), l...)...)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("upsert: %w", interpretError(err))
+	}
+	return s.commitItems(ctx, tx, p)
+}
+
+// commitGroup writes a group of commits in one transaction, each under a savepoint: a commit
+// that fails (or is a no-op) is rolled back to its savepoint and gets its error; the others
+// commit together. No statement runs under a caller's cancellable context: SQLite answers an
+// interrupted write inside a transaction by rolling the whole transaction back, which would
+// take the other commits of the group with it. A commit is short and lock waits are bounded by
+// the busy timeout.
+func (s *Store) commitGroup(group []*pendingCommit) {
+	fail := func(err error) {
+		for _, c := range group {
+			c.err = err
+		}
+	}
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(fmt.Errorf("begin: %w", err))
+		return
+	}
+	for _, c := range group {
+		if _, err := tx.ExecContext(context.Background(), "SAVEPOINT c"); err != nil {
+			c.err = err
+			continue
+		}
+		c.err = s.commitOne(context.WithoutCancel(c.ctx), tx, c.p)
+		if c.err != nil {
+			if _, err := tx.ExecContext(context.Background(), "ROLLBACK TO c"); err != nil {
+				_ = tx.Rollback()
+				fail(fmt.Errorf("roll back to savepoint: %w", err))
+				return
+			}
+			if errors.Is(c.err, errNoop) {
+				c.err = nil
+			}
+		}
+		if _, err := tx.ExecContext(context.Background(), "RELEASE c"); err != nil {
+			_ = tx.Rollback()
+			fail(fmt.Errorf("release savepoint: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("commit: %w", interpretError(err)))
+	}
 }
 
 // commitItems writes the rest of a commit after the record: the conversation's turn release and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ var lineageCases = []storeCase{
 	{"a begun response continuing a chain loads it, and forks from an in-progress response", testBegunLineage},
 	{"a chain never crosses tenants", testLineageTenants},
 	{"the lineage generation advances with each deletion of the tenant's responses and nothing else", testChainGeneration},
+	{"concurrent commits that succeed, fail and do nothing each get their own outcome", testConcurrentCommitsMixed},
 }
 
 // tree is the model: each stored response's previous response and items, per tenant.
@@ -277,5 +279,82 @@ func testChainGeneration(t *testing.T, s store.Store) {
 	noErr(t, "purge", err)
 	if n != 1 || gen(tenantB) == b0 || gen(tenantA) != a1 {
 		t.Fatalf("purge of %d: tenant B %d → %d, tenant A %d → %d; want 1, B to move, A not", n, b0, gen(tenantB), a1, gen(tenantA))
+	}
+}
+
+// testConcurrentCommitsMixed commits many turns at once, some of which must fail (an unknown
+// conversation, a begun response deleted meanwhile) or be no-ops (already terminal): backends
+// that group concurrent commits into one transaction must give each its own outcome.
+func testConcurrentCommitsMixed(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	createConversation(t, s, tenantA, "conv_mix", nil)
+	commitTurn(t, s, tenantA, "resp_done", "", "", nil, msgs(t, "done", 1))
+	gone := beginTurn(t, s, tenantA, "resp_gone", "", msgs(t, "gone", 1), now().Add(-time.Minute))
+	noErr(t, "delete begun", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_gone"}))
+	type outcome struct {
+		id   string
+		p    *store.ResponseCommitParams
+		want error // nil, store.ErrNotFound
+		kept bool  // the response exists afterwards
+	}
+	var cases []outcome
+	for i := range 24 {
+		id := fmt.Sprintf("resp_mix_%d", i)
+		switch i % 6 {
+		case 1:
+			cases = append(cases, outcome{id, &store.ResponseCommitParams{Response: newResponse(tenantA, id, "", "conv_none", wire.StatusCompleted),
+				Output: msgs(t, id, 1), ConversationID: "conv_none"}, store.ErrNotFound, false})
+		case 2:
+			cases = append(cases, outcome{"resp_done", &store.ResponseCommitParams{Response: newResponse(tenantA, "resp_done", "", "", wire.StatusCompleted)}, nil, true})
+		case 3:
+			cases = append(cases, outcome{"resp_gone", &store.ResponseCommitParams{Response: finalOf(gone), Output: msgs(t, "late", 1), Begun: true}, store.ErrNotFound, false})
+		case 4:
+			cases = append(cases, outcome{id, &store.ResponseCommitParams{Response: newResponse(tenantA, id, "", "conv_mix", wire.StatusCompleted),
+				Input: msgs(t, id+"_in", 1), Output: msgs(t, id+"_out", 1), ConversationID: "conv_mix"}, nil, true})
+		default:
+			cases = append(cases, outcome{id, &store.ResponseCommitParams{Response: newResponse(tenantA, id, "resp_done", "", wire.StatusCompleted),
+				Input: msgs(t, id+"_in", 1), Output: msgs(t, id+"_out", 2)}, nil, true})
+		}
+	}
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() { errs[i] = s.ResponseCommit(context.Background(), c.p) })
+	}
+	wg.Wait()
+	for i, c := range cases {
+		if (c.want == nil) != (errs[i] == nil) || (c.want != nil && !errors.Is(errs[i], c.want)) {
+			t.Errorf("commit %d (%s): %v, want %v", i, c.id, errs[i], c.want)
+		}
+		_, out, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: c.id})
+		switch {
+		case c.kept && err != nil:
+			t.Errorf("%s not stored: %v", c.id, err)
+		case !c.kept && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("%s stored by a failed commit (%d output items, %v)", c.id, len(out), err)
+		case c.kept && c.p.Response.ID != "resp_done":
+			checkItems(t, "output of "+c.id, out, c.p.Output)
+		}
+	}
+	// The conversation got each successful turn's input then output, adjacent.
+	items := conversationItems(t, s, tenantA, "conv_mix")
+	if len(items) != 8 {
+		t.Fatalf("conversation has %d items, want 8", len(items))
+	}
+	for k := 0; k < len(items); k += 2 {
+		in, out := items[k].ID, items[k+1].ID
+		if !strings.HasSuffix(in, "_in_0") || strings.TrimSuffix(in, "_in_0") != strings.TrimSuffix(out, "_out_0") {
+			t.Fatalf("conversation items %s, %s are not one turn's input then output", in, out)
+		}
+	}
+	// Chains of the continuations of resp_done each load resp_done then themselves.
+	for _, c := range cases {
+		if c.p.Response.PreviousResponseID == "resp_done" {
+			chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: c.id})
+			noErr(t, "chain", err)
+			if got := responsesOf(chain); len(got) != 2 || got[0].ID != "resp_done" {
+				t.Fatalf("chain of %s: %v", c.id, got)
+			}
+		}
 	}
 }
