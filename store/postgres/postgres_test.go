@@ -134,3 +134,8 @@ func reportRoundTrips(b *testing.B, rt *atomic.Int64, op func() error) {
 	}
 	b.ReportMetric(float64(rt.Load()), "roundtrips/op")
 }
+
+func BenchmarkCommitParallel(b *testing.B) {
+	b.SetParallelism(8)
+	storetest.BenchmarkCommitParallel(b, newStore(b))
+}

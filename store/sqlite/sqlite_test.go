@@ -127,3 +127,8 @@ func BenchmarkChainWarm(b *testing.B) {
 func BenchmarkChainForked(b *testing.B) {
 	storetest.BenchmarkChainForked(b, newStore(b), 1000, 10)
 }
+
+func BenchmarkCommitParallel(b *testing.B) {
+	b.SetParallelism(8)
+	storetest.BenchmarkCommitParallel(b, newStore(b))
+}

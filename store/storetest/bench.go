@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/respgate/respgate/store"
@@ -114,4 +115,21 @@ func BenchCommitParams(b testing.TB, id string) *store.ResponseCommitParams {
 // BenchChainHead is the tenant and id of the head of the chain the chain benchmarks build.
 func BenchChainHead(depth int) (tenant, id string) {
 	return tenantA, fmt.Sprintf("resp_%d", depth-1)
+}
+
+// BenchmarkCommitParallel measures ResponseCommit of BenchmarkCommit's turn from concurrent
+// callers (b.RunParallel, GOMAXPROCS × -cpu goroutines): what grouping concurrent commits buys.
+func BenchmarkCommitParallel(b *testing.B, s store.Store) {
+	ctx := b.Context()
+	var n atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		p := BenchCommitParams(b, "")
+		for pb.Next() {
+			p.Response.ID = fmt.Sprintf("resp_par_%d", n.Add(1))
+			if err := s.ResponseCommit(ctx, p); err != nil {
+				b.Errorf("commit: %v", err)
+				return
+			}
+		}
+	})
 }
