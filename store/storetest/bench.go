@@ -122,6 +122,7 @@ func BenchChainHead(depth int) (tenant, id string) {
 func BenchmarkCommitParallel(b *testing.B, s store.Store) {
 	ctx := b.Context()
 	var n atomic.Int64
+	b.ResetTimer() // the caller opened s
 	b.RunParallel(func(pb *testing.PB) {
 		p := BenchCommitParams(b, "")
 		for pb.Next() {
