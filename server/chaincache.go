@@ -37,9 +37,10 @@ const chainEntryOverhead = 64
 
 func newChainCache(maxBytes int64) *chainCache {
 	return &chainCache{c: otter.Must(&otter.Options[chainKey, *chainEntry]{
-		MaximumWeight: uint64(maxBytes),
+		MaximumWeight: uint64(max(maxBytes, 0)), //nolint:gosec // G115: not negative
+
 		Weigher: func(_ chainKey, e *chainEntry) uint32 {
-			return uint32(min(e.bytes, 1<<32-1))
+			return uint32(min(max(e.bytes, 0), 1<<32-1)) //nolint:gosec // G115: clamped to uint32
 		},
 		// Maintenance runs on the caller's goroutine: the cache starts none of its own (it has
 		// no expiry, so no periodic clean-up either).
