@@ -38,7 +38,6 @@ const chainEntryOverhead = 64
 func newChainCache(maxBytes int64) *chainCache {
 	return &chainCache{c: otter.Must(&otter.Options[chainKey, *chainEntry]{
 		MaximumWeight: uint64(max(maxBytes, 0)), //nolint:gosec // G115: not negative
-
 		Weigher: func(_ chainKey, e *chainEntry) uint32 {
 			return uint32(min(max(e.bytes, 0), 1<<32-1)) //nolint:gosec // G115: clamped to uint32
 		},
