@@ -73,6 +73,17 @@ func Versions(fsys fs.FS, dir string) ([]uint, error) {
 // before returning. Drivers that take a lock (Postgres: an advisory lock) make concurrent Ups from
 // several replicas safe.
 func Up(fsys fs.FS, dir string, drv database.Driver) (err error) {
+	return upTo(fsys, dir, drv, 0)
+}
+
+// UpTo is Up that stops at version (tests use it to fill a database laid out as an earlier
+// version, then let the store migrate it the rest of the way).
+func UpTo(fsys fs.FS, dir string, drv database.Driver, version uint) error {
+	return upTo(fsys, dir, drv, version)
+}
+
+// upTo migrates up to version, or all the way when version is 0.
+func upTo(fsys fs.FS, dir string, drv database.Driver, version uint) (err error) {
 	src, err := iofs.New(fsys, dir)
 	if err != nil {
 		_ = drv.Close()
@@ -90,7 +101,11 @@ func Up(fsys fs.FS, dir string, drv database.Driver) (err error) {
 			err = fmt.Errorf("close migrations %s: %w", dir, errors.Join(srcErr, dbErr))
 		}
 	}()
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+	up := m.Up
+	if version > 0 {
+		up = func() error { return m.Migrate(version) }
+	}
+	if err := up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("apply migrations %s: %w", dir, err)
 	}
 	return nil

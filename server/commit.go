@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -55,6 +56,11 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 			t.convTurn.Store(false) // the commit's append released the conversation's lease
 		}
 		s.releaseConversation(t)
+		if t.chainGenOK {
+			// Its continuation replays this history: keep it (chainCache), right while the
+			// generation the turn's history was read at holds.
+			s.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), p.Response.Status, t.input, p.Output))
+		}
 		s.log.Info("response stored", "response_id", t.rec.ID, "status", r.Status,
 			"input_items", len(t.input), "output_items", len(r.Output), "events", len(p.Events))
 		return nil

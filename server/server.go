@@ -103,6 +103,9 @@ type Config struct {
 	// WSCacheBytes bounds the item JSON a WebSocket connection keeps of its store:false responses
 	// for continuation (default 64 MiB).
 	WSCacheBytes int64
+	// ChainCacheBytes bounds the item JSON of the chain histories a replica keeps for the
+	// continuation of recent responses (chainCache; default 128 MiB).
+	ChainCacheBytes int64
 	// ChatReplayIdle is how long a chat replay record may go unused before the sweeper purges it
 	// (default 30 days; docs/chat-completions.md).
 	ChatReplayIdle time.Duration
@@ -147,6 +150,7 @@ func (c *Config) defaults() {
 	setDefault(&c.WSMaxMessageBytes, c.MaxBodyBytes)
 	setDefault(&c.WSIdleTimeout, 10*time.Minute)
 	setDefault(&c.WSCacheBytes, 64<<20)
+	setDefault(&c.ChainCacheBytes, 128<<20)
 	setDefault(&c.ChatReplayIdle, 30*24*time.Hour)
 	setDefault(&c.ChatReplayMaxRecords, 1024)
 	setDefault(&c.ChatReplayMaxRecordBytes, 4<<20)
@@ -185,6 +189,7 @@ type Server struct {
 	contexts []contextByModel // the default reasoning.context per model pattern
 	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 	owner    string           // lease owner id of this process
+	chains   *chainCache      // histories of recent chain heads (chaincache.go)
 
 	streams atomic.Int64 // active streaming responses
 	// budget is the request-body budget (MaxBodyBytesInFlight) shared by every request body and
@@ -250,6 +255,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		ring:     ring,
 		contexts: contexts,
 		owner:    wire.NewID("gw_"),
+		chains:   newChainCache(cfg.ChainCacheBytes),
 		stop:     make(chan struct{}),
 		quit:     make(chan struct{}),
 		drained:  make(chan struct{}),

@@ -46,6 +46,10 @@ type turn struct {
 	// chat, when set, is a Chat Completions turn (server/chat.go): the client sees chat chunks
 	// or a chat completion, and the result is captured for replay before the terminal frame.
 	chat *chatTurn
+	// chainGen is the lineage generation the previous_response_id history was read at (valid
+	// when chainGenOK): the committed turn's history is cached for its continuation (chainCache).
+	chainGen   int64
+	chainGenOK bool
 }
 
 // createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
@@ -114,7 +118,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if len(input) > s.cfg.MaxInputItems {
 		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
 	}
-	history, err := s.loadHistory(ctx, tn, req, local)
+	history, gen, err := s.loadHistory(ctx, tn, req, local)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +149,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, input: res.Input, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
 			ID:                 wire.NewID(wire.PrefixResponse),
 			Tenant:             tn,
@@ -167,13 +171,13 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 // loadHistory loads the history a turn continues, in one round trip: a previous_response_id
 // chain (chainHistory) or a conversation's items. A store:false turn on a WebSocket connection
 // first looks in the connection's cache (local), without a round trip.
-func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest, local *socketCache) ([]wire.Item, error) {
+func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest, local *socketCache) ([]wire.Item, chainGeneration, error) {
 	if req.PreviousResponseID == "" && req.ConversationID == "" {
-		return nil, nil
+		return nil, chainGeneration{}, nil
 	}
 	if !req.Store && req.PreviousResponseID != "" {
 		if history, ok := local.get(req.PreviousResponseID); ok {
-			return history, nil
+			return history, chainGeneration{}, nil
 		}
 	}
 	hctx, span := s.tel.tracer.Start(ctx, "history.load")
@@ -183,30 +187,52 @@ func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest,
 		history, err := s.store.ConversationItemsAll(hctx, &store.ConversationItemsAllParams{Tenant: tn, ConversationID: req.ConversationID})
 		s.tel.store(ctx, "conversation_items_all", start)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, conversationNotFound(req.ConversationID)
+			return nil, chainGeneration{}, conversationNotFound(req.ConversationID)
 		}
 		span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
-		return history, err
+		return history, chainGeneration{}, err
 	}
-	chain, err := s.store.ResponseChainGet(hctx, &store.ResponseChainGetParams{Tenant: tn, ID: req.PreviousResponseID})
+	if history, gen, ok := s.chains.get(hctx, s.store, tn, req.PreviousResponseID); ok {
+		s.tel.store(ctx, "chain_generation", start)
+		span.SetAttributes(attribute.Int("respgate.history_items", len(history)), attribute.Bool("respgate.history_cached", true))
+		return history, chainGeneration{gen, true}, nil
+	}
+	history, gen, err := s.loadChain(hctx, tn, req.PreviousResponseID)
 	s.tel.store(ctx, "response_chain_get", start)
+	if err != nil {
+		return nil, chainGeneration{}, err
+	}
+	s.chains.put(tn, req.PreviousResponseID, gen, history)
+	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
+	return history, chainGeneration{gen, true}, nil
+}
+
+// chainGeneration is the lineage generation a previous_response_id history was read at.
+type chainGeneration struct {
+	gen int64
+	ok  bool
+}
+
+// loadChain loads the history a continuation of id replays from the store, with the lineage
+// generation it was read at.
+func (s *Server) loadChain(ctx context.Context, tn, id string) ([]wire.Item, int64, error) {
+	req := &createRequest{PreviousResponseID: id}
+	chain, err := s.store.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tn, ID: id})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, wire.Invalid("previous_response_id", "previous_response_not_found",
+		return nil, 0, wire.Invalid("previous_response_id", "previous_response_not_found",
 			"Previous response with id '%s' not found.", req.PreviousResponseID)
 	case err != nil:
-		return nil, err
+		return nil, 0, err
 	case chain.Missing != "":
-		return nil, wire.Invalid("previous_response_id", "previous_response_not_found",
+		return nil, 0, wire.Invalid("previous_response_id", "previous_response_not_found",
 			"Previous response with id '%s' not found: it is an ancestor of '%s' and was deleted.", chain.Missing, req.PreviousResponseID)
 	}
 	if n := len(chain.Turns); n > 0 && !chain.Turns[n-1].Response.Status.Terminal() {
-		return nil, wire.Invalid("previous_response_id", "previous_response_in_progress",
+		return nil, 0, wire.Invalid("previous_response_id", "previous_response_in_progress",
 			"Previous response with id '%s' is still in progress.", req.PreviousResponseID)
 	}
-	history := chainHistory(chain)
-	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
-	return history, nil
+	return chainHistory(chain), chain.Generation, nil
 }
 
 // chainHistory flattens a chain into the history a continuation replays: each turn's input then
@@ -222,17 +248,7 @@ func chainHistory(chain *store.Chain) []wire.Item {
 	}
 	history := make([]wire.Item, 0, n)
 	for _, ct := range chain.Turns {
-		history = append(history, ct.Input...)
-		switch ct.Response.Status {
-		case wire.StatusFailed, wire.StatusCancelled:
-			for _, it := range ct.Output {
-				if itemFinished(it) {
-					history = append(history, it)
-				}
-			}
-		default:
-			history = append(history, ct.Output...)
-		}
+		history = appendTurnHistory(history, ct.Response.Status, ct.Input, ct.Output)
 	}
 	return history
 }

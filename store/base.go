@@ -21,6 +21,7 @@ type Queries struct {
 	ResponseGet         string // (tenant, id) → record rows: the record, its output items
 	ResponseChain       string // (tenant, id, max depth) → record rows, oldest first
 	ResponseContext     string // (tenant, id, max depth) → contextItems rows
+	ChainGeneration     string // (tenant) → generation
 	ResponseSweep       string // (now, error JSON)
 	ResponseItems       PageSQL
 	ItemGet             string // (tenant, id) → one item row
@@ -111,9 +112,18 @@ func (b *Base) ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response
 	return r.r, r.output, err
 }
 
-// ResponseChainGet loads a previous_response_id chain in one query (a recursive CTE).
+// ResponseChainGet loads a previous_response_id chain in one query (range scans by lineage).
 func (b *Base) ResponseChainGet(ctx context.Context, p *ResponseChainGetParams) (*Chain, error) {
 	return query(ctx, b.Driver, "get response chain", AssembleChain, b.Queries.ResponseChain, p.Tenant, p.ID, maxChainDepth)
+}
+
+// ChainGeneration reads the tenant's lineage generation in one query.
+func (b *Base) ChainGeneration(ctx context.Context, p *ChainGenerationParams) (int64, error) {
+	var g int64
+	if err := b.Driver.QueryRow(ctx, b.Queries.ChainGeneration, p.Tenant).Scan(&g); err != nil {
+		return 0, fmt.Errorf("get chain generation: %w", b.Driver.InterpretError(err))
+	}
+	return g, nil
 }
 
 // ResponseContextGet loads the items a response was generated from in one query.

@@ -27,9 +27,10 @@ func (c *Chain) Items() []wire.Item {
 
 // Kinds of a record row.
 const (
-	kindResponse = 0
-	kindInput    = 1
-	kindOutput   = 2
+	kindResponse   = 0
+	kindInput      = 1
+	kindOutput     = 2
+	kindGeneration = 3 // the chain query's first row: the lineage generation in position
 )
 
 // recordRow is one row of a query mixing response records (kind 0) with their items (kind 1:
@@ -76,8 +77,9 @@ var errItemFirst = errors.New("an item row before any response row")
 
 // AssembleChain reads a chain query's record rows, oldest member first, into a Chain: each
 // record opens a turn and the item rows after it fill the turn's input and output. No row is
-// ErrNotFound. The recursion stops at the oldest member found; if that one names a previous
-// response, that response no longer exists (for this tenant): it is Chain.Missing.
+// ErrNotFound. The chain is the run of turns ending at the target in which each names the one
+// before as its previous response; if the oldest of them names one, that response no longer
+// exists (for this tenant): it is Chain.Missing.
 func AssembleChain(rows Rows) (*Chain, error) {
 	chain := &Chain{}
 	for rows.Next() {
@@ -86,6 +88,8 @@ func AssembleChain(rows Rows) (*Chain, error) {
 			return nil, err
 		}
 		switch n := len(chain.Turns); {
+		case rr.kind == kindGeneration:
+			chain.Generation = int64(rr.position)
 		case rr.kind == kindResponse:
 			chain.Turns = append(chain.Turns, ChainTurn{Response: rr.response()})
 		case n == 0:
@@ -105,6 +109,13 @@ func AssembleChain(rows Rows) (*Chain, error) {
 	if len(chain.Turns) > maxChainDepth {
 		return nil, fmt.Errorf("deeper than %d responses (cyclic?)", maxChainDepth)
 	}
+	// The rows come by lineage (migrations/postgres/006): below a deleted ancestor the scan may
+	// still return older rows of the branch. The chain is the unbroken run ending at the target.
+	first := len(chain.Turns) - 1
+	for first > 0 && chain.Turns[first].Response.PreviousResponseID == chain.Turns[first-1].Response.ID {
+		first--
+	}
+	chain.Turns = chain.Turns[first:]
 	chain.Missing = chain.Turns[0].Response.PreviousResponseID
 	return chain, nil
 }

@@ -87,6 +87,9 @@ type Chain struct {
 	// Missing is the id of an ancestor that a response in the chain names as its
 	// previous_response_id but which no longer exists (deleted). Empty when the chain is whole.
 	Missing string
+	// Generation is the tenant's lineage generation read with the chain (ChainGeneration): a
+	// copy of the chain stays right while the generation is unchanged.
+	Generation int64
 }
 
 // ChainTurn is one response of a chain with its input and output items in position order.
@@ -152,6 +155,12 @@ type Store interface {
 	// ResponseChainGet loads the whole history of a previous_response_id chain ending at ID, of
 	// any depth, in ONE round trip. ErrNotFound if ID itself does not exist for the tenant.
 	ResponseChainGet(ctx context.Context, p *ResponseChainGetParams) (*Chain, error)
+	// ChainGeneration returns the tenant's lineage generation, which every deletion of a
+	// response (ResponseDelete, ResponsePurge) advances, in the transaction that deletes: a chain
+	// read with generation g (Chain.Generation) still loads identically while the generation is
+	// g, because a stored terminal response and its items never change otherwise. One round
+	// trip, one index lookup.
+	ChainGeneration(ctx context.Context, p *ChainGenerationParams) (int64, error)
 	// ResponseContextGet returns the items used to generate the response, in order: for a response
 	// that continues a chain, each ancestor's input then output items (oldest first) then its own
 	// input; for a conversation turn, the conversation's items that preceded the turn's own input
@@ -294,6 +303,10 @@ type ResponseDeleteParams struct {
 type ResponseChainGetParams struct {
 	Tenant string
 	ID     string
+}
+
+type ChainGenerationParams struct {
+	Tenant string
 }
 
 type ResponseSweepParams struct {

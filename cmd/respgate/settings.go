@@ -162,6 +162,8 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.WSIdleTimeout }},
 	{flag: "ws-cache-bytes", def: intDef(serverDefaults.WSCacheBytes), help: "item JSON a WebSocket connection keeps of its recent `store:false` responses (at most 8) so they can be continued on it",
 		bind: func(c *config) any { return &c.server.WSCacheBytes }},
+	{flag: "chain-cache-bytes", def: intDef(serverDefaults.ChainCacheBytes), help: "item JSON a replica keeps of the histories of recent chain heads, so continuing one costs one generation check instead of a chain load (docs/scaling.md)",
+		bind: func(c *config) any { return &c.server.ChainCacheBytes }},
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -39,14 +40,20 @@ var _ store.Store = (*Store)(nil)
 type Option func(*options)
 
 type options struct {
-	schema   string
-	maxConns int32
+	schema     string
+	maxConns   int32
+	roundTrips *atomic.Int64
 }
 
 // WithSchema puts the tables in schema (which must exist) by making it the connections'
 // search_path. The DSN's own search_path runtime parameter does the same; tests use one or the
 // other to isolate each test in its own schema.
 func WithSchema(schema string) Option { return func(o *options) { o.schema = schema } }
+
+// WithRoundTrips counts in n the round trips the store's queries take: each query, each
+// pipelined batch, each BEGIN and COMMIT (benchmarks report it per operation; statement
+// preparation, once per connection and statement, is not counted).
+func WithRoundTrips(n *atomic.Int64) Option { return func(o *options) { o.roundTrips = n } }
 
 // WithMaxConns caps the pool size (pgxpool's default: the larger of 4 and the number of CPUs).
 func WithMaxConns(n int32) Option { return func(o *options) { o.maxConns = n } }
@@ -67,6 +74,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
+	}
+	if o.roundTrips != nil {
+		cfg.ConnConfig.Tracer = roundTripTracer{o.roundTrips}
 	}
 	if err := migrate(cfg.ConnConfig); err != nil {
 		return nil, err
@@ -193,3 +203,21 @@ func eventArrays(events []store.Event) (seqs []int64, types []string, data [][]b
 	}
 	return seqs, types, data
 }
+
+// roundTripTracer counts round trips (WithRoundTrips): a query outside a batch, or a batch.
+type roundTripTracer struct{ n *atomic.Int64 }
+
+func (t roundTripTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+
+func (roundTripTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t roundTripTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+
+func (roundTripTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (roundTripTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"testing"
 
 	"github.com/respgate/respgate/internal/pgtest"
@@ -65,14 +66,76 @@ func TestWithSchemaSelectsTheSchema(t *testing.T) {
 	}
 }
 
+// The benchmarks report the round trips of one operation, counted after the timed loop
+// (postgres.WithRoundTrips), beside time and allocations.
+
 func BenchmarkCommitTurn(b *testing.B) {
-	storetest.BenchmarkCommit(b, newStore(b))
+	s, rt := countedStore(b)
+	storetest.BenchmarkCommit(b, s)
+	reportRoundTrips(b, rt, func() error { return s.ResponseCommit(b.Context(), storetest.BenchCommitParams(b, "resp_counted")) })
 }
 
 func BenchmarkChainGet(b *testing.B) {
 	for _, depth := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
-			storetest.BenchmarkChainGet(b, newStore(b), depth)
+			s, rt := countedStore(b)
+			storetest.BenchmarkChainGet(b, s, depth)
+			tenant, id := storetest.BenchChainHead(depth)
+			reportRoundTrips(b, rt, func() error {
+				_, err := s.ResponseChainGet(b.Context(), &store.ResponseChainGetParams{Tenant: tenant, ID: id})
+				return err
+			})
 		})
 	}
+}
+
+func BenchmarkChainWarm(b *testing.B) {
+	for _, depth := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			s, rt := countedStore(b)
+			storetest.BenchmarkChainWarm(b, s, depth)
+			tenant, _ := storetest.BenchChainHead(depth)
+			reportRoundTrips(b, rt, func() error {
+				_, err := s.ChainGeneration(b.Context(), &store.ChainGenerationParams{Tenant: tenant})
+				return err
+			})
+		})
+	}
+}
+
+func BenchmarkChainForked(b *testing.B) {
+	s, rt := countedStore(b)
+	storetest.BenchmarkChainForked(b, s, 1000, 10)
+	tenant, id := storetest.BenchChainHead(1000)
+	reportRoundTrips(b, rt, func() error {
+		_, err := s.ResponseChainGet(b.Context(), &store.ResponseChainGetParams{Tenant: tenant, ID: id})
+		return err
+	})
+}
+
+// countedStore is newStore counting round trips (postgres.WithRoundTrips).
+func countedStore(b *testing.B) (*postgres.Store, *atomic.Int64) {
+	b.Helper()
+	rt := new(atomic.Int64)
+	s, err := postgres.Open(b.Context(), pgtest.DSN(b), postgres.WithRoundTrips(rt))
+	if err != nil {
+		b.Fatalf("open postgres store: %v", err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s, rt
+}
+
+// reportRoundTrips runs op once more, after the timed loop, and reports its round trips.
+func reportRoundTrips(b *testing.B, rt *atomic.Int64, op func() error) {
+	b.Helper()
+	rt.Store(0)
+	if err := op(); err != nil {
+		b.Fatalf("counted operation: %v", err)
+	}
+	b.ReportMetric(float64(rt.Load()), "roundtrips/op")
+}
+
+func BenchmarkCommitParallel(b *testing.B) {
+	b.SetParallelism(8)
+	storetest.BenchmarkCommitParallel(b, newStore(b))
 }

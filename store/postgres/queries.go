@@ -16,6 +16,7 @@ var queries = store.Queries{
 	ResponseGet:         responseGetSQL,
 	ResponseChain:       chainSQL,
 	ResponseContext:     contextSQL,
+	ChainGeneration:     chainGenerationSQL,
 	ResponseSweep:       sweepSQL,
 	ResponseItems:       store.PageSQL{Asc: responseItemsAscSQL, Desc: responseItemsDescSQL, Check: responseItemsCheckSQL},
 	ItemGet:             itemGetSQL,
@@ -42,7 +43,8 @@ const (
 // Items.
 const (
 	// insertItemsSQL inserts items ($3..$7, in order) for tenant $1 and response $2 (NULL:
-	// created directly in a conversation), and when $8 is a conversation id appends them to it in
+	// created directly in a conversation), with the response's lineage (branch, depth: an earlier
+	// statement of the same transaction wrote the response), and when $8 is a conversation id appends them to it in
 	// the same order at max(seq)+1…. The caller must hold the conversation's row lock (taken by
 	// an earlier statement, so this statement's snapshot sees every earlier append). Item pks are
 	// drawn in order before inserting so conversation_items can reference them in the same
@@ -53,8 +55,9 @@ WITH u AS MATERIALIZED (
     FROM unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::text[])
         WITH ORDINALITY AS u(role, position, id, type, data, ord)
 ), ins AS (
-    INSERT INTO items (pk, tenant, response_id, role, position, id, type, data)
-    SELECT pk, $1, $2, NULLIF(role, ''), NULLIF(position, -1), id, type, data::json FROM u
+    INSERT INTO items (pk, tenant, response_id, role, position, id, type, data, branch, depth)
+    SELECT pk, $1, $2, NULLIF(role, ''), NULLIF(position, -1), id, type, data::json, l.branch, l.depth
+    FROM u LEFT JOIN (SELECT branch, depth FROM responses WHERE tenant = $1 AND id = $2) l ON true
 )
 INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk)
 SELECT $1, $8, base.next + u.ord - 1, u.pk
@@ -85,23 +88,42 @@ ORDER BY position DESC LIMIT $5`
 
 // Responses.
 const (
+	// lineageCTE places a new response of tenant $1 continuing $5 (migrations/postgres/006): if
+	// $5 is the head of its branch (no response continues it yet), the new one extends that
+	// branch, marking $5 continued under its row lock, so of two concurrent continuations one
+	// extends and the other forks; otherwise it starts a new branch, recording the branch it
+	// forked from. A response whose previous one does not exist starts a branch at depth 0.
+	lineageCTE = `
+WITH parent AS (
+    SELECT branch, depth FROM responses WHERE tenant = $1 AND id = $5
+), head AS (
+    UPDATE responses SET continued = true
+    WHERE tenant = $1 AND id = $5 AND NOT continued
+    RETURNING branch
+)`
+	// lineageValues are the (branch, depth, fork_branch) lineageCTE chose.
+	lineageValues = `coalesce((SELECT branch FROM head), nextval('response_branch_seq')),
+        coalesce((SELECT depth + 1 FROM parent), 0),
+        CASE WHEN EXISTS (SELECT 1 FROM head) THEN NULL ELSE (SELECT branch FROM parent) END`
+
 	// responseBeginSQL inserts an in-progress (or queued) record holding a lease ($13, $14).
-	responseBeginSQL = `
+	responseBeginSQL = lineageCTE + `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at,
+                       branch, depth, fork_branch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, ` + lineageValues + `)`
 
 	responseLeaseExtendSQL = `
 UPDATE responses SET lease_expires_at = $4
 WHERE tenant = $1 AND id = $2 AND lease_owner = $3 AND status IN ('queued', 'in_progress')`
 
-	// upsertResponseSQL inserts the final record, or finishes the in-progress one (keeping its
+	// upsertResponseInsertSQL (after lineageCTE) inserts the final record, or finishes the in-progress one (keeping its
 	// created_at, dropping its lease). It returns no row when the stored response is already
 	// terminal: the commit is then a no-op.
-	upsertResponseSQL = `
+	upsertResponseInsertSQL = `
 INSERT INTO responses AS r (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                            completed_at, echo, usage, error, incomplete_details)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                            completed_at, echo, usage, error, incomplete_details, branch, depth, fork_branch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, ` + lineageValues + `)
 ON CONFLICT (tenant, id) DO UPDATE SET
     status = excluded.status, model = excluded.model,
     previous_response_id = excluded.previous_response_id, conversation_id = excluded.conversation_id,
@@ -185,11 +207,18 @@ ORDER BY kind, position`
 	responseLeaseUnheldSQL = `NOT EXISTS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2 AND ` + responseLeaseHeldSQL + `)`
 	responseDeleteLockSQL  = `SELECT coalesce(` + responseLeaseHeldSQL + `, false) FROM responses WHERE tenant = $1 AND id = $2 FOR UPDATE`
 	responseDetachItemsSQL = `
-UPDATE items SET response_id = NULL
+UPDATE items SET response_id = NULL, branch = NULL, depth = NULL
 WHERE tenant = $1 AND response_id = $2 AND ` + responseLeaseUnheldSQL + `
   AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = $1 AND ci.item_pk = items.pk)`
 	responseDeleteItemsSQL = `DELETE FROM items WHERE tenant = $1 AND response_id = $2 AND ` + responseLeaseUnheldSQL
 	responseDeleteSQL      = `DELETE FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(` + responseLeaseHeldSQL + `, false)`
+	// responseBumpGenerationSQL counts the deletion in the tenant's lineage generation (caches of
+	// chains check it: store.Store ChainGeneration); it runs before responseDeleteSQL, in the
+	// same transaction, and only when that one deletes.
+	responseBumpGenerationSQL = `
+INSERT INTO lineage_generations AS g (tenant, generation)
+SELECT $1, 1 FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(` + responseLeaseHeldSQL + `, false)
+ON CONFLICT (tenant) DO UPDATE SET generation = g.generation + 1`
 
 	// purgeSQL deletes up to $2 terminal responses created before $1, oldest first, as
 	// ResponseDelete does, in one statement: the items a conversation lists are detached, the
@@ -203,8 +232,12 @@ WITH victims AS (
     WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < $1
     ORDER BY created_at, tenant, id LIMIT $2
     FOR UPDATE SKIP LOCKED
+), bumped AS (
+    INSERT INTO lineage_generations AS g (tenant, generation)
+    SELECT DISTINCT tenant, 1 FROM victims
+    ON CONFLICT (tenant) DO UPDATE SET generation = g.generation + 1
 ), detached AS (
-    UPDATE items SET response_id = NULL
+    UPDATE items SET response_id = NULL, branch = NULL, depth = NULL
     FROM victims v
     WHERE items.tenant = v.tenant AND items.response_id = v.id
       AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)
@@ -220,40 +253,48 @@ WITH victims AS (
 )
 SELECT count(*) FROM gone`
 
-	// chainSQL walks previous_response_id from $2 back to the root (or to the first id that does
-	// not exist for tenant $1), then returns each chain member's record and items as record
-	// rows, oldest first: record, input items, output items, by position. One statement, one
-	// round trip, any depth up to $3.
+	// chainSQL loads the chain ending at $2 (store.Store ResponseChainGet) by lineage
+	// (migrations/postgres/006): seg walks the branches on the path, one index probe each (the
+	// lowest row of the branch at or below the depth reached; if it starts a fork, the next
+	// segment is its parent branch up to the fork depth), at most $3 of them; then each segment's
+	// responses and items come from one range scan each of responses_lineage_idx and
+	// items_lineage_idx. Record rows, oldest first: record, input items, output items, by
+	// position; the first row (kind 3) carries the tenant's lineage generation in position.
+	// store.AssembleChain cuts the chain at a deleted ancestor (the rows below a gap).
 	//
-	// The two LATERAL subqueries (LIMIT 1, OFFSET 0) pin the plan to one primary-key lookup per
-	// ancestor and one items_response_idx scan per chain member, so the cost is O(chain) whatever
-	// the planner believes: with plain joins and no statistics yet (a fresh table that autovacuum
-	// has not analysed), Postgres chose to scan all the tenant's responses per step, quadratic in
-	// the depth (measured: 300 ms instead of 15 ms at depth 1,000).
+	// LATERAL with OFFSET 0 pins the plan to index scans per segment whatever the statistics.
 	chainSQL = `
-WITH RECURSIVE chain (id, tenant, status, model, prev, conv, created_at, completed_at,
-                      echo, usage, error, incomplete_details, depth) AS (
-    SELECT id, tenant, status, model, previous_response_id, conversation_id, created_at, completed_at,
-           echo, usage, error, incomplete_details, 0
-    FROM responses WHERE tenant = $1 AND id = $2
+WITH RECURSIVE seg (branch, top, n) AS (
+    SELECT branch, depth, 0 FROM responses WHERE tenant = $1 AND id = $2
     UNION ALL
-    SELECT r.id, r.tenant, r.status, r.model, r.previous_response_id, r.conversation_id, r.created_at,
-           r.completed_at, r.echo, r.usage, r.error, r.incomplete_details, c.depth + 1
-    FROM chain c CROSS JOIN LATERAL (
-        SELECT * FROM responses r WHERE r.tenant = $1 AND r.id = c.prev LIMIT 1
-    ) r
-    WHERE c.depth < $3
+    SELECT f.fork_branch, f.depth - 1, s.n + 1
+    FROM seg s CROSS JOIN LATERAL (
+        SELECT r.fork_branch, r.depth FROM responses r
+        WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top
+        ORDER BY r.depth LIMIT 1
+    ) f
+    WHERE f.fork_branch IS NOT NULL AND s.n < $3
 )
-SELECT depth, 0 AS kind, id, tenant, status, model, coalesce(prev, ''), coalesce(conv, ''), created_at,
-       completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position
-FROM chain
+SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL::timestamptz, NULL::timestamptz,
+       NULL::json, NULL::json, NULL::json, NULL::json, '', '', NULL::json,
+       coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0) AS position
 UNION ALL
-SELECT c.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
+SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
+       coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
+       r.incomplete_details, '', '', NULL, -1
+FROM seg s CROSS JOIN LATERAL (
+    SELECT * FROM responses r WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top OFFSET 0
+) r
+UNION ALL
+SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
        NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
-FROM chain c CROSS JOIN LATERAL (
-    SELECT * FROM items i WHERE i.tenant = $1 AND i.response_id = c.id OFFSET 0
+FROM seg s CROSS JOIN LATERAL (
+    SELECT * FROM items i WHERE i.tenant = $1 AND i.branch = s.branch AND i.depth <= s.top OFFSET 0
 ) i
-ORDER BY depth DESC, kind, position`
+ORDER BY depth, kind, position`
+
+	// chainGenerationSQL is the tenant's lineage generation (0 before any deletion).
+	chainGenerationSQL = `SELECT coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0)`
 
 	// contextSQL returns the items response $2 was generated from, in order (see
 	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -40,11 +41,14 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	return nil
 }
 
-// ResponseCommit stores a finished turn in one transaction; see store.Store. The statements go
-// in one pipelined batch: write the response (upsert, or only update when Begun), lock the
+// ResponseCommit stores a finished turn in one transaction and ONE round trip; see
+// store.Store. The statements go in one pipelined batch, which Postgres runs as one implicit
+// transaction (one Sync): write the response (upsert, or only update when Begun), lock the
 // conversation (releasing the turn), append the stored input (when Begun) or insert it, insert
-// the output and the conversation append, and log the events. The write returns no row when
-// store.CommitDecision would not write (commitNoop then explains why).
+// the output and the conversation append, and log the events. A statement that finds no row it
+// needs raises (respgate_no_row, migrations/postgres/006), which rolls the whole batch back:
+// when the response write changed nothing, commitNoop then explains why (store.CommitDecision),
+// in a second round trip that only retries and lost races take.
 func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
 	if err := store.CommitCheck(p); err != nil {
 		return fmt.Errorf("commit response: %w", err)
@@ -57,20 +61,14 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 	items.add(store.RoleOutput, p.Output)
 	conv := store.NullString(p.ConversationID)
 
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("commit response: begin: %w", interpretError(err))
-	}
-	// Rolls back unless committed (then it is a no-op).
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	b := &pgx.Batch{}
 	if p.Begun {
-		b.Queue(finishResponseSQL, store.FinishArgs(s.Driver, r)...)
+		b.Queue(mustWrite("WITH", finishResponseSQL, noResponseWritten), store.FinishArgs(s.Driver, r)...)
 	} else {
-		b.Queue(upsertResponseSQL, store.ResponseArgs(s.Driver, r, r.Status)...)
+		b.Queue(mustWrite(lineageCTE+",", upsertResponseInsertSQL, noResponseWritten), store.ResponseArgs(s.Driver, r, r.Status)...)
 	}
 	if conv != nil {
-		b.Queue(lockConversationReleaseTurnSQL, r.Tenant, p.ConversationID, r.ID)
+		b.Queue(mustWrite("WITH", lockConversationReleaseTurnSQL, noConversation), r.Tenant, p.ConversationID, r.ID)
 		if p.Begun {
 			b.Queue(appendStoredInputSQL, r.Tenant, r.ID, p.ConversationID)
 		}
@@ -82,36 +80,39 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 		seqs, types, data := eventArrays(p.Events)
 		b.Queue(insertEventsSQL, r.Tenant, r.ID, seqs, types, data)
 	}
-	br := tx.SendBatch(ctx, b)
-	var one int
-	if err := br.QueryRow().Scan(&one); err != nil {
-		_ = br.Close()
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s.commitNoop(ctx, tx, p)
-		}
-		return fmt.Errorf("commit response: upsert: %w", interpretError(err))
+	err := s.pool.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == noRowCode && pgErr.Message == noResponseWritten:
+		return s.commitNoop(ctx, p)
+	case errors.As(err, &pgErr) && pgErr.Code == noRowCode && pgErr.Message == noConversation:
+		return fmt.Errorf("commit response: conversation: %w", store.ErrNotFound)
 	}
-	if conv != nil {
-		if err := br.QueryRow().Scan(&one); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("commit response: conversation: %w", interpretError(err))
-		}
-	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("commit response: insert items: %w", interpretError(err))
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit response: %w", interpretError(err))
-	}
-	return nil
+	return fmt.Errorf("commit response: %w", interpretError(err))
 }
 
-// commitNoop explains a commit whose response write changed no row, after rolling its
-// transaction back (the batch's later statements may have failed and aborted it, e.g. items of a
-// response that does not exist), by store.CommitDecision on the stored status. Only a no-op or an
-// error can come of it here; a record that changed meanwhile is a conflict.
-func (s *Store) commitNoop(ctx context.Context, tx pgx.Tx, p *store.ResponseCommitParams) error {
-	_ = tx.Rollback(context.WithoutCancel(ctx))
+// The no_data_found errors mustWrite raises, told apart by message.
+const (
+	noRowCode         = "P0002"
+	noResponseWritten = "respgate: the commit wrote no response row"
+	noConversation    = "respgate: no such conversation"
+)
+
+// mustWrite wraps a data-modifying statement that returns rows so that it raises message when
+// it returns none (aborting the batch's transaction) and returns one row otherwise. with opens
+// the statement's CTE list ("WITH", or the statement's own CTEs and a comma: a data-modifying
+// CTE must be at the top level).
+func mustWrite(with, sql, message string) string {
+	return with + ` w AS (` + sql + `)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ELSE respgate_no_row('` + message + `') END`
+}
+
+// commitNoop explains a commit whose response write changed no row (its batch rolled back) by
+// store.CommitDecision on the stored status. Only a no-op or an error can come of it here; a
+// record that changed meanwhile is a conflict.
+func (s *Store) commitNoop(ctx context.Context, p *store.ResponseCommitParams) error {
 	var stored wire.Status
 	err := interpretError(s.pool.QueryRow(ctx, responseStatusSQL, p.Response.Tenant, p.Response.ID).Scan(&stored))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -145,7 +146,7 @@ func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventA
 // others do nothing in that case (the lock keeps the answer true until the end).
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
 	held, err := s.guardedDelete(ctx, p.Tenant, p.ID, store.NowOr(p.Now),
-		responseDeleteLockSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseDeleteSQL)
+		responseDeleteLockSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseDeleteSQL)
 	if err == nil && held {
 		err = store.ErrLeaseHeld
 	}

@@ -16,6 +16,7 @@ var queries = store.Queries{
 	ResponseGet:         responseGetSQL,
 	ResponseChain:       chainSQL,
 	ResponseContext:     contextSQL,
+	ChainGeneration:     chainGenerationSQL,
 	ResponseSweep:       sweepSQL,
 	ResponseItems:       store.PageSQL{Asc: responseItemsAscSQL, Desc: responseItemsDescSQL, Check: responseItemsCheckSQL},
 	ItemGet:             itemGetSQL,
@@ -41,7 +42,11 @@ const (
 
 // Items.
 const (
-	insertItemSQL = `INSERT INTO items (tenant, response_id, role, position, id, type, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`
+	// insertItemSQL inserts an item with its response's lineage (migrations/sqlite/006).
+	insertItemSQL = `INSERT INTO items (tenant, response_id, role, position, id, type, data, branch, depth)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
+        (SELECT branch FROM responses WHERE tenant = ?1 AND id = ?2),
+        (SELECT depth FROM responses WHERE tenant = ?1 AND id = ?2))`
 	appendItemSQL = `INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk) VALUES (?1, ?2, ?3, ?4)`
 	nextSeqSQL    = `SELECT coalesce(max(seq), -1) + 1 FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2`
 
@@ -71,14 +76,23 @@ ORDER BY position DESC LIMIT ?5`
 // Responses.
 const (
 	// responseBeginSQL inserts an in-progress (or queued) record holding a lease (?13, ?14).
+	// Both inserts take the lineage (branch, depth, fork_branch) last (lineage chooses it).
 	responseBeginSQL = `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`
+                       completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at,
+                       branch, depth, fork_branch)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)`
 	responseInsertSQL = `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                       completed_at, echo, usage, error, incomplete_details)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
+                       completed_at, echo, usage, error, incomplete_details, branch, depth, fork_branch)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+
+	// The lineage of a new response continuing ?2 (migrations/postgres/006): continueHeadSQL
+	// extends ?2's branch when ?2 is its head (marking it continued), else parentLineageSQL
+	// finds the branch to fork from, and nextBranchSQL draws a new branch id.
+	continueHeadSQL  = `UPDATE responses SET continued = 1 WHERE tenant = ?1 AND id = ?2 AND continued = 0 RETURNING branch, depth`
+	parentLineageSQL = `SELECT branch, depth FROM responses WHERE tenant = ?1 AND id = ?2`
+	nextBranchSQL    = `UPDATE lineage_counter SET next_branch = next_branch + 1 RETURNING next_branch - 1`
 	// responseFinishSQL finishes the in-progress record, keeping its created_at and dropping its
 	// lease.
 	responseFinishSQL = `
@@ -138,11 +152,15 @@ ORDER BY kind, position`
 	responseDeleteGuardSQL = `SELECT coalesce(status IN ('queued', 'in_progress') AND lease_expires_at > ?3, 0)
 FROM responses WHERE tenant = ?1 AND id = ?2`
 	responseDetachItemsSQL = `
-UPDATE items SET response_id = NULL
+UPDATE items SET response_id = NULL, branch = NULL, depth = NULL
 WHERE tenant = ?1 AND response_id = ?2
   AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = ?1 AND ci.item_pk = items.pk)`
 	responseDeleteItemsSQL = `DELETE FROM items WHERE tenant = ?1 AND response_id = ?2`
 	responseDeleteSQL      = `DELETE FROM responses WHERE tenant = ?1 AND id = ?2`
+	// responseBumpGenerationSQL counts a deletion in the tenant's lineage generation (store.Store
+	// ChainGeneration), in the deleting transaction.
+	responseBumpGenerationSQL = `INSERT INTO lineage_generations (tenant, generation) VALUES (?1, 1)
+ON CONFLICT (tenant) DO UPDATE SET generation = generation + 1`
 
 	// purgeVictims selects the responses ResponsePurge deletes: up to ?2 terminal ones created
 	// before ?1, oldest first (ties broken by key, so every statement of the purge picks the
@@ -152,39 +170,46 @@ WHERE tenant = ?1 AND response_id = ?2
 SELECT tenant, id FROM responses
 WHERE status IN ('completed', 'incomplete', 'failed', 'cancelled') AND created_at < ?1
 ORDER BY created_at, tenant, id LIMIT ?2`
+	purgeBumpSQL = `
+INSERT INTO lineage_generations (tenant, generation)
+SELECT DISTINCT tenant, 1 FROM (` + purgeVictims + `) WHERE true
+ON CONFLICT (tenant) DO UPDATE SET generation = generation + 1`
 	purgeDetachSQL = `
-UPDATE items SET response_id = NULL
+UPDATE items SET response_id = NULL, branch = NULL, depth = NULL
 WHERE (tenant, response_id) IN (` + purgeVictims + `)
   AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)`
 	purgeItemsSQL     = `DELETE FROM items WHERE (tenant, response_id) IN (` + purgeVictims + `)`
 	purgeResponsesSQL = `DELETE FROM responses WHERE (tenant, id) IN (` + purgeVictims + `)`
 
-	// chainSQL walks previous_response_id from ?2 back to the root (or to the first id that does
-	// not exist for tenant ?1), then returns each chain member's record and items as record
-	// rows, oldest first: record, input items, output items, by position. One statement, any
-	// depth up to ?3. CROSS JOIN makes SQLite walk the chain and look each member's items up by
-	// index, instead of scanning all the tenant's items (which it otherwise may, lacking
-	// statistics).
+	// chainSQL loads the chain ending at ?2 by lineage, as store/postgres's chainSQL does (read
+	// its comment): seg walks the branches on the path (one index probe each, at most ?3), then
+	// each segment's responses and items come from one range scan of responses_lineage_idx and
+	// items_lineage_idx. CROSS JOIN keeps seg the outer loop.
 	chainSQL = `
-WITH RECURSIVE chain (id, tenant, status, model, prev, conv, created_at, completed_at,
-                      echo, usage, error, incomplete_details, depth) AS (
-    SELECT id, tenant, status, model, previous_response_id, conversation_id, created_at, completed_at,
-           echo, usage, error, incomplete_details, 0
-    FROM responses WHERE tenant = ?1 AND id = ?2
+WITH RECURSIVE seg (branch, top, n) AS (
+    SELECT branch, depth, 0 FROM responses WHERE tenant = ?1 AND id = ?2
     UNION ALL
-    SELECT r.id, r.tenant, r.status, r.model, r.previous_response_id, r.conversation_id, r.created_at,
-           r.completed_at, r.echo, r.usage, r.error, r.incomplete_details, c.depth + 1
-    FROM chain c JOIN responses r ON r.tenant = ?1 AND r.id = c.prev
-    WHERE c.depth < ?3
+    SELECT r.fork_branch, r.depth - 1, s.n + 1
+    FROM seg s CROSS JOIN responses r
+        ON r.tenant = ?1 AND r.branch = s.branch
+       AND r.depth = (SELECT min(depth) FROM responses WHERE tenant = ?1 AND branch = s.branch AND depth <= s.top)
+    WHERE r.fork_branch IS NOT NULL AND s.n < ?3
 )
-SELECT depth, 0 AS kind, id, tenant, status, model, coalesce(prev, ''), coalesce(conv, ''), created_at,
-       completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position
-FROM chain
+SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL,
+       coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0) AS position
 UNION ALL
-SELECT c.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
+SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
+       coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
+       r.incomplete_details, '', '', NULL, -1
+FROM seg s CROSS JOIN responses r ON r.tenant = ?1 AND r.branch = s.branch AND r.depth <= s.top
+UNION ALL
+SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
        NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
-FROM chain c CROSS JOIN items i ON i.tenant = ?1 AND i.response_id = c.id
-ORDER BY depth DESC, kind, position`
+FROM seg s CROSS JOIN items i ON i.tenant = ?1 AND i.branch = s.branch AND i.depth <= s.top
+ORDER BY depth, kind, position`
+
+	// chainGenerationSQL is the tenant's lineage generation (0 before any deletion).
+	chainGenerationSQL = `SELECT coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0)`
 
 	// contextSQL returns the items response ?2 was generated from, in order (see
 	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response

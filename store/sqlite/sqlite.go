@@ -45,7 +45,8 @@ const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate"
 // Store is the SQLite store.Store. Safe for concurrent use (calls are serialised).
 type Store struct {
 	store.Base
-	db *sql.DB
+	db      *sql.DB
+	commits committer // groups concurrent ResponseCommits (group.go)
 }
 
 var _ store.Store = (*Store)(nil)

@@ -115,3 +115,20 @@ func BenchmarkChainGet(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkChainWarm(b *testing.B) {
+	for _, depth := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			storetest.BenchmarkChainWarm(b, newStore(b), depth)
+		})
+	}
+}
+
+func BenchmarkChainForked(b *testing.B) {
+	storetest.BenchmarkChainForked(b, newStore(b), 1000, 10)
+}
+
+func BenchmarkCommitParallel(b *testing.B) {
+	b.SetParallelism(8)
+	storetest.BenchmarkCommitParallel(b, newStore(b))
+}

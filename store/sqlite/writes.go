@@ -22,7 +22,11 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 		return err
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, responseBeginSQL, args...); err != nil {
+		l, err := lineage(ctx, tx, p.Response.Tenant, p.Response.PreviousResponseID)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, responseBeginSQL, append(args, l...)...); err != nil {
 			return interpretError(err)
 		}
 		return insertItems(ctx, tx, p.Response.Tenant, p.Response.ID, store.RoleInput, p.Input, "", nil)
@@ -33,42 +37,131 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	return nil
 }
 
+// lineage chooses a new response's (branch, depth, fork_branch) in the writing transaction
+// (migrations/sqlite/006): continuing the head of a branch extends it; continuing any other
+// response forks a new branch from its branch; a response whose previous one does not exist
+// starts a branch at depth 0. The transaction holds SQLite's only write lock, so two
+// continuations of one head cannot both extend it.
+func lineage(ctx context.Context, tx *sql.Tx, tenant, prev string) ([]any, error) {
+	var branch, depth int64
+	if prev != "" {
+		err := tx.QueryRowContext(ctx, continueHeadSQL, tenant, prev).Scan(&branch, &depth)
+		if err == nil {
+			return []any{branch, depth + 1, nil}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("lineage: %w", interpretError(err))
+		}
+	}
+	var fork any
+	depth = -1
+	if prev != "" {
+		err := tx.QueryRowContext(ctx, parentLineageSQL, tenant, prev).Scan(&branch, &depth)
+		switch {
+		case err == nil:
+			fork = branch
+		case errors.Is(err, sql.ErrNoRows):
+			depth = -1
+		default:
+			return nil, fmt.Errorf("lineage: %w", interpretError(err))
+		}
+	}
+	if err := tx.QueryRowContext(ctx, nextBranchSQL).Scan(&branch); err != nil {
+		return nil, fmt.Errorf("lineage: new branch: %w", interpretError(err))
+	}
+	return []any{branch, depth + 1, fork}, nil
+}
+
 // errNoop rolls back ResponseCommit's transaction when the response is already terminal.
 var errNoop = errors.New("already terminal")
 
-// ResponseCommit stores a finished turn in one transaction; see store.Store. It reads the stored
-// status first and lets store.CommitDecision say whether to insert, update or do nothing.
+// ResponseCommit stores a finished turn in one transaction; see store.Store. Concurrent commits
+// are grouped (commitGroup): one transaction on SQLite's single writer carries every commit
+// queued while the previous group was writing, each under a savepoint of its own, so one that
+// fails or is a no-op rolls back alone and the others still commit together. Durability is the
+// database's (a file opens with journal_mode=WAL and synchronous=NORMAL, as before grouping): a
+// grouped commit is exactly as durable as a lone one.
 func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
 	if err := store.CommitCheck(p); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
-	r := &p.Response
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var stored wire.Status
-		err := interpretError(tx.QueryRowContext(ctx, responseStatusSQL, r.Tenant, r.ID).Scan(&stored))
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("read status: %w", err)
-		}
-		action, err := store.CommitDecision(stored, p)
-		switch {
-		case err != nil:
-			return err
-		case action == store.CommitNoop:
-			return errNoop
-		case action == store.CommitUpdate:
-			_, err = tx.ExecContext(ctx, responseFinishSQL, store.FinishArgs(s.Driver, r)...)
-		default:
-			_, err = tx.ExecContext(ctx, responseInsertSQL, store.ResponseArgs(s.Driver, r, r.Status)...)
-		}
-		if err != nil {
-			return fmt.Errorf("upsert: %w", interpretError(err))
-		}
-		return s.commitItems(ctx, tx, p)
-	})
-	if err != nil && !errors.Is(err, errNoop) {
+	if err := s.commits.run(ctx, p, s.commitGroup); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
 	return nil
+}
+
+// commitOne is one commit inside a group's transaction: it reads the stored status and lets
+// store.CommitDecision say whether to insert, update or do nothing (errNoop).
+func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
+	r := &p.Response
+	var stored wire.Status
+	err := interpretError(tx.QueryRowContext(ctx, responseStatusSQL, r.Tenant, r.ID).Scan(&stored))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("read status: %w", err)
+	}
+	action, err := store.CommitDecision(stored, p)
+	switch {
+	case err != nil:
+		return err
+	case action == store.CommitNoop:
+		return errNoop
+	case action == store.CommitUpdate:
+		_, err = tx.ExecContext(ctx, responseFinishSQL, store.FinishArgs(s.Driver, r)...)
+	default:
+		var l []any
+		if l, err = lineage(ctx, tx, r.Tenant, r.PreviousResponseID); err == nil {
+			_, err = tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, r.Status), l...)...)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("upsert: %w", interpretError(err))
+	}
+	return s.commitItems(ctx, tx, p)
+}
+
+// commitGroup writes a group of commits in one transaction, each under a savepoint: a commit
+// that fails (or is a no-op) is rolled back to its savepoint and gets its error; the others
+// commit together. No statement runs under a caller's cancellable context: SQLite answers an
+// interrupted write inside a transaction by rolling the whole transaction back, which would
+// take the other commits of the group with it. A commit is short and lock waits are bounded by
+// the busy timeout.
+func (s *Store) commitGroup(group []*pendingCommit) {
+	fail := func(err error) {
+		for _, c := range group {
+			c.err = err
+		}
+	}
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(fmt.Errorf("begin: %w", err))
+		return
+	}
+	for _, c := range group {
+		if _, err := tx.ExecContext(context.Background(), "SAVEPOINT c"); err != nil {
+			c.err = err
+			continue
+		}
+		c.err = s.commitOne(context.WithoutCancel(c.ctx), tx, c.p)
+		if c.err != nil {
+			if _, err := tx.ExecContext(context.Background(), "ROLLBACK TO c"); err != nil {
+				_ = tx.Rollback()
+				fail(fmt.Errorf("roll back to savepoint: %w", err))
+				return
+			}
+			if errors.Is(c.err, errNoop) {
+				c.err = nil
+			}
+		}
+		if _, err := tx.ExecContext(context.Background(), "RELEASE c"); err != nil {
+			_ = tx.Rollback()
+			fail(fmt.Errorf("release savepoint: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("commit: %w", interpretError(err)))
+	}
 }
 
 // commitItems writes the rest of a commit after the record: the conversation's turn release and
@@ -157,7 +250,7 @@ func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventA
 // response whose lease is live at Now is left alone: store.ErrLeaseHeld.
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
 	err := s.guardedDelete(ctx, p.Tenant, p.ID, s.Driver.Time(store.NowOr(p.Now)), store.ErrLeaseHeld,
-		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseDeleteSQL)
+		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseDeleteSQL)
 	if err != nil {
 		return fmt.Errorf("delete response: %w", err)
 	}
@@ -172,7 +265,7 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 	var n int64
 	before := s.Driver.Time(store.NowOr(p.Before))
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, q := range []string{purgeDetachSQL, purgeItemsSQL} {
+		for _, q := range []string{purgeBumpSQL, purgeDetachSQL, purgeItemsSQL} {
 			if _, err := tx.ExecContext(ctx, q, before, p.Limit); err != nil {
 				return interpretError(err)
 			}

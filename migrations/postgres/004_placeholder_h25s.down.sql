@@ -1,0 +1,1 @@
+-- Placeholder of branch h-25s so versions have no gap until the helpers numbered 004 merge: DROP this file on merge (their 004 replaces it).

@@ -1,0 +1,10 @@
+DROP TABLE lineage_generations;
+DROP TABLE lineage_counter;
+DROP INDEX items_lineage_idx;
+DROP INDEX responses_lineage_idx;
+ALTER TABLE items DROP COLUMN depth;
+ALTER TABLE items DROP COLUMN branch;
+ALTER TABLE responses DROP COLUMN continued;
+ALTER TABLE responses DROP COLUMN fork_branch;
+ALTER TABLE responses DROP COLUMN depth;
+ALTER TABLE responses DROP COLUMN branch;

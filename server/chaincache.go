@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"slices"
+
+	"github.com/maypok86/otter/v2"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// chainCache is this replica's memory of the assembled history (chainHistory) of recent chain
+// heads, so a continuation of one needs no chain load: a stored terminal response and its items
+// never change, and whatever deletes one advances the tenant's lineage generation in the same
+// transaction (store.Store ChainGeneration). An entry is used only while the generation is the
+// one it was read at, checked by one index lookup per turn: right across replicas, with no
+// time-based expiry (docs/scaling.md, "Chain cache"). It is bounded by the bytes of item JSON it
+// holds (Config.ChainCacheBytes); otter evicts by weight with W-TinyLFU, so a burst of one-off
+// chains does not flush the heads that conversations keep continuing.
+type chainCache struct {
+	c *otter.Cache[chainKey, *chainEntry]
+}
+
+type chainKey struct{ tenant, id string }
+
+// chainEntry is the history a continuation of the response replays, and the generation it is
+// right for.
+type chainEntry struct {
+	gen   int64
+	items []wire.Item
+	bytes int64
+}
+
+// chainEntryOverhead is counted per item on top of its JSON (ids, slice headers).
+const chainEntryOverhead = 64
+
+func newChainCache(maxBytes int64) *chainCache {
+	return &chainCache{c: otter.Must(&otter.Options[chainKey, *chainEntry]{
+		MaximumWeight: uint64(max(maxBytes, 0)), //nolint:gosec // G115: not negative
+		Weigher: func(_ chainKey, e *chainEntry) uint32 {
+			return uint32(min(max(e.bytes, 0), 1<<32-1)) //nolint:gosec // G115: clamped to uint32
+		},
+		// Maintenance runs on the caller's goroutine: the cache starts none of its own (it has
+		// no expiry, so no periodic clean-up either).
+		Executor: func(fn func()) { fn() },
+	})}
+}
+
+// get returns the cached history of the response if the tenant's generation is still the one
+// it was read at (one store round trip). A store error is a miss: the caller loads the chain.
+func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string) ([]wire.Item, int64, bool) {
+	e, ok := c.c.GetIfPresent(chainKey{tenant, id})
+	if !ok {
+		return nil, 0, false
+	}
+	gen, err := st.ChainGeneration(ctx, &store.ChainGenerationParams{Tenant: tenant})
+	if err != nil || gen != e.gen {
+		c.c.Invalidate(chainKey{tenant, id})
+		return nil, 0, false
+	}
+	return slices.Clip(e.items), gen, true // a caller's append copies
+}
+
+// put remembers the history a continuation of the response replays, read at generation gen.
+// An entry heavier than a quarter of the cache is not kept.
+func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item) {
+	var n int64
+	for _, it := range items {
+		n += int64(len(it.JSON)) + chainEntryOverhead
+	}
+	if uint64(n) > c.c.GetMaximum()/4 {
+		return
+	}
+	c.c.Set(chainKey{tenant, id}, &chainEntry{gen: gen, items: items, bytes: n})
+}
+
+// appendTurnHistory appends what a continuation replays of one turn: its input, then its output,
+// of a failed or cancelled turn only the items that finished (chainHistory).
+func appendTurnHistory(history []wire.Item, status wire.Status, input, output []wire.Item) []wire.Item {
+	history = append(history, input...)
+	switch status {
+	case wire.StatusFailed, wire.StatusCancelled:
+		for _, it := range output {
+			if itemFinished(it) {
+				history = append(history, it)
+			}
+		}
+	default:
+		history = append(history, output...)
+	}
+	return history
+}
