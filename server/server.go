@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
@@ -115,6 +116,12 @@ type Config struct {
 	// ChatReplayMaxBytes bounds the items replayed into one request (default 16 MiB); replay
 	// stops where it would pass it.
 	ChatReplayMaxBytes int
+	// CompactionKeepTurns is how many of the most recent user turns compaction keeps verbatim
+	// (default compact.DefaultKeepTurns; docs/compaction.md).
+	CompactionKeepTurns int
+	// CompactionPrompt is the handoff prompt the model answers with the summary (default
+	// compact.DefaultHandoffPrompt).
+	CompactionPrompt string
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -159,6 +166,10 @@ func (c *Config) defaults() {
 	}
 	if c.ReasoningContext == "" {
 		c.ReasoningContext = wire.ContextAllTurns
+	}
+	setDefault(&c.CompactionKeepTurns, compact.DefaultKeepTurns)
+	if c.CompactionPrompt == "" {
+		c.CompactionPrompt = compact.DefaultHandoffPrompt
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -126,7 +126,11 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if req.ConversationID != "" {
 		historyParam = "conversation"
 	}
-	res, err := rehydrate.Build(&rehydrate.Params{History: history, HistoryParam: historyParam, Input: input, Request: req.body,
+	ex, err := s.expandCompactions(tn, history, input, historyParam) // compaction items → summaries (server/compact.go)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, HistoryParam: historyParam, Input: ex.input, Request: req.body,
 		Lookup: lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
 	if err != nil {
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
@@ -134,6 +138,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 		}
 		return nil, err
 	}
+	res.Input = ex.restore(res.Input)
 	s.tel.rehydrated(ctx, res.Stats, res.DroppedTools)
 	if len(res.DroppedTools) > 0 {
 		if s.cfg.ToolPolicy == ToolPolicyReject {

@@ -1,0 +1,232 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/store"
+)
+
+// facts are the remembered facts of the early turns; the compaction tests prove they survive.
+var compactFacts = []string{"the vault code is 4417", "the cat is called Miso", "deploy on Friday"}
+
+// session runs one stored turn per fact, chained, plus a last question, and returns the last
+// response and the first turn's.
+func session(t *testing.T, g *gw, model string) (first, last *responses.Response) {
+	t.Helper()
+	prev := ""
+	for i, f := range append(append([]string(nil), compactFacts...), "what is next?") {
+		body := map[string]any{"model": model, "input": "remember: " + f}
+		if i == len(compactFacts) {
+			body["input"] = f
+		}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		b, _ := json.Marshal(body)
+		r := g.create(t, string(b))
+		if first == nil {
+			first = r
+		}
+		prev, last = r.ID, r
+	}
+	return first, last
+}
+
+// outputJSON is the raw "output" array of a compact answer.
+func outputJSON(t *testing.T, raw string) []json.RawMessage {
+	t.Helper()
+	var v struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Output
+}
+
+func itemType(raw json.RawMessage) (typ, id string) {
+	var v struct{ Type, ID string }
+	_ = json.Unmarshal(raw, &v)
+	return v.Type, v.ID
+}
+
+// The OpenAI pattern: compact a stored chain, send the compact output (plus a new message) as the
+// next request's input without previous_response_id, and the model still knows the early facts,
+// through one marked summary message; the chain then continues through the compaction item.
+func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		first, last := session(t, g, harmony)
+
+		cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+			Model: responses.ResponseCompactParamsModel(harmony), PreviousResponseID: openai.String(last.ID)})
+		if err != nil {
+			t.Fatalf("compact: %v", err)
+		}
+		if cr.Object != "response.compaction" || cr.Usage.OutputTokens == 0 {
+			t.Fatalf("compact answer: object %q usage %+v", cr.Object, cr.Usage)
+		}
+		out := outputJSON(t, cr.RawJSON())
+		var cmpID string
+		users := 0
+		for _, it := range out {
+			typ, id := itemType(it)
+			if typ == compact.TypeCompaction {
+				if cmpID != "" {
+					t.Fatal("two compaction items")
+				}
+				cmpID = id
+			}
+			if typ == "message" && strings.Contains(string(it), `"role":"user"`) {
+				users++
+				if strings.Contains(string(it), compactFacts[0]) {
+					t.Fatalf("the first turn was kept verbatim: %s", it)
+				}
+			}
+		}
+		if !strings.HasPrefix(cmpID, compact.PrefixCompaction) || users != 2 {
+			t.Fatalf("want one cmp_ item and the 2 recent user turns, got id %q and %d user messages in %s", cmpID, users, cr.RawJSON())
+		}
+
+		// The archive names what the summary replaced, with the digest of each stored item.
+		tn := g.Server.TenantOf("test-key")
+		rec, err := g.Store.CompactionGet(t.Context(), &store.CompactionGetParams{Tenant: tn, ID: cmpID})
+		if err != nil {
+			t.Fatalf("archive: %v", err)
+		}
+		firstInput, err := g.client.Responses.InputItems.List(t.Context(), first.ID, inputItemsParams())
+		if err != nil || len(firstInput.Data) != 1 {
+			t.Fatalf("first input items: %v", err)
+		}
+		stored, err := g.Store.ItemGet(t.Context(), &store.ItemGetParams{Tenant: tn, ID: firstInput.Data[0].ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(stored.JSON)
+		if len(rec.Replaced) == 0 || rec.Replaced[0].ItemID != stored.ID || rec.Replaced[0].SHA256 != hex.EncodeToString(sum[:]) {
+			t.Fatalf("archive %+v does not start with the first input item %s (sha256 %x)", rec.Replaced, stored.ID, sum)
+		}
+
+		// The compact output becomes the next input.
+		input := append(append([]json.RawMessage(nil), out...), json.RawMessage(`{"role":"user","content":"what do you remember?"}`))
+		inJSON, _ := json.Marshal(input)
+		g.Sim.Reset()
+		next := g.create(t, `{"model":"`+harmony+`","input":`+string(inJSON)+`}`)
+		for _, f := range compactFacts {
+			if !strings.Contains(outputText(next), f) {
+				t.Fatalf("fact %q forgotten after compaction: %q", f, outputText(next))
+			}
+		}
+		reqs := g.Sim.Requests()
+		if len(reqs) != 1 {
+			t.Fatalf("%d upstream requests", len(reqs))
+		}
+		marked := 0
+		for _, it := range upstreamInput(t, reqs[0].Body) {
+			b, _ := json.Marshal(it)
+			if strings.Contains(string(b), "compaction summary") {
+				marked++
+			}
+			if it["type"] == compact.TypeCompaction || strings.Contains(string(b), "encrypted_content") {
+				t.Fatalf("a compaction item reached vLLM: %s", b)
+			}
+		}
+		if marked != 1 {
+			t.Fatalf("want one marked summary message upstream, got %d", marked)
+		}
+		// Stored and listed like any item.
+		items, err := g.client.Responses.InputItems.List(t.Context(), next.ID, inputItemsParams())
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, it := range items.Data {
+			found = found || (it.ID == cmpID && it.Type == compact.TypeCompaction)
+		}
+		if !found {
+			t.Fatalf("input_items does not list the compaction item %s", cmpID)
+		}
+		// previous_response_id chains through it.
+		after := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+next.ID+`","input":"and now?"}`)
+		if !strings.Contains(outputText(after), compactFacts[0]) {
+			t.Fatalf("the chain through the compaction item forgot %q: %q", compactFacts[0], outputText(after))
+		}
+	})
+}
+
+// Nothing to compact (fewer user turns than are kept): the input comes back, no compaction item,
+// and the model is not called.
+func TestCompactWithNothingToCompactReturnsTheInput(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+		Model: responses.ResponseCompactParamsModel(harmony),
+		Input: responses.ResponseCompactParamsInputUnion{OfString: openai.String("remember: short")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := outputJSON(t, cr.RawJSON())
+	if len(out) != 1 || !strings.Contains(string(out[0]), "remember: short") || len(g.Sim.Requests()) != 0 {
+		t.Fatalf("want the input back unchanged and no upstream call, got %s (%d calls)", cr.RawJSON(), len(g.Sim.Requests()))
+	}
+}
+
+// The compact route's client errors.
+func TestCompactRejectsBadRequests(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	long := `[{"role":"user","content":"remember: a"},{"role":"assistant","content":"ok"},{"role":"user","content":"b"},{"role":"assistant","content":"ok"},{"role":"user","content":"c"}]`
+	code, body, _ := rawDo(t, http.MethodPost, g.URL+"/responses/compact", `{"model":"`+harmony+`","input":`+long+`}`, "Authorization", "Bearer test-key")
+	if code != http.StatusOK {
+		t.Fatalf("compact: %d %s", code, body)
+	}
+	out := outputJSON(t, string(body))
+	var cmp map[string]any
+	for _, it := range out {
+		if typ, _ := itemType(it); typ == compact.TypeCompaction {
+			_ = json.Unmarshal(it, &cmp)
+		}
+	}
+	if cmp == nil {
+		t.Fatalf("no compaction item in %s", body)
+	}
+	tampered := map[string]any{"type": "compaction", "id": cmp["id"], "encrypted_content": cmp["encrypted_content"].(string) + "A"}
+	foreign := map[string]any{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABforeign"}
+	asInput := func(it any) string {
+		b, _ := json.Marshal([]any{it, map[string]any{"role": "user", "content": "go on"}})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, path, body, key, code, param string
+	}{
+		{"missing model", "/responses/compact", `{"input":"hi"}`, "test-key", "missing_required_parameter", "model"},
+		{"unknown previous response", "/responses/compact", `{"model":"` + harmony + `","previous_response_id":"resp_nope"}`, "test-key", "previous_response_not_found", "previous_response_id"},
+		{"encrypted-only reasoning", "/responses/compact", `{"model":"` + harmony + `","input":[{"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"gAAAAAB"}]}`, "test-key", "", "input[0]"},
+		{"a tampered compaction item", "/responses", `{"model":"` + harmony + `","input":` + asInput(tampered) + `}`, "test-key", "invalid_encrypted_content", "input[0]"},
+		{"a foreign compaction item", "/responses", `{"model":"` + harmony + `","input":` + asInput(foreign) + `}`, "test-key", "invalid_encrypted_content", "input[0]"},
+		{"another tenant's compaction item", "/responses", `{"model":"` + harmony + `","input":` + asInput(cmp) + `}`, "other-key", "invalid_encrypted_content", "input[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, _ := rawDo(t, http.MethodPost, g.URL+tc.path, tc.body, "Authorization", "Bearer "+tc.key)
+			_, c, p, _ := envelope(t, body)
+			if code != http.StatusBadRequest || (tc.code != "" && c != tc.code) || p != tc.param {
+				t.Fatalf("got %d %s, want 400 %s param %s", code, body, tc.code, tc.param)
+			}
+		})
+	}
+	// The item opens for its own tenant.
+	code, body, _ = rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":`+asInput(cmp)+`}`, "Authorization", "Bearer test-key")
+	if code != http.StatusOK || !strings.Contains(string(body), "Facts: a") {
+		t.Fatalf("own compaction item: %d %s", code, body)
+	}
+}
