@@ -42,7 +42,7 @@ func session(t *testing.T, g *gw, model string) (first, last *responses.Response
 }
 
 // outputJSON is the raw "output" array of a compact answer.
-func outputJSON(t *testing.T, raw string) []json.RawMessage {
+func compactOutput(t *testing.T, raw string) []json.RawMessage {
 	t.Helper()
 	var v struct {
 		Output []json.RawMessage `json:"output"`
@@ -76,7 +76,7 @@ func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
 		if cr.Object != "response.compaction" || cr.Usage.OutputTokens == 0 {
 			t.Fatalf("compact answer: object %q usage %+v", cr.Object, cr.Usage)
 		}
-		out := outputJSON(t, cr.RawJSON())
+		out := compactOutput(t, cr.RawJSON())
 		var cmpID string
 		users := 0
 		for _, it := range out {
@@ -175,7 +175,7 @@ func TestCompactWithNothingToCompactReturnsTheInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := outputJSON(t, cr.RawJSON())
+	out := compactOutput(t, cr.RawJSON())
 	if len(out) != 1 || !strings.Contains(string(out[0]), "remember: short") || len(g.Sim.Requests()) != 0 {
 		t.Fatalf("want the input back unchanged and no upstream call, got %s (%d calls)", cr.RawJSON(), len(g.Sim.Requests()))
 	}
@@ -190,7 +190,7 @@ func TestCompactRejectsBadRequests(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("compact: %d %s", code, body)
 	}
-	out := outputJSON(t, string(body))
+	out := compactOutput(t, string(body))
 	var cmp map[string]any
 	for _, it := range out {
 		if typ, _ := itemType(it); typ == compact.TypeCompaction {
