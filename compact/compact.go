@@ -263,9 +263,13 @@ func Expand(items []wire.Item, open Opener, drop map[string]bool) (out []wire.It
 		}
 		ops = append(ops, opened{i, SummaryMessage(it.ID, p.Summary), p})
 	}
-	// Each summary goes where the first item it replaced was (if present).
+	// Each summary goes where the first item it replaced was (if present). A compaction item
+	// that a later one replaced contributes nothing: the later summary covers it.
 	at := map[int]wire.Item{}
 	for _, op := range ops {
+		if all[items[op.idx].ID] {
+			continue
+		}
 		pos := op.idx
 		for i, it := range items {
 			if i < pos && it.ID != "" && contains(op.p.Replaced, it.ID) {

@@ -200,3 +200,19 @@ func TestDigestIsSHA256OfTheStoredBytes(t *testing.T) {
 		t.Fatalf("digest %q", d)
 	}
 }
+
+// A compaction item that a later one replaced adds no summary: the later summary covers it.
+func TestExpandSupersededCompaction(t *testing.T) {
+	sess := items("UXUAXUA") // X1 replaced U0; X4 replaced U0, X1, U2, A3
+	payloads := map[string]*Payload{
+		"X1": {V: 1, Summary: "old", Replaced: []string{"U0"}},
+		"X4": {V: 1, Summary: "new", Replaced: []string{"U0", "X1", "U2", "A3"}},
+	}
+	out, _, err := Expand(sess, func(id, _ string) (*Payload, error) { return payloads[id], nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if letters(out) != "XUA" || out[0].ID != "X4" {
+		t.Fatalf("expanded %q (first %s), want only the later summary, then the recent turn", letters(out), out[0].ID)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,7 +13,10 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
 // facts are the remembered facts of the early turns; the compaction tests prove they survive.
@@ -228,5 +232,99 @@ func TestCompactRejectsBadRequests(t *testing.T) {
 	code, body, _ = rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":`+asInput(cmp)+`}`, "Authorization", "Bearer test-key")
 	if code != http.StatusOK || !strings.Contains(string(body), "Facts: a") {
 		t.Fatalf("own compaction item: %d %s", code, body)
+	}
+}
+
+// A long agent session on a small simulated window: with automatic compaction it never hits
+// vLLM's context-length error, and the model still knows the first turns' facts at the end,
+// through the summaries. Without it the same session fails (the window really is too small).
+func TestAutomaticCompactionKeepsALongSessionInTheWindow(t *testing.T) {
+	t.Parallel()
+	const turns, window = 60, 900
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: window},
+			Server: server.Config{CompactionThreshold: 0.5}})
+		prev := ""
+		var last *responses.Response
+		for i := range turns {
+			text := fmt.Sprintf("turn %d: keep going with the task", i)
+			if i < len(compactFacts) {
+				text = "remember: " + compactFacts[i]
+			}
+			body := map[string]any{"model": harmony, "input": text}
+			if prev != "" {
+				body["previous_response_id"] = prev
+			}
+			b, _ := json.Marshal(body)
+			last = g.create(t, string(b))
+			prev = last.ID
+		}
+		for _, f := range compactFacts {
+			if !strings.Contains(outputText(last), f) {
+				t.Fatalf("after %d turns the model forgot %q: %q", turns, f, outputText(last))
+			}
+		}
+		summaries := 0
+		for _, r := range g.Sim.Requests() {
+			if strings.Contains(string(r.Body), vllmsim.HandoffPhrase) {
+				summaries++
+			}
+		}
+		if summaries == 0 {
+			t.Fatal("no compaction happened")
+		}
+		t.Logf("%d turns, %d summaries", turns, summaries)
+
+		// The same session without compaction outgrows the window.
+		bare := newGateway(t, newStore(t), respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: window}})
+		prev = ""
+		for i := range turns {
+			body := fmt.Sprintf(`{"model":%q,"input":"turn %d: keep going with the task"`, harmony, i)
+			if prev != "" {
+				body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+			}
+			code, b, _ := rawDo(t, http.MethodPost, bare.URL+"/responses", body+"}", "Authorization", "Bearer test-key")
+			if code != http.StatusOK {
+				if _, c, _, _ := envelope(t, b); c != "context_length_exceeded" {
+					t.Fatalf("turn %d without compaction: %d %s", i, code, b)
+				}
+				return
+			}
+			var r struct{ ID string }
+			_ = json.Unmarshal(b, &r)
+			prev = r.ID
+		}
+		t.Fatalf("%d turns fit a %d-token window without compaction: the test proves nothing", turns, window)
+	})
+}
+
+// truncation:"auto" drops whole turns from the middle instead of failing, and says how many items
+// it left out; "disabled" gets vLLM's error as context_length_exceeded.
+func TestTruncationAutoDropsOldTurns(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil, respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: 600}})
+	for _, mode := range []string{"auto", "disabled"} {
+		prev, truncated, failed := "", false, ""
+		for i := range 40 {
+			body := fmt.Sprintf(`{"model":%q,"truncation":%q,"input":"turn %d: keep going with the task"`, harmony, mode, i)
+			if prev != "" {
+				body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+			}
+			code, b, h := rawDo(t, http.MethodPost, g.URL+"/responses", body+"}", "Authorization", "Bearer test-key")
+			if code != http.StatusOK {
+				_, failed, _, _ = envelope(t, b)
+				break
+			}
+			truncated = truncated || h.Get("X-Respgate-Truncated-Items") != ""
+			var r struct{ ID string }
+			_ = json.Unmarshal(b, &r)
+			prev = r.ID
+		}
+		switch {
+		case mode == "auto" && (failed != "" || !truncated):
+			t.Fatalf("auto: failed %q, truncated %v", failed, truncated)
+		case mode == "disabled" && failed != "context_length_exceeded":
+			t.Fatalf("disabled: want context_length_exceeded, got %q", failed)
+		}
 	}
 }

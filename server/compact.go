@@ -248,9 +248,16 @@ func jsonString(s string) json.RawMessage {
 type expanded struct {
 	history, input []wire.Item
 	originals      map[string]wire.Item
+	// prefix is stored before the turn's input (the compaction item of automatic compaction),
+	// and truncated counts the items truncation:"auto" left out of what vLLM receives.
+	prefix    []wire.Item
+	truncated int
 }
 
 func (e *expanded) restore(items []wire.Item) []wire.Item {
+	if len(e.prefix) > 0 {
+		items = append(append([]wire.Item(nil), e.prefix...), items...)
+	}
 	if len(e.originals) == 0 {
 		return items
 	}

@@ -122,6 +122,12 @@ type Config struct {
 	// CompactionPrompt is the handoff prompt the model answers with the summary (default
 	// compact.DefaultHandoffPrompt).
 	CompactionPrompt string
+	// CompactionThreshold, when positive, compacts a turn's history before the turn once its
+	// estimated size passes this fraction of the model's context window (0: never).
+	CompactionThreshold float64
+	// ContextWindow is the context window per model ("pattern=tokens" pairs, ParseContextWindows);
+	// models it does not name use vLLM's max_model_len.
+	ContextWindow string
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -197,6 +203,11 @@ type Server struct {
 	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 	owner    string           // lease owner id of this process
 
+	// windows are the configured context windows, modelWindows caches vLLM's max_model_len per
+	// model (context.go).
+	windows      []windowByModel
+	modelWindows sync.Map
+
 	streams atomic.Int64 // active streaming responses
 	// budget is the request-body budget (MaxBodyBytesInFlight) shared by every request body and
 	// WebSocket message.
@@ -244,6 +255,10 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 	if err != nil {
 		return nil, err
 	}
+	windows, err := ParseContextWindows(cfg.ContextWindow)
+	if err != nil {
+		return nil, err
+	}
 	tel, err := newTelemetry(cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -257,6 +272,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		secret:   secret,
 		ring:     ring,
 		contexts: contexts,
+		windows:  windows,
 		owner:    wire.NewID("gw_"),
 		stop:     make(chan struct{}),
 		quit:     make(chan struct{}),

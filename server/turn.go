@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type turn struct {
 	// chat, when set, is a Chat Completions turn (server/chat.go): the client sees chat chunks
 	// or a chat completion, and the result is captured for replay before the terminal frame.
 	chat *chatTurn
+
+	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
+	truncated int
 }
 
 // createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
@@ -76,6 +80,9 @@ func (s *Server) serveTurn(c echo.Context, prepare func(echo.Context) (*turn, er
 	}
 	if len(t.droppedTools) > 0 {
 		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(t.droppedTools, ","))
+	}
+	if t.truncated > 0 {
+		c.Response().Header().Set("X-Respgate-Truncated-Items", strconv.Itoa(t.truncated))
 	}
 	if t.req.Stream {
 		release, err := s.holdStream(t)
@@ -130,6 +137,9 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
+	if err := s.manageContext(ctx, tn, req, ex); err != nil { // compaction, truncation (server/context.go)
+		return nil, err
+	}
 	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, HistoryParam: historyParam, Input: ex.input, Request: req.body,
 		Lookup: lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
 	if err != nil {
@@ -150,7 +160,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, input: res.Input, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, input: res.Input, truncated: ex.truncated, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
 			ID:                 wire.NewID(wire.PrefixResponse),
 			Tenant:             tn,
