@@ -29,17 +29,14 @@ import (
 // to the create decoder; others are ignored, as create ignores unknown members.
 var compactMembers = []string{"model", "input", "previous_response_id", "instructions", "prompt_cache_key"}
 
-// LoadCompactionPrompt reads the handoff prompt from a file (--compaction-prompt-file).
+// LoadCompactionPrompt reads the handoff prompt from a file (--compaction-prompt-file); an empty
+// file means the built-in prompt ("").
 func LoadCompactionPrompt(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read compaction prompt: %w", err)
 	}
-	p := strings.TrimSpace(string(b))
-	if p == "" {
-		return "", fmt.Errorf("compaction prompt file %s is empty", path)
-	}
-	return p, nil
+	return strings.TrimSpace(string(b)), nil
 }
 
 // compactResponse serves POST /v1/responses/compact: it plans the session (the request's
