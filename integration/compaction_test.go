@@ -328,3 +328,53 @@ func TestTruncationAutoDropsOldTurns(t *testing.T) {
 		}
 	}
 }
+
+// A request's own context_management compaction entry compacts once its threshold (tokens) is
+// passed, without a deployment threshold; the compaction item is stored with the turn's input.
+func TestRequestContextManagementCompacts(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	prev := ""
+	for i := range 8 {
+		text := fmt.Sprintf("turn %d: keep going", i)
+		if i < len(compactFacts) {
+			text = "remember: " + compactFacts[i]
+		}
+		body := map[string]any{"model": harmony, "input": text,
+			"context_management": []any{map[string]any{"type": "compaction", "compact_threshold": 400}}}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		b, _ := json.Marshal(body)
+		r := g.create(t, string(b))
+		prev = r.ID
+		if i == 7 {
+			for _, f := range compactFacts {
+				if !strings.Contains(outputText(r), f) {
+					t.Fatalf("forgot %q: %q", f, outputText(r))
+				}
+			}
+		}
+	}
+	items, err := g.client.Responses.InputItems.List(t.Context(), prev, inputItemsParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := false
+	for _, it := range items.Data {
+		stored = stored || it.Type == compact.TypeCompaction
+	}
+	handoffs := 0
+	for _, r := range g.Sim.Requests() {
+		if strings.Contains(string(r.Body), vllmsim.HandoffPhrase) {
+			handoffs++
+		}
+	}
+	if handoffs == 0 || !stored {
+		t.Fatalf("%d summaries, compaction item stored with the last turn's input: %v", handoffs, stored)
+	}
+	code, body, _ := rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":"x","context_management":[{"type":"trim"}]}`)
+	if _, c, p, _ := envelope(t, body); code != http.StatusBadRequest || c != "invalid_value" || p != "context_management[0].type" {
+		t.Fatalf("bad context_management: %d %s", code, body)
+	}
+}

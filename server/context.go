@@ -101,18 +101,23 @@ func inputBudget(window int, req *wire.CreateRequest) int {
 // compact.EstimateTokens, a deliberate over-estimate.
 func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
 	auto := req.body.Truncation.Value == "auto"
-	if s.cfg.CompactionThreshold <= 0 && !auto {
+	if s.cfg.CompactionThreshold <= 0 && req.compactThreshold == 0 && !auto {
 		return nil
 	}
 	if len(ex.history) == 0 {
 		return nil
 	}
+	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
+	if req.compactThreshold > 0 && size() >= req.compactThreshold {
+		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
+			return err
+		}
+	}
 	window := s.contextWindow(ctx, req.Model)
 	if window <= 0 {
 		return nil
 	}
-	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
-	if compact.Threshold(size(), window, s.cfg.CompactionThreshold) {
+	if req.compactThreshold == 0 && compact.Threshold(size(), window, s.cfg.CompactionThreshold) {
 		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
 			return err
 		}
@@ -162,4 +167,33 @@ func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest,
 	ex.prefix = append(ex.prefix, compact.NewItem(id, blob))
 	s.log.Info("compacted before a turn", "compaction_id", id, "replaced_items", len(plan.Region), "summary_bytes", len(summary))
 	return nil
+}
+
+// compactThreshold reads a request's context_management (OpenAI's shape: an array of entries,
+// {"type":"compaction","compact_threshold":N}): the compaction entry's threshold in tokens, 0
+// when there is none. A compaction entry without a threshold uses the deployment's.
+func compactThreshold(raw json.RawMessage) (int, error) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	var entries []map[string]json.RawMessage
+	if json.Unmarshal(raw, &entries) != nil {
+		return 0, wire.Invalid("context_management", "invalid_type", "Invalid type for 'context_management': expected an array of objects.")
+	}
+	n := 0
+	for i, e := range entries {
+		var typ string
+		if json.Unmarshal(e["type"], &typ) != nil || typ != compact.TypeCompaction {
+			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].type", i), "invalid_value",
+				"Invalid value for 'context_management[%d].type': the supported value is 'compaction'.", i)
+		}
+		if isNull(e["compact_threshold"]) {
+			continue
+		}
+		if json.Unmarshal(e["compact_threshold"], &n) != nil || n < 1 {
+			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].compact_threshold", i), "invalid_value",
+				"Invalid value for 'context_management[%d].compact_threshold': expected a positive integer (tokens).", i)
+		}
+	}
+	return n, nil
 }
