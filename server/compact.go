@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -28,16 +26,6 @@ import (
 // compactMembers are the members of a compact body (CompactResponseMethodPublicBody) passed on
 // to the create decoder; others are ignored, as create ignores unknown members.
 var compactMembers = []string{"model", "input", "previous_response_id", "instructions", "prompt_cache_key"}
-
-// LoadCompactionPrompt reads the handoff prompt from a file (--compaction-prompt-file); an empty
-// file means the built-in prompt ("").
-func LoadCompactionPrompt(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read compaction prompt: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
 
 // compactResponse serves POST /v1/responses/compact: it plans the session (the request's
 // previous_response_id chain, then its input), asks the model for a handoff summary of the

@@ -255,11 +255,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Wr
 	}
 	c.server.CompactionThreshold = float64(c.compactionThresholdPercent) / 100
 	if c.compactionPromptFile != "" {
-		p, err := server.LoadCompactionPrompt(c.compactionPromptFile)
+		b, err := os.ReadFile(c.compactionPromptFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--compaction-prompt-file: %w", err)
 		}
-		c.server.CompactionPrompt = p
+		c.server.CompactionPrompt = strings.TrimSpace(string(b)) // empty: the built-in prompt
 	}
 	return c, nil
 }
