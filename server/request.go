@@ -19,6 +19,9 @@ type createRequest struct {
 	Store              bool
 	Stream             bool
 	echo               echoFields
+	// compactThreshold is the request's context_management compaction threshold in tokens
+	// (0: none; server/context.go).
+	compactThreshold int
 }
 
 // echoFields are the response object's request-derived members, with OpenAI's defaults filled in.
@@ -101,8 +104,12 @@ func createFromMembers(members map[string]json.RawMessage) (*createRequest, erro
 	if err != nil {
 		return nil, err
 	}
+	threshold, err := compactThreshold(members["context_management"])
+	if err != nil {
+		return nil, err
+	}
 	return &createRequest{body: w, Model: w.Model.Value, Input: w.Input, PreviousResponseID: w.PreviousResponseID,
-		ConversationID: w.ConversationID, Store: w.Store, Stream: w.Stream, echo: newEcho(w)}, nil
+		ConversationID: w.ConversationID, Store: w.Store, Stream: w.Stream, echo: newEcho(w), compactThreshold: threshold}, nil
 }
 
 // newEcho builds the response object's request-derived members from the typed request, with

@@ -37,6 +37,7 @@ func (s *Server) routes() *echo.Echo {
 
 	v1 := e.Group("/v1", s.authMiddleware, s.pathIDMiddleware)
 	v1.POST("/responses", s.createResponse)
+	v1.POST("/responses/compact", s.compactResponse)
 	v1.GET("/responses", s.responsesSocket) // the WebSocket mode (ws.go)
 	v1.GET("/responses/:id", s.getResponse)
 	v1.DELETE("/responses/:id", s.deleteResponse)

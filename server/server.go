@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
@@ -118,6 +119,18 @@ type Config struct {
 	// ChatReplayMaxBytes bounds the items replayed into one request (default 16 MiB); replay
 	// stops where it would pass it.
 	ChatReplayMaxBytes int
+	// CompactionKeepTurns is how many of the most recent user turns compaction keeps verbatim
+	// (default compact.DefaultKeepTurns; docs/compaction.md).
+	CompactionKeepTurns int
+	// CompactionPrompt is the handoff prompt the model answers with the summary (default
+	// compact.DefaultHandoffPrompt).
+	CompactionPrompt string
+	// CompactionThreshold, when positive, compacts a turn's history before the turn once its
+	// estimated size passes this fraction of the model's context window (0: never).
+	CompactionThreshold float64
+	// ContextWindow is the context window per model ("pattern=tokens" pairs, ParseContextWindows);
+	// models it does not name use vLLM's max_model_len.
+	ContextWindow string
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -164,6 +177,10 @@ func (c *Config) defaults() {
 	if c.ReasoningContext == "" {
 		c.ReasoningContext = wire.ContextAllTurns
 	}
+	setDefault(&c.CompactionKeepTurns, compact.DefaultKeepTurns)
+	if c.CompactionPrompt == "" {
+		c.CompactionPrompt = compact.DefaultHandoffPrompt
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -190,6 +207,11 @@ type Server struct {
 	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 	owner    string           // lease owner id of this process
 	chains   *chainCache      // histories of recent chain heads (chaincache.go)
+
+	// windows are the configured context windows, modelWindows caches vLLM's max_model_len per
+	// model (context.go).
+	windows      []windowByModel
+	modelWindows sync.Map
 
 	streams atomic.Int64 // active streaming responses
 	// budget is the request-body budget (MaxBodyBytesInFlight) shared by every request body and
@@ -241,6 +263,10 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 	if err != nil {
 		return nil, err
 	}
+	windows, err := ParseContextWindows(cfg.ContextWindow)
+	if err != nil {
+		return nil, err
+	}
 	tel, err := newTelemetry(cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -254,6 +280,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		secret:   secret,
 		ring:     ring,
 		contexts: contexts,
+		windows:  windows,
 		owner:    wire.NewID("gw_"),
 		chains:   newChainCache(cfg.ChainCacheBytes),
 		stop:     make(chan struct{}),

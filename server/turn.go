@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,8 @@ type turn struct {
 	// when chainGenOK): the committed turn's history is cached for its continuation (chainCache).
 	chainGen   int64
 	chainGenOK bool
+	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
+	truncated int
 }
 
 // createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
@@ -80,6 +83,9 @@ func (s *Server) serveTurn(c echo.Context, prepare func(echo.Context) (*turn, er
 	}
 	if len(t.droppedTools) > 0 {
 		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(t.droppedTools, ","))
+	}
+	if t.truncated > 0 {
+		c.Response().Header().Set("X-Respgate-Truncated-Items", strconv.Itoa(t.truncated))
 	}
 	if t.req.Stream {
 		release, err := s.holdStream(t)
@@ -130,7 +136,14 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if req.ConversationID != "" {
 		historyParam = "conversation"
 	}
-	res, err := rehydrate.Build(&rehydrate.Params{History: history, HistoryParam: historyParam, Input: input, Request: req.body,
+	ex, err := s.expandCompactions(tn, history, input, historyParam) // compaction items → summaries (server/compact.go)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.manageContext(ctx, tn, req, ex); err != nil { // compaction, truncation (server/context.go)
+		return nil, err
+	}
+	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, HistoryParam: historyParam, Input: ex.input, Request: req.body,
 		Lookup: lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
 	if err != nil {
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
@@ -138,6 +151,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 		}
 		return nil, err
 	}
+	res.Input = ex.restore(res.Input)
 	s.tel.rehydrated(ctx, res.Stats, res.DroppedTools)
 	if len(res.DroppedTools) > 0 {
 		if s.cfg.ToolPolicy == ToolPolicyReject {
@@ -149,7 +163,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
 			ID:                 wire.NewID(wire.PrefixResponse),
 			Tenant:             tn,

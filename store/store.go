@@ -224,6 +224,12 @@ type Store interface {
 	// ReplayPurge deletes up to Limit replay records of every tenant unused since Before, oldest
 	// first, and returns how many (retention).
 	ReplayPurge(ctx context.Context, p *ReplayPurgeParams) (int, error)
+
+	// CompactionInsert archives what a compaction item's summary replaced (ErrConflict for an
+	// id already archived).
+	CompactionInsert(ctx context.Context, p *CompactionInsertParams) error
+	// CompactionGet returns the tenant's archive record of a compaction item (ErrNotFound).
+	CompactionGet(ctx context.Context, p *CompactionGetParams) (*Compaction, error)
 }
 
 // Names of the server secrets (SecretGetOrCreate). Every replica on one database reads the same

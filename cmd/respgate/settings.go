@@ -28,6 +28,11 @@ type config struct {
 	server                                             server.Config
 	upstream                                           upstream.Config
 	flags                                              *flag.FlagSet // the values as parsed, for the start-up log
+
+	// compactionPromptFile and compactionThresholdPercent are read into server.Config after
+	// parsing (docs/compaction.md).
+	compactionPromptFile       string
+	compactionThresholdPercent int
 }
 
 // setting is one row of the configuration: a flag, its RESPGATE_* variable (envName), its line in
@@ -164,6 +169,14 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.WSCacheBytes }},
 	{flag: "chain-cache-bytes", def: intDef(serverDefaults.ChainCacheBytes), help: "item JSON a replica keeps of the histories of recent chain heads, so continuing one costs one generation check instead of a chain load (docs/scaling.md)",
 		bind: func(c *config) any { return &c.server.ChainCacheBytes }},
+	{flag: "compaction-keep-turns", def: intDef(serverDefaults.CompactionKeepTurns), help: "most recent user turns compaction keeps verbatim; older turns (after the leading system/developer messages) are summarised",
+		bind: func(c *config) any { return &c.server.CompactionKeepTurns }},
+	{flag: "compaction-prompt-file", def: "", help: "file holding the handoff prompt the model answers with a compaction summary; empty (or an empty file) uses the built-in prompt (docs/compaction.md)",
+		example: os.DevNull, bind: func(c *config) any { return &c.compactionPromptFile }},
+	{flag: "compaction-threshold-percent", def: "0", zeroOK: true, help: "compact a turn's history before the turn once its estimated size passes this percentage of the model's context window; `0` turns automatic compaction off",
+		bind: func(c *config) any { return &c.compactionThresholdPercent }},
+	{flag: "context-window", def: "", help: "context window in tokens per model, `model-pattern=tokens` pairs, comma-separated, or one number for every model; models not named use vLLM's `max_model_len` from `/v1/models`",
+		example: "openai/gpt-oss-*=131072", bind: func(c *config) any { return &c.server.ContextWindow }},
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case
@@ -241,6 +254,14 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Wr
 	c.server.ReasoningExposure = server.ReasoningExposure(c.reasoningExposure)
 	if err := c.loadSealKeys(); err != nil {
 		return nil, err
+	}
+	c.server.CompactionThreshold = float64(c.compactionThresholdPercent) / 100
+	if c.compactionPromptFile != "" {
+		b, err := os.ReadFile(c.compactionPromptFile)
+		if err != nil {
+			return nil, fmt.Errorf("--compaction-prompt-file: %w", err)
+		}
+		c.server.CompactionPrompt = strings.TrimSpace(string(b)) // empty: the built-in prompt
 	}
 	return c, nil
 }
@@ -320,6 +341,12 @@ func (c *config) check() error {
 	if c.server.LeaseTTL > 0 && c.server.LeaseTTL <= c.server.WriteTimeout {
 		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --write-timeout (%s): a lease must outlive a blocked client write",
 			c.server.LeaseTTL, c.server.WriteTimeout))
+	}
+	if _, err := server.ParseContextWindows(c.server.ContextWindow); err != nil {
+		errs = append(errs, fmt.Errorf("--context-window (RESPGATE_CONTEXT_WINDOW): %w", err))
+	}
+	if c.compactionThresholdPercent > 100 {
+		errs = append(errs, fmt.Errorf("--compaction-threshold-percent (RESPGATE_COMPACTION_THRESHOLD_PERCENT) must be at most 100, got %d", c.compactionThresholdPercent))
 	}
 	if _, err := server.ParseReasoningContext(c.server.ReasoningContext); err != nil {
 		errs = append(errs, fmt.Errorf("--reasoning-context (RESPGATE_REASONING_CONTEXT): %w", err))

@@ -41,6 +41,9 @@ func (s *Schema) Wrap(res *http.Response, what string, report func(what string, 
 		if json.Unmarshal(b, &head) == nil && head.Object == "response" {
 			report(what, s.Response(b))
 		}
+		if head.Object == "response.compaction" {
+			report(what, s.Compaction(b))
+		}
 	}
 }
 

@@ -263,6 +263,11 @@ func (s *Schema) Response(raw []byte) error {
 	return s.Validate("ResponseResource", "response", raw)
 }
 
+// Compaction checks the answer of POST /responses/compact against CompactResource.
+func (s *Schema) Compaction(raw []byte) error {
+	return s.Validate("CompactResource", "compaction", raw)
+}
+
 // Item checks one output item against ItemField.
 func (s *Schema) Item(raw []byte) error {
 	return s.Validate("ItemField", "item", raw)

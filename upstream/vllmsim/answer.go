@@ -90,7 +90,31 @@ func facts(userTexts []string) []string {
 	return out
 }
 
+// HandoffPhrase is what marks a request for a handoff summary (respgate's compaction prompt says
+// it): the simulated model then answers with the summary handoffText writes.
+const HandoffPhrase = "summary for another model"
+
+// handoffText is the simulated model's handoff summary: what it saw, and every remembered fact it
+// saw on a line of its own as "remember: <fact>", so a model reading the summary (the simulator
+// included) knows them again and a test can prove which facts survived compaction.
+func handoffText(c *conversation) string {
+	var b strings.Builder
+	b.WriteString("Handoff summary: ")
+	b.WriteString(strconv.Itoa(c.messages - 1))
+	b.WriteString(" earlier messages, ")
+	b.WriteString(strconv.Itoa(c.toolOutputs))
+	b.WriteString(" tool outputs.")
+	for _, f := range facts(c.userTexts) {
+		b.WriteString("\nremember: ")
+		b.WriteString(f)
+	}
+	return b.String()
+}
+
 func answerText(c *conversation) string {
+	if strings.Contains(strings.ToLower(c.lastUser), HandoffPhrase) {
+		return handoffText(c)
+	}
 	var b strings.Builder
 	b.WriteString("Seen ")
 	b.WriteString(strconv.Itoa(c.messages))

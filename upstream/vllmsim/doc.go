@@ -10,6 +10,8 @@
 //
 //	POST /v1/responses       JSON or SSE (stream:true), vLLM's dialect
 //	GET  /v1/models          every served model, in vLLM's ModelCard shape
+//	POST /tokenize           vLLM's TokenizeResponse (count, max_model_len, tokens); a token per word,
+//	                         3 more per message, as the context-length check counts
 //	GET  /v1/responses/{id}  always vLLM's 404 "Response with id '…' not found." (no store)
 //	POST /v1/responses/{id}/cancel  likewise
 //	GET  /sim/requests       the recorded request log as JSON (DELETE clears it); not recorded itself

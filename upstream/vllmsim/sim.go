@@ -188,6 +188,12 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.create(w, r, body)
+	case path == "/tokenize":
+		if r.Method != http.MethodPost {
+			writeError(w, httpError(http.StatusMethodNotAllowed))
+			return
+		}
+		s.tokenize(w, body)
 	case path == "/v1/models":
 		if r.Method != http.MethodGet {
 			writeError(w, httpError(http.StatusMethodNotAllowed))

@@ -1,0 +1,380 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/server"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream/vllmsim"
+)
+
+// facts are the remembered facts of the early turns; the compaction tests prove they survive.
+var compactFacts = []string{"the vault code is 4417", "the cat is called Miso", "deploy on Friday"}
+
+// session runs one stored turn per fact, chained, plus a last question, and returns the last
+// response and the first turn's.
+func session(t *testing.T, g *gw, model string) (first, last *responses.Response) {
+	t.Helper()
+	prev := ""
+	for i, f := range append(append([]string(nil), compactFacts...), "what is next?") {
+		body := map[string]any{"model": model, "input": "remember: " + f}
+		if i == len(compactFacts) {
+			body["input"] = f
+		}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		b, _ := json.Marshal(body)
+		r := g.create(t, string(b))
+		if first == nil {
+			first = r
+		}
+		prev, last = r.ID, r
+	}
+	return first, last
+}
+
+// outputJSON is the raw "output" array of a compact answer.
+func compactOutput(t *testing.T, raw string) []json.RawMessage {
+	t.Helper()
+	var v struct {
+		Output []json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Output
+}
+
+func itemType(raw json.RawMessage) (typ, id string) {
+	var v struct{ Type, ID string }
+	_ = json.Unmarshal(raw, &v)
+	return v.Type, v.ID
+}
+
+// The OpenAI pattern: compact a stored chain, send the compact output (plus a new message) as the
+// next request's input without previous_response_id, and the model still knows the early facts,
+// through one marked summary message; the chain then continues through the compaction item.
+func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		first, last := session(t, g, harmony)
+
+		cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+			Model: responses.ResponseCompactParamsModel(harmony), PreviousResponseID: openai.String(last.ID)})
+		if err != nil {
+			t.Fatalf("compact: %v", err)
+		}
+		if cr.Object != "response.compaction" || cr.Usage.OutputTokens == 0 {
+			t.Fatalf("compact answer: object %q usage %+v", cr.Object, cr.Usage)
+		}
+		out := compactOutput(t, cr.RawJSON())
+		var cmpID string
+		users := 0
+		for _, it := range out {
+			typ, id := itemType(it)
+			if typ == compact.TypeCompaction {
+				if cmpID != "" {
+					t.Fatal("two compaction items")
+				}
+				cmpID = id
+			}
+			if typ == "message" && strings.Contains(string(it), `"role":"user"`) {
+				users++
+				if strings.Contains(string(it), compactFacts[0]) {
+					t.Fatalf("the first turn was kept verbatim: %s", it)
+				}
+			}
+		}
+		if !strings.HasPrefix(cmpID, compact.PrefixCompaction) || users != 2 {
+			t.Fatalf("want one cmp_ item and the 2 recent user turns, got id %q and %d user messages in %s", cmpID, users, cr.RawJSON())
+		}
+
+		// The archive names what the summary replaced, with the digest of each stored item.
+		tn := g.Server.TenantOf("test-key")
+		rec, err := g.Store.CompactionGet(t.Context(), &store.CompactionGetParams{Tenant: tn, ID: cmpID})
+		if err != nil {
+			t.Fatalf("archive: %v", err)
+		}
+		firstInput, err := g.client.Responses.InputItems.List(t.Context(), first.ID, inputItemsParams())
+		if err != nil || len(firstInput.Data) != 1 {
+			t.Fatalf("first input items: %v", err)
+		}
+		stored, err := g.Store.ItemGet(t.Context(), &store.ItemGetParams{Tenant: tn, ID: firstInput.Data[0].ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(stored.JSON)
+		if len(rec.Replaced) == 0 || rec.Replaced[0].ItemID != stored.ID || rec.Replaced[0].SHA256 != hex.EncodeToString(sum[:]) {
+			t.Fatalf("archive %+v does not start with the first input item %s (sha256 %x)", rec.Replaced, stored.ID, sum)
+		}
+
+		// The compact output becomes the next input.
+		input := append(append([]json.RawMessage(nil), out...), json.RawMessage(`{"role":"user","content":"what do you remember?"}`))
+		inJSON, _ := json.Marshal(input)
+		g.Sim.Reset()
+		next := g.create(t, `{"model":"`+harmony+`","input":`+string(inJSON)+`}`)
+		for _, f := range compactFacts {
+			if !strings.Contains(outputText(next), f) {
+				t.Fatalf("fact %q forgotten after compaction: %q", f, outputText(next))
+			}
+		}
+		reqs := g.Sim.Requests()
+		if len(reqs) != 1 {
+			t.Fatalf("%d upstream requests", len(reqs))
+		}
+		marked := 0
+		for _, it := range upstreamInput(t, reqs[0].Body) {
+			b, _ := json.Marshal(it)
+			if strings.Contains(string(b), "compaction summary") {
+				marked++
+			}
+			if it["type"] == compact.TypeCompaction || strings.Contains(string(b), "encrypted_content") {
+				t.Fatalf("a compaction item reached vLLM: %s", b)
+			}
+		}
+		if marked != 1 {
+			t.Fatalf("want one marked summary message upstream, got %d", marked)
+		}
+		// Stored and listed like any item.
+		items, err := g.client.Responses.InputItems.List(t.Context(), next.ID, inputItemsParams())
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, it := range items.Data {
+			found = found || (it.ID == cmpID && it.Type == compact.TypeCompaction)
+		}
+		if !found {
+			t.Fatalf("input_items does not list the compaction item %s", cmpID)
+		}
+		// previous_response_id chains through it.
+		after := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+next.ID+`","input":"and now?"}`)
+		if !strings.Contains(outputText(after), compactFacts[0]) {
+			t.Fatalf("the chain through the compaction item forgot %q: %q", compactFacts[0], outputText(after))
+		}
+	})
+}
+
+// Nothing to compact (fewer user turns than are kept): the input comes back, no compaction item,
+// and the model is not called.
+func TestCompactWithNothingToCompactReturnsTheInput(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+		Model: responses.ResponseCompactParamsModel(harmony),
+		Input: responses.ResponseCompactParamsInputUnion{OfString: openai.String("remember: short")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := compactOutput(t, cr.RawJSON())
+	if len(out) != 1 || !strings.Contains(string(out[0]), "remember: short") || len(g.Sim.Requests()) != 0 {
+		t.Fatalf("want the input back unchanged and no upstream call, got %s (%d calls)", cr.RawJSON(), len(g.Sim.Requests()))
+	}
+}
+
+// The compact route's client errors.
+func TestCompactRejectsBadRequests(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	long := `[{"role":"user","content":"remember: a"},{"role":"assistant","content":"ok"},{"role":"user","content":"b"},{"role":"assistant","content":"ok"},{"role":"user","content":"c"}]`
+	code, body, _ := rawDo(t, http.MethodPost, g.URL+"/responses/compact", `{"model":"`+harmony+`","input":`+long+`}`, "Authorization", "Bearer test-key")
+	if code != http.StatusOK {
+		t.Fatalf("compact: %d %s", code, body)
+	}
+	out := compactOutput(t, string(body))
+	var cmp map[string]any
+	for _, it := range out {
+		if typ, _ := itemType(it); typ == compact.TypeCompaction {
+			_ = json.Unmarshal(it, &cmp)
+		}
+	}
+	if cmp == nil {
+		t.Fatalf("no compaction item in %s", body)
+	}
+	tampered := map[string]any{"type": "compaction", "id": cmp["id"], "encrypted_content": cmp["encrypted_content"].(string) + "A"}
+	foreign := map[string]any{"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAAABforeign"}
+	asInput := func(it any) string {
+		b, _ := json.Marshal([]any{it, map[string]any{"role": "user", "content": "go on"}})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, path, body, key, code, param string
+	}{
+		{"missing model", "/responses/compact", `{"input":"hi"}`, "test-key", "missing_required_parameter", "model"},
+		{"unknown previous response", "/responses/compact", `{"model":"` + harmony + `","previous_response_id":"resp_nope"}`, "test-key", "previous_response_not_found", "previous_response_id"},
+		{"encrypted-only reasoning", "/responses/compact", `{"model":"` + harmony + `","input":[{"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"gAAAAAB"}]}`, "test-key", "", "input[0]"},
+		{"a tampered compaction item", "/responses", `{"model":"` + harmony + `","input":` + asInput(tampered) + `}`, "test-key", "invalid_encrypted_content", "input[0]"},
+		{"a foreign compaction item", "/responses", `{"model":"` + harmony + `","input":` + asInput(foreign) + `}`, "test-key", "invalid_encrypted_content", "input[0]"},
+		{"another tenant's compaction item", "/responses", `{"model":"` + harmony + `","input":` + asInput(cmp) + `}`, "other-key", "invalid_encrypted_content", "input[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body, _ := rawDo(t, http.MethodPost, g.URL+tc.path, tc.body, "Authorization", "Bearer "+tc.key)
+			_, c, p, _ := envelope(t, body)
+			if code != http.StatusBadRequest || (tc.code != "" && c != tc.code) || p != tc.param {
+				t.Fatalf("got %d %s, want 400 %s param %s", code, body, tc.code, tc.param)
+			}
+		})
+	}
+	// The item opens for its own tenant.
+	code, body, _ = rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":`+asInput(cmp)+`}`, "Authorization", "Bearer test-key")
+	if code != http.StatusOK || !strings.Contains(string(body), "Facts: a") {
+		t.Fatalf("own compaction item: %d %s", code, body)
+	}
+}
+
+// A long agent session on a small simulated window: with automatic compaction it never hits
+// vLLM's context-length error, and the model still knows the first turns' facts at the end,
+// through the summaries. Without it the same session fails (the window really is too small).
+func TestAutomaticCompactionKeepsALongSessionInTheWindow(t *testing.T) {
+	t.Parallel()
+	const turns, window = 60, 900
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: window},
+			Server: server.Config{CompactionThreshold: 0.5}})
+		prev := ""
+		var last *responses.Response
+		for i := range turns {
+			text := fmt.Sprintf("turn %d: keep going with the task", i)
+			if i < len(compactFacts) {
+				text = "remember: " + compactFacts[i]
+			}
+			body := map[string]any{"model": harmony, "input": text}
+			if prev != "" {
+				body["previous_response_id"] = prev
+			}
+			b, _ := json.Marshal(body)
+			last = g.create(t, string(b))
+			prev = last.ID
+		}
+		for _, f := range compactFacts {
+			if !strings.Contains(outputText(last), f) {
+				t.Fatalf("after %d turns the model forgot %q: %q", turns, f, outputText(last))
+			}
+		}
+		summaries := 0
+		for _, r := range g.Sim.Requests() {
+			if strings.Contains(string(r.Body), vllmsim.HandoffPhrase) {
+				summaries++
+			}
+		}
+		if summaries == 0 {
+			t.Fatal("no compaction happened")
+		}
+		t.Logf("%d turns, %d summaries", turns, summaries)
+
+		// The same session without compaction outgrows the window.
+		bare := newGateway(t, newStore(t), respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: window}})
+		prev = ""
+		for i := range turns {
+			body := fmt.Sprintf(`{"model":%q,"input":"turn %d: keep going with the task"`, harmony, i)
+			if prev != "" {
+				body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+			}
+			code, b, _ := rawDo(t, http.MethodPost, bare.URL+"/responses", body+"}", "Authorization", "Bearer test-key")
+			if code != http.StatusOK {
+				if _, c, _, _ := envelope(t, b); c != "context_length_exceeded" {
+					t.Fatalf("turn %d without compaction: %d %s", i, code, b)
+				}
+				return
+			}
+			var r struct{ ID string }
+			_ = json.Unmarshal(b, &r)
+			prev = r.ID
+		}
+		t.Fatalf("%d turns fit a %d-token window without compaction: the test proves nothing", turns, window)
+	})
+}
+
+// truncation:"auto" drops whole turns from the middle instead of failing, and says how many items
+// it left out; "disabled" gets vLLM's error as context_length_exceeded.
+func TestTruncationAutoDropsOldTurns(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil, respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: 600}})
+	for _, mode := range []string{"auto", "disabled"} {
+		prev, truncated, failed := "", false, ""
+		for i := range 40 {
+			body := fmt.Sprintf(`{"model":%q,"truncation":%q,"input":"turn %d: keep going with the task"`, harmony, mode, i)
+			if prev != "" {
+				body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+			}
+			code, b, h := rawDo(t, http.MethodPost, g.URL+"/responses", body+"}", "Authorization", "Bearer test-key")
+			if code != http.StatusOK {
+				_, failed, _, _ = envelope(t, b)
+				break
+			}
+			truncated = truncated || h.Get("X-Respgate-Truncated-Items") != ""
+			var r struct{ ID string }
+			_ = json.Unmarshal(b, &r)
+			prev = r.ID
+		}
+		switch {
+		case mode == "auto" && (failed != "" || !truncated):
+			t.Fatalf("auto: failed %q, truncated %v", failed, truncated)
+		case mode == "disabled" && failed != "context_length_exceeded":
+			t.Fatalf("disabled: want context_length_exceeded, got %q", failed)
+		}
+	}
+}
+
+// A request's own context_management compaction entry compacts once its threshold (tokens) is
+// passed, without a deployment threshold; the compaction item is stored with the turn's input.
+func TestRequestContextManagementCompacts(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	prev := ""
+	for i := range 8 {
+		text := fmt.Sprintf("turn %d: keep going", i)
+		if i < len(compactFacts) {
+			text = "remember: " + compactFacts[i]
+		}
+		body := map[string]any{"model": harmony, "input": text,
+			"context_management": []any{map[string]any{"type": "compaction", "compact_threshold": 400}}}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		b, _ := json.Marshal(body)
+		r := g.create(t, string(b))
+		prev = r.ID
+		if i == 7 {
+			for _, f := range compactFacts {
+				if !strings.Contains(outputText(r), f) {
+					t.Fatalf("forgot %q: %q", f, outputText(r))
+				}
+			}
+		}
+	}
+	items, err := g.client.Responses.InputItems.List(t.Context(), prev, inputItemsParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := false
+	for _, it := range items.Data {
+		stored = stored || it.Type == compact.TypeCompaction
+	}
+	handoffs := 0
+	for _, r := range g.Sim.Requests() {
+		if strings.Contains(string(r.Body), vllmsim.HandoffPhrase) {
+			handoffs++
+		}
+	}
+	if handoffs == 0 || !stored {
+		t.Fatalf("%d summaries, compaction item stored with the last turn's input: %v", handoffs, stored)
+	}
+	code, body, _ := rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":"x","context_management":[{"type":"trim"}]}`)
+	if _, c, p, _ := envelope(t, body); code != http.StatusBadRequest || c != "invalid_value" || p != "context_management[0].type" {
+		t.Fatalf("bad context_management: %d %s", code, body)
+	}
+}

@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/seal"
+	"github.com/respgate/respgate/wire"
+)
+
+// Context management (docs/compaction.md): the model's context window, truncation:"auto", and
+// automatic compaction before a turn whose input nears the window.
+
+// windowByModel is one entry of the --context-window setting.
+type windowByModel struct {
+	pattern string
+	tokens  int
+}
+
+// ParseContextWindows reads the --context-window setting: comma-separated "pattern=tokens" pairs
+// (path.Match patterns; a bare number applies to every model). Models no pattern matches use the
+// max_model_len vLLM's /v1/models reports.
+func ParseContextWindows(spec string) ([]windowByModel, error) {
+	var out []windowByModel
+	for _, ent := range strings.Split(spec, ",") {
+		ent = strings.TrimSpace(ent)
+		if ent == "" {
+			continue
+		}
+		pat, val, ok := strings.Cut(ent, "=")
+		if !ok {
+			pat, val = "*", ent
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("context window %q: the value must be a positive number of tokens", ent)
+		}
+		if _, err := path.Match(strings.TrimSpace(pat), ""); err != nil {
+			return nil, fmt.Errorf("context window %q: bad model pattern: %w", ent, err)
+		}
+		out = append(out, windowByModel{strings.TrimSpace(pat), n})
+	}
+	return out, nil
+}
+
+// contextWindow is the model's context window in tokens: the configured one, else vLLM's
+// max_model_len from /v1/models (asked once per model and remembered); 0 when unknown.
+func (s *Server) contextWindow(ctx context.Context, model string) int {
+	for _, w := range s.windows {
+		if ok, _ := path.Match(w.pattern, model); ok {
+			return w.tokens
+		}
+	}
+	if v, ok := s.modelWindows.Load(model); ok {
+		return v.(int)
+	}
+	raw, err := s.upstream.Models(ctx)
+	if err != nil {
+		return 0
+	}
+	var list struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(raw, &list) != nil {
+		return 0
+	}
+	n := 0
+	for _, m := range list.Data {
+		if m.MaxModelLen > 0 {
+			s.modelWindows.Store(m.ID, m.MaxModelLen)
+		}
+		if m.ID == model {
+			n = m.MaxModelLen
+		}
+	}
+	return n
+}
+
+// inputBudget is how many tokens of input a turn may send in a window: the window less the
+// output the request reserves (max_output_tokens, else an eighth of the window).
+func inputBudget(window int, req *wire.CreateRequest) int {
+	reserve := window / 8
+	if req.MaxOutputTokens.Set() && int(req.MaxOutputTokens.Value) < window {
+		reserve = int(req.MaxOutputTokens.Value)
+	}
+	return window - reserve
+}
+
+// manageContext runs before rehydration on the expanded history and input: automatic compaction
+// when the session crosses the compaction threshold (the summary replaces the region in what vLLM
+// receives, and the compaction item is stored at the head of the turn's input), then
+// truncation:"auto" (whole turns dropped from the middle until the estimate fits). Sizes are
+// compact.EstimateTokens, a deliberate over-estimate.
+func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
+	auto := req.body.Truncation.Value == "auto"
+	if s.cfg.CompactionThreshold <= 0 && req.compactThreshold == 0 && !auto {
+		return nil
+	}
+	if len(ex.history) == 0 {
+		return nil
+	}
+	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
+	if req.compactThreshold > 0 && size() >= req.compactThreshold {
+		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
+			return err
+		}
+	}
+	window := s.contextWindow(ctx, req.Model)
+	if window <= 0 {
+		return nil
+	}
+	if req.compactThreshold == 0 && compact.Threshold(size(), window, s.cfg.CompactionThreshold) {
+		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
+			return err
+		}
+	}
+	if auto {
+		budget := inputBudget(window, req.body)
+		if size() > budget {
+			all := append(append([]wire.Item(nil), ex.history...), ex.input...)
+			kept, dropped := compact.Truncate(all, budget, compact.EstimateTokens)
+			if dropped > 0 && len(kept) >= len(ex.input) {
+				ex.history = kept[:len(kept)-len(ex.input)]
+				ex.truncated = dropped
+			}
+		}
+	}
+	return nil
+}
+
+// autoCompact compacts the history of a turn (compactItems' plan, on the history and input as
+// vLLM would receive them): the region goes to the model for a summary; vLLM then receives the
+// lead, the summary message and the recent turns; the compaction item is stored first in the
+// turn's input so that continuing the chain replays the summary instead of the region.
+func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
+	all := append(append([]wire.Item(nil), ex.history...), ex.input...)
+	keep := max(s.cfg.CompactionKeepTurns, 1)
+	plan := compact.PlanItems(all, keep)
+	if plan.Empty() || len(plan.Recent) < len(ex.input) {
+		return nil
+	}
+	summary, _, err := s.summarise(ctx, tn, req, plan.Region)
+	if err != nil {
+		return err
+	}
+	id := wire.NewID(compact.PrefixCompaction)
+	payload := compact.Payload{V: 1, Summary: summary, Replaced: compact.ItemIDs(plan.Region), Model: req.Model}
+	blob, err := s.ring.Seal(seal.Binding{Tenant: tn, ItemID: id, ItemType: compact.TypeCompaction}, payload.Marshal())
+	if err != nil {
+		return &wire.APIError{Status: 502, Type: wire.ErrServer, Code: "compaction_failed",
+			Message: "The summary is larger than a compaction item can hold; nothing was compacted."}
+	}
+	if req.Store {
+		s.archiveCompaction(ctx, tn, id, "", req.Model, plan.Region)
+	}
+	recentHistory := plan.Recent[:len(plan.Recent)-len(ex.input)]
+	h := make([]wire.Item, 0, len(plan.Lead)+1+len(recentHistory))
+	ex.history = append(append(append(h, plan.Lead...), compact.SummaryMessage(id, summary)), recentHistory...)
+	ex.prefix = append(ex.prefix, compact.NewItem(id, blob))
+	s.log.Info("compacted before a turn", "compaction_id", id, "replaced_items", len(plan.Region), "summary_bytes", len(summary))
+	return nil
+}
+
+// compactThreshold reads a request's context_management (OpenAI's shape: an array of entries,
+// {"type":"compaction","compact_threshold":N}): the compaction entry's threshold in tokens, 0
+// when there is none. A compaction entry without a threshold uses the deployment's.
+func compactThreshold(raw json.RawMessage) (int, error) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	var entries []map[string]json.RawMessage
+	if json.Unmarshal(raw, &entries) != nil {
+		return 0, wire.Invalid("context_management", "invalid_type", "Invalid type for 'context_management': expected an array of objects.")
+	}
+	n := 0
+	for i, e := range entries {
+		var typ string
+		if json.Unmarshal(e["type"], &typ) != nil || typ != compact.TypeCompaction {
+			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].type", i), "invalid_value",
+				"Invalid value for 'context_management[%d].type': the supported value is 'compaction'.", i)
+		}
+		if isNull(e["compact_threshold"]) {
+			continue
+		}
+		if json.Unmarshal(e["compact_threshold"], &n) != nil || n < 1 {
+			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].compact_threshold", i), "invalid_value",
+				"Invalid value for 'context_management[%d].compact_threshold': expected a positive integer (tokens).", i)
+		}
+	}
+	return n, nil
+}
