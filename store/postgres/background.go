@@ -55,7 +55,9 @@ func openJobs(ctx context.Context, pool *pgxpool.Pool) (*jobq.Client[pgx.Tx], er
 }
 
 // JobsStart starts working jobs (store.Jobs).
-func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error { return s.jobs.Start(ctx, cfg) }
+func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
+	return s.jobs.Start(ctx, cfg)
+}
 
 // JobsStop stops working jobs (store.Jobs).
 func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
@@ -210,4 +212,3 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	}
 	return out, nil
 }
-

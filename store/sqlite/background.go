@@ -33,7 +33,9 @@ func (s *Store) openJobs(ctx context.Context) error {
 }
 
 // JobsStart starts working jobs (store.Jobs).
-func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error { return s.jobs.Start(ctx, cfg) }
+func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
+	return s.jobs.Start(ctx, cfg)
+}
 
 // JobsStop stops working jobs (store.Jobs).
 func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
