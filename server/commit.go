@@ -52,6 +52,9 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 			t.convTurn.Store(false) // the commit's append released the conversation's lease
 		}
 		s.releaseConversation(t)
+		if t.claimed {
+			s.bgWake.wake(t.rec.ID)
+		}
 		s.log.Info("response stored", "response_id", t.rec.ID, "status", r.Status,
 			"input_items", len(t.input), "output_items", len(r.Output), "events", len(p.Events))
 		return nil

@@ -114,6 +114,9 @@ func (k *leaseKeeper) run(ctx context.Context) {
 	if k.t.events != nil && eventFlushInterval < tick {
 		tick = eventFlushInterval
 	}
+	if k.t.claimed && k.t.events != nil {
+		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
+	}
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	lastRenew := time.Now()
@@ -142,6 +145,9 @@ func (k *leaseKeeper) flush(ctx context.Context) {
 	}
 	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{
 		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs})
+	if err == nil && k.t.claimed {
+		k.s.bgWake.wake(k.t.rec.ID)
+	}
 	if err != nil {
 		k.t.events.putBack(evs)
 		if ctx.Err() == nil {

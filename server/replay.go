@@ -214,6 +214,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+		case <-s.bgWake.wait(list.ResponseID): // a background turn in this process logged more
 		}
 		// The status first: the events committed with a terminal status are all listed next.
 		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID}); err != nil {

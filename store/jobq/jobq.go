@@ -39,6 +39,9 @@ func New[TTx any](driver riverdriver.Driver[TTx], schema string) (*Client[TTx], 
 	return &Client[TTx]{driver: driver, schema: schema, client: c}, nil
 }
 
+// pollWithoutNotifier is the fetch poll interval where River has no notifier.
+const pollWithoutNotifier = 100 * time.Millisecond
+
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Migrate applies River's own migrations, each in its own transaction (the caller's migrate
@@ -104,6 +107,13 @@ func (j *Client[TTx]) Start(ctx context.Context, cfg *river.Config) error {
 	}
 	c := *cfg
 	c.Schema = j.schema
+	if c.FetchPollInterval <= 0 && !j.driver.SupportsListener() {
+		// No notifier (SQLite): polling is how a worker learns of a new job, so poll often.
+		c.FetchPollInterval = pollWithoutNotifier
+	}
+	if c.FetchPollInterval > 0 && c.FetchCooldown <= 0 {
+		c.FetchCooldown = min(river.FetchCooldownDefault, c.FetchPollInterval)
+	}
 	client, err := river.NewClient(j.driver, &c)
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
