@@ -1,11 +1,16 @@
 package integration
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 )
 
@@ -45,4 +50,166 @@ func TestBackgroundResponseIsQueuedThenCompletes(t *testing.T) {
 			t.Fatalf("background response ended %q with %q", done.Status, done.OutputText())
 		}
 	})
+}
+
+// getStream reads GET /v1/responses/{id}?stream=true&starting_after=after with openai-go's
+// GetStreaming and returns its events.
+func getStream(t *testing.T, g *gw, id string, after int64) []responses.ResponseStreamEventUnion {
+	t.Helper()
+	p := responses.ResponseGetParams{}
+	if after >= 0 {
+		p.StartingAfter = openai.Int(after)
+	}
+	client := g.client
+	if after >= 0 {
+		// A resumed stream starts mid-way, which the conformance check of whole streams rejects.
+		client = openai.NewClient(option.WithBaseURL(g.URL), option.WithAPIKey("test-key"), option.WithMaxRetries(0))
+	}
+	s := client.Responses.GetStreaming(t.Context(), id, p)
+	defer s.Close()
+	var evs []responses.ResponseStreamEventUnion
+	for s.Next() {
+		evs = append(evs, s.Current())
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("get stream %s after %d: %v", id, after, err)
+	}
+	return evs
+}
+
+func TestBackgroundStreamIsLiveAndResumesFromEverySequenceNumber(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		// background + stream: the create call streams the turn live from its event log.
+		live := g.stream(t, `{"model":"`+harmony+`?tokens=30","input":"count","background":true,"stream":true}`)
+		if live.final.Status != "completed" || !live.final.Background {
+			t.Fatalf("live background stream ended %q (background %v)", live.final.Status, live.final.Background)
+		}
+		n := len(live.events)
+		if n < 30 {
+			t.Fatalf("stream has %d events, want a long one", n)
+		}
+		id := live.final.ID
+		// Every starting_after replays exactly the events after it, with their original
+		// sequence numbers and bytes: nothing lost, nothing repeated.
+		for after := -1; after < n; after++ {
+			got := getStream(t, g, id, int64(after))
+			if len(got) != n-after-1 {
+				t.Fatalf("starting_after=%d: %d events, want %d", after, len(got), n-after-1)
+			}
+			for i, ev := range got {
+				want := live.events[after+1+i]
+				if ev.SequenceNumber != want.SequenceNumber || ev.Type != want.Type {
+					t.Fatalf("starting_after=%d: event %d is %s #%d, want %s #%d", after, i, ev.Type, ev.SequenceNumber, want.Type, want.SequenceNumber)
+				}
+				if ev.Type != "response.completed" && !jsonEqual(ev.RawJSON(), want.RawJSON()) {
+					t.Fatalf("starting_after=%d: event #%d differs:\n%s\n%s", after, ev.SequenceNumber, ev.RawJSON(), want.RawJSON())
+				}
+			}
+		}
+	})
+}
+
+func TestBackgroundResumeWhileRunningFollowsToTheEnd(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		r := g.create(t, `{"model":"`+harmony+`?delay_ms=20&tokens=60","input":"slow","background":true}`)
+		// Wait until some events are logged, then resume after the third one: the stream
+		// follows the running turn to its terminal event.
+		pollResponse(t, g, r.ID, func(r *responses.Response) bool { return r.Status == "in_progress" })
+		got := getStream(t, g, r.ID, 2)
+		if len(got) == 0 || got[0].SequenceNumber != 3 {
+			t.Fatalf("resume after 2 began with %+v", got)
+		}
+		for i, ev := range got {
+			if ev.SequenceNumber != int64(3+i) {
+				t.Fatalf("event %d has sequence_number %d", i, ev.SequenceNumber)
+			}
+		}
+		if last := got[len(got)-1]; last.Type != "response.completed" {
+			t.Fatalf("resumed stream ended with %s", last.Type)
+		}
+	})
+}
+
+func TestBackgroundValidatesBeforeQueueing(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		for _, tc := range []struct{ body, param, code string }{
+			{`{"model":"m","input":"x","background":true,"store":false}`, "background", "invalid_parameter_combination"},
+			{`{"model":"m","input":"x","background":true,"previous_response_id":"resp_missing"}`, "previous_response_id", "previous_response_not_found"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_nope"}],"background":true}`, "input[0]", ""},
+		} {
+			status, body, _ := rawDo(t, "POST", g.URL+"/responses", tc.body, "Authorization", "Bearer test-key")
+			if status != 400 {
+				t.Fatalf("%s: status %d %s", tc.body, status, body)
+			}
+			_, code, param, _ := envelope(t, body)
+			if param != tc.param && tc.code != "" || tc.code != "" && code != tc.code {
+				t.Fatalf("%s: param %q code %q", tc.body, param, code)
+			}
+		}
+		if n := len(g.UpstreamRequests()); n != 0 {
+			t.Fatalf("rejected background requests made %d upstream calls", n)
+		}
+	})
+}
+
+func TestBackgroundCancel(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{BackgroundWorkers: 1}})
+		running := g.create(t, `{"model":"`+harmony+`?delay_ms=50&tokens=2000","input":"long","background":true}`)
+		queued := g.create(t, `{"model":"`+harmony+`","input":"waits","background":true}`)
+		// Running: claimed, and its request reached the model (which streams a token per 50 ms).
+		pollResponse(t, g, running.ID, func(r *responses.Response) bool { return r.Status == "in_progress" })
+		waitFor(t, 30*time.Second, "the model to be called", func() bool { return sentToModel(g, "long") })
+		// The one worker is busy: the second is still queued, and its cancel ends it at once.
+		c, err := g.client.Responses.Cancel(t.Context(), queued.ID)
+		if err != nil || c.Status != "cancelled" {
+			t.Fatalf("cancel of a queued response: %v %+v", err, c)
+		}
+		// A running one is cancelled wherever it runs and stored with its partial output.
+		c, err = g.client.Responses.Cancel(t.Context(), running.ID)
+		if err != nil || c.Status != "cancelled" {
+			t.Fatalf("cancel of a running response: %v %s", err, c.RawJSON())
+		}
+		if c.Error.Code != "" {
+			t.Fatalf("a cancelled response carries error %+v", c.Error)
+		}
+		stored := pollResponse(t, g, running.ID, terminal)
+		if stored.Status != "cancelled" || len(stored.Output) == 0 {
+			t.Fatalf("stored %q with %d output items, want cancelled with its partial output", stored.Status, len(stored.Output))
+		}
+		// Idempotent: cancelling again returns the same response unchanged.
+		again, err := g.client.Responses.Cancel(t.Context(), running.ID)
+		if err != nil || again.Status != "cancelled" || !jsonEqual(again.RawJSON(), stored.RawJSON()) {
+			t.Fatalf("second cancel: %v %s", err, again.RawJSON())
+		}
+		// The queued one never ran.
+		if sentToModel(g, "waits") {
+			t.Fatal("a response cancelled while queued reached the model")
+		}
+		// A finished background response is returned unchanged; a foreground one is still a 400.
+		done := g.create(t, `{"model":"`+harmony+`","input":"quick","background":true}`)
+		done = pollResponse(t, g, done.ID, terminal)
+		c, err = g.client.Responses.Cancel(t.Context(), done.ID)
+		if err != nil || c.Status != "completed" {
+			t.Fatalf("cancel of a finished background response: %v %+v", err, c)
+		}
+		fg := g.create(t, `{"model":"`+harmony+`","input":"fg"}`)
+		status, body, _ := rawDo(t, "POST", g.URL+"/responses/"+fg.ID+"/cancel", "", "Authorization", "Bearer test-key")
+		if status != 400 {
+			t.Fatalf("cancel of a foreground response: %d %s", status, body)
+		}
+	})
+}
+
+// sentToModel reports whether a request whose body contains text reached g's simulator.
+func sentToModel(g *gw, text string) bool {
+	for _, b := range g.UpstreamRequests() {
+		if strings.Contains(string(b), text) {
+			return true
+		}
+	}
+	return false
 }
