@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +11,11 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/postgres"
 )
 
 // poll fetches a response until cond holds (the test's deadline bounds it).
@@ -212,4 +216,88 @@ func sentToModel(g *gw, text string) bool {
 		}
 	}
 	return false
+}
+
+// replicas starts two gateways on one Postgres schema, each with its own River client and its
+// own simulator, as two respgate processes would run.
+func replicas(t *testing.T, cfg server.Config) (*gw, *gw) {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	open := func() store.Store {
+		st, err := postgres.Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatalf("open postgres: %v", err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	a := newGateway(t, open(), respgatetest.Options{Server: cfg})
+	b := newGateway(t, open(), respgatetest.Options{Server: cfg})
+	return a, b
+}
+
+func TestBackgroundJobsDrainAcrossTwoReplicasWithoutDuplicateRuns(t *testing.T) {
+	t.Parallel()
+	a, b := replicas(t, server.Config{BackgroundWorkers: 4})
+	const n = 100
+	ids := make([]string, n)
+	for i := range n {
+		g := a
+		if i%2 == 1 {
+			g = b
+		}
+		ids[i] = g.create(t, fmt.Sprintf(`{"model":"%s","input":"job number %03d","background":true}`, harmony, i)).ID
+	}
+	for _, id := range ids {
+		r := pollResponse(t, a, id, terminal)
+		if r.Status != "completed" {
+			t.Fatalf("%s ended %s", id, r.Status)
+		}
+	}
+	// The simulators' request logs: every job reached the model exactly once, and both
+	// replicas worked.
+	runs := map[string]int{}
+	perReplica := [2]int{}
+	for k, g := range []*gw{a, b} {
+		for _, body := range g.UpstreamRequests() {
+			for i := range n {
+				if strings.Contains(string(body), fmt.Sprintf("job number %03d", i)) {
+					runs[ids[i]]++
+					perReplica[k]++
+				}
+			}
+		}
+	}
+	for _, id := range ids {
+		if runs[id] != 1 {
+			t.Fatalf("%s reached the model %d times", id, runs[id])
+		}
+	}
+	if perReplica[0] == 0 || perReplica[1] == 0 {
+		t.Fatalf("one replica ran every job: %v", perReplica)
+	}
+}
+
+func TestBackgroundCancelFromTheReplicaNotRunningIt(t *testing.T) {
+	t.Parallel()
+	a, b := replicas(t, server.Config{})
+	r := a.create(t, `{"model":"`+harmony+`?delay_ms=50&tokens=2000","input":"far away","background":true}`)
+	var runner, other *gw
+	waitFor(t, 30*time.Second, "a replica to call the model", func() bool {
+		switch {
+		case sentToModel(a, "far away"):
+			runner, other = a, b
+		case sentToModel(b, "far away"):
+			runner, other = b, a
+		}
+		return runner != nil
+	})
+	c, err := other.client.Responses.Cancel(t.Context(), r.ID)
+	if err != nil || c.Status != "cancelled" {
+		t.Fatalf("cancel from the other replica: %v %s", err, c.RawJSON())
+	}
+	got := pollResponse(t, runner, r.ID, terminal)
+	if got.Status != "cancelled" {
+		t.Fatalf("stored %s", got.Status)
+	}
 }
