@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,5 +300,40 @@ func TestBackgroundCancelFromTheReplicaNotRunningIt(t *testing.T) {
 	got := pollResponse(t, runner, r.ID, terminal)
 	if got.Status != "cancelled" {
 		t.Fatalf("stored %s", got.Status)
+	}
+}
+
+func TestBackgroundKill9OfTheRunningReplicaEndsItFailedTruthfully(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	p1 := startBinary(t, dsn)
+	p2 := startBinary(t, dsn)
+	r := createWith(t, p1.client(), `{"model":"`+harmony+`?delay_ms=50&tokens=2000","input":"doomed","background":true}`)
+	var runner, other *proc
+	waitFor(t, 30*time.Second, "a replica to run the turn", func() bool {
+		for _, p := range []*proc{p1, p2} {
+			if strings.Contains(p.log(), `"background response running","response_id":"`+r.ID) {
+				runner, other = p, p1
+				if p == p1 {
+					other = p2
+				}
+			}
+		}
+		return runner != nil
+	})
+	if err := runner.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = runner.cmd.Wait()
+	// The survivor's lease sweeper ends it failed with the reason: its gateway stopped.
+	var got *responses.Response
+	survivor := other.client()
+	waitFor(t, 30*time.Second, "the survivor to end the response", func() bool {
+		var err error
+		got, err = survivor.Responses.Get(t.Context(), r.ID, responses.ResponseGetParams{})
+		return err == nil && terminal(got)
+	})
+	if got.Status != "failed" || !strings.Contains(got.Error.Message, "lease expired") {
+		t.Fatalf("ended %s with %+v", got.Status, got.Error)
 	}
 }
