@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -337,3 +338,44 @@ func TestBackgroundKill9OfTheRunningReplicaEndsItFailedTruthfully(t *testing.T) 
 		t.Fatalf("ended %s with %+v", got.Status, got.Error)
 	}
 }
+
+func TestBackgroundLimitsAnswer429And503WithRetryAfter(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		st := newStore(t)
+		g := newGateway(t, st, respgatetest.Options{Server: server.Config{BackgroundWorkers: 1, BackgroundMaxPerTenant: 2, BackgroundMaxQueued: 1}})
+		slow := `{"model":"` + harmony + `?delay_ms=50&tokens=2000","input":"hold","background":true}`
+		running := g.create(t, slow)
+		pollResponse(t, g, running.ID, func(r *responses.Response) bool { return r.Status == "in_progress" })
+		// The one worker is busy: this key's second response waits in the queue...
+		queued := g.create(t, slow)
+		// ...a third from the same key passes its bound (429), one from another key the
+		// queue's (503).
+		status, body, hdr := rawDo(t, "POST", g.URL+"/responses", slow, "Authorization", "Bearer test-key")
+		if _, code, _, _ := envelope(t, body); status != 429 || code != "too_many_background_responses" || hdr.Get("Retry-After") == "" {
+			t.Fatalf("past the tenant bound: %d %s (Retry-After %q)", status, body, hdr.Get("Retry-After"))
+		}
+		status, body, hdr = rawDo(t, "POST", g.URL+"/responses", slow, "Authorization", "Bearer other-key")
+		if _, code, _, _ := envelope(t, body); status != 503 || code != "background_queue_full" || hdr.Get("Retry-After") == "" {
+			t.Fatalf("past the queue bound: %d %s (Retry-After %q)", status, body, hdr.Get("Retry-After"))
+		}
+		for _, id := range []string{queued.ID, running.ID} {
+			if _, err := g.client.Responses.Cancel(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Deleting a finished background response deletes its turn and its event log with it.
+		if err := g.client.Responses.Delete(t.Context(), running.ID); err != nil {
+			t.Fatal(err)
+		}
+		tn := g.Server.TenantOf("test-key")
+		if _, err := st2(g).BackgroundTurnGet(t.Context(), &store.BackgroundTurnGetParams{Tenant: tn, ResponseID: running.ID}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("background turn after delete: %v", err)
+		}
+		if _, err := st2(g).ResponseEventList(t.Context(), &store.ResponseEventListParams{Tenant: tn, ResponseID: running.ID, After: -1}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("event log after delete: %v", err)
+		}
+	})
+}
+
+// st2 is the gateway's store (respgatetest's own SQLite one when the test passed none).
+func st2(g *gw) store.Store { return g.Store }

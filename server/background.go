@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -38,15 +37,15 @@ const bgFlushInterval = 50 * time.Millisecond
 // Errors of the background queue (docs/errors.md).
 var (
 	errQueueFull = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "background_queue_full",
-		Message: "The gateway's background queue is full; retry shortly."}
+		Message: "The gateway's background queue is full; retry shortly.", RetryAfter: retryAfter}
 	errTenantBusy = &wire.APIError{Status: http.StatusTooManyRequests, Type: wire.ErrRateLimit, Code: "too_many_background_responses",
-		Message: "Too many of your background responses are queued or running; retry when some have finished."}
+		Message: "Too many of your background responses are queued or running; retry when some have finished.", RetryAfter: retryAfter}
 	errNoWorkers = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "background_unavailable",
 		Message: "This gateway's store cannot run background responses."}
 )
 
-// retryAfterSeconds is the Retry-After of the background queue's 429 and 503.
-const retryAfterSeconds = 5
+// retryAfter is the Retry-After (seconds) of the background queue's 429 and 503.
+const retryAfter = "5"
 
 // serveBackground stores a prepared background turn queued with its job and answers with the
 // queued response, or (stream:true) follows its event log live until the terminal event.
@@ -81,10 +80,8 @@ func (s *Server) serveBackground(c echo.Context, t *turn) error {
 		s.releaseConversation(t)
 		switch {
 		case errors.Is(err, store.ErrQueueFull):
-			c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 			return errQueueFull
 		case errors.Is(err, store.ErrTenantBusy):
-			c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 			return errTenantBusy
 		}
 		return err

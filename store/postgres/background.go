@@ -120,20 +120,20 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 
 func checkBounds(ctx context.Context, tx pgx.Tx, p *store.ResponseEnqueueBackgroundParams) error {
 	var n int
-	if p.MaxQueued > 0 {
-		if err := tx.QueryRow(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
-			return err
-		}
-		if n >= p.MaxQueued {
-			return store.ErrQueueFull
-		}
-	}
 	if p.MaxPerTenant > 0 {
 		if err := tx.QueryRow(ctx, bgTenantCountSQL, p.Response.Tenant).Scan(&n); err != nil {
 			return err
 		}
 		if n >= p.MaxPerTenant {
 			return store.ErrTenantBusy
+		}
+	}
+	if p.MaxQueued > 0 {
+		if err := tx.QueryRow(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
+			return err
+		}
+		if n >= p.MaxQueued {
+			return store.ErrQueueFull
 		}
 	}
 	return nil

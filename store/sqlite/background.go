@@ -66,20 +66,20 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 	r := &p.Response
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var n int
-		if p.MaxQueued > 0 {
-			if err := tx.QueryRowContext(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
-				return err
-			}
-			if n >= p.MaxQueued {
-				return store.ErrQueueFull
-			}
-		}
 		if p.MaxPerTenant > 0 {
 			if err := tx.QueryRowContext(ctx, bgTenantCountSQL, r.Tenant).Scan(&n); err != nil {
 				return err
 			}
 			if n >= p.MaxPerTenant {
 				return store.ErrTenantBusy
+			}
+		}
+		if p.MaxQueued > 0 {
+			if err := tx.QueryRowContext(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
+				return err
+			}
+			if n >= p.MaxQueued {
+				return store.ErrQueueFull
 			}
 		}
 		if _, err := tx.ExecContext(ctx, responseInsertSQL, store.ResponseArgs(s.Driver, r, wire.StatusQueued)...); err != nil {
