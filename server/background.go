@@ -151,7 +151,7 @@ func (s *Server) runBackground(ctx context.Context, tn, id string) error {
 	}
 	t.convTurn.Store(rec.ConversationID != "") // taken when it was queued
 	s.log.Info("background response running", "response_id", id)
-	return s.streamTurn(bgContext(ctx), t, func() eventSink { return &bgSink{} })
+	return s.streamTurn(bgContext(ctx), t, func() eventSink { return &bgSink{t: t} })
 }
 
 // bgContext maps the worker's causes to the turn lifecycle's: a cancel is errCancelRequested
@@ -197,9 +197,11 @@ func goneError(ctx context.Context, msg string) *wire.ErrorObject {
 
 // bgSink is a background turn's event sink: there is no client; the accumulator's events reach
 // the event log through the turn's eventLog, flushed by its keeper every bgFlushInterval.
-type bgSink struct{}
+type bgSink struct{ t *turn }
 
-func (*bgSink) write([]byte) error   { return nil }
+// write asks the keeper to log the events it has just been given (the first at once, later
+// ones at most every bgFlushInterval).
+func (s *bgSink) write([]byte) error { s.t.keeper.flushSoon(); return nil }
 func (*bgSink) keepalive() error     { return nil }
 func (*bgSink) idleSince() time.Time { return time.Now() }
 
@@ -280,6 +282,10 @@ func (h *wakeHub) wait(id string) <-chan struct{} {
 	}
 	return c
 }
+
+// forget drops id's waiters (waking them): a reader leaving, so a response never woken in this
+// process (its turn runs elsewhere) leaves nothing behind.
+func (h *wakeHub) forget(id string) { h.wake(id) }
 
 // wake wakes the current waiters of id.
 func (h *wakeHub) wake(id string) {

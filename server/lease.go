@@ -85,6 +85,21 @@ type leaseKeeper struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	// kick asks for a flush now (a background turn's sink: its readers read only the log);
+	// kicks that arrive while one waits are one flush.
+	kick chan struct{}
+}
+
+// flushSoon asks the keeper to flush the event log now unless it flushed within bgFlushInterval
+// (then its ticker takes the events). Safe on a nil keeper.
+func (k *leaseKeeper) flushSoon() {
+	if k == nil {
+		return
+	}
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
 }
 
 // startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
@@ -93,7 +108,7 @@ func (s *Server) startKeeper(t *turn) *leaseKeeper {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &leaseKeeper{s: s, t: t, cancel: cancel, done: make(chan struct{})}
+	k := &leaseKeeper{s: s, t: t, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go k.run(ctx)
 	return k
 }
@@ -117,13 +132,22 @@ func (k *leaseKeeper) run(ctx context.Context) {
 	if k.t.claimed && k.t.events != nil {
 		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
 	}
+	if k.t.claimed && k.t.events != nil {
+		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
+	}
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	lastRenew := time.Now()
+	var lastKick time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-k.kick:
+			if now := time.Now(); now.Sub(lastKick) >= bgFlushInterval {
+				lastKick = now
+				k.flush(ctx)
+			}
 		case now := <-ticker.C:
 			if k.t.events != nil {
 				k.flush(ctx)
@@ -145,6 +169,9 @@ func (k *leaseKeeper) flush(ctx context.Context) {
 	}
 	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{
 		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs})
+	if err == nil && k.t.claimed {
+		k.s.bgWake.wake(k.t.rec.ID)
+	}
 	if err == nil && k.t.claimed {
 		k.s.bgWake.wake(k.t.rec.ID)
 	}
