@@ -224,9 +224,10 @@ func (s *Server) cancelBackground(c echo.Context, r *store.Response) error {
 			return err
 		}
 	}
-	r, out, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: r.ID})
+	id := r.ID
+	r, out, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: id})
 	if errors.Is(err, store.ErrNotFound) {
-		return responseNotFound(r.ID)
+		return responseNotFound(id)
 	}
 	if err != nil {
 		return err
