@@ -90,6 +90,12 @@ func New(t testing.TB, opts ...Options) *Gateway {
 	if err != nil {
 		t.Fatalf("respgatetest: server: %v", err)
 	}
+	// Background responses and housekeeping run on River in the store (docs/background.md).
+	if _, ok := st.(store.Jobs); ok {
+		if err := srv.StartBackground(ctx); err != nil {
+			t.Fatalf("respgatetest: background workers: %v", err)
+		}
+	}
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Start()
 	t.Cleanup(func() {

@@ -61,6 +61,9 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 			// generation the turn's history was read at holds.
 			s.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), p.Response.Status, t.input, p.Output))
 		}
+		if t.claimed {
+			s.bgWake.wake(t.rec.ID)
+		}
 		s.log.Info("response stored", "response_id", t.rec.ID, "status", r.Status,
 			"input_items", len(t.input), "output_items", len(r.Output), "events", len(p.Events))
 		return nil

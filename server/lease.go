@@ -86,6 +86,7 @@ type leaseKeeper struct {
 	ctx    context.Context // ends at Stop: aborts a store call in progress
 	cancel context.CancelFunc
 	once   sync.Once
+<<<<<<< HEAD
 
 	tick, renewEvery time.Duration
 	timer            *time.Timer
@@ -94,6 +95,23 @@ type leaseKeeper struct {
 	mu      sync.Mutex
 	stopped bool
 	running sync.WaitGroup
+=======
+	// kick asks for a flush now (a background turn's sink: its readers read only the log);
+	// kicks that arrive while one waits are one flush.
+	kick chan struct{}
+}
+
+// flushSoon asks the keeper to flush the event log now unless it flushed within bgFlushInterval
+// (then its ticker takes the events). Safe on a nil keeper.
+func (k *leaseKeeper) flushSoon() {
+	if k == nil {
+		return
+	}
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+>>>>>>> h-16
 }
 
 // startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
@@ -101,6 +119,7 @@ func (s *Server) startKeeper(t *turn) *leaseKeeper {
 	if !t.leased && !t.convTurn.Load() && t.events == nil {
 		return nil
 	}
+<<<<<<< HEAD
 	k := &leaseKeeper{s: s, t: t, renewEvery: s.cfg.LeaseTTL / 3}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.tick = k.renewEvery
@@ -112,6 +131,11 @@ func (s *Server) startKeeper(t *turn) *leaseKeeper {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.timer = time.AfterFunc(k.tick, k.run)
+=======
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &leaseKeeper{s: s, t: t, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	go k.run(ctx)
+>>>>>>> h-16
 	return k
 }
 
@@ -140,6 +164,7 @@ func (k *leaseKeeper) run() {
 		k.mu.Unlock()
 		return
 	}
+<<<<<<< HEAD
 	k.running.Add(1)
 	k.mu.Unlock()
 	defer k.running.Done()
@@ -159,6 +184,36 @@ func (k *leaseKeeper) run() {
 	defer k.mu.Unlock()
 	if !k.stopped {
 		k.timer.Reset(time.Until(k.next))
+=======
+	if k.t.claimed && k.t.events != nil {
+		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
+	}
+	if k.t.claimed && k.t.events != nil {
+		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	lastRenew := time.Now()
+	var lastKick time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.kick:
+			if now := time.Now(); now.Sub(lastKick) >= bgFlushInterval {
+				lastKick = now
+				k.flush(ctx)
+			}
+		case now := <-ticker.C:
+			if k.t.events != nil {
+				k.flush(ctx)
+			}
+			if now.Sub(lastRenew) >= renewEvery {
+				lastRenew = now
+				k.renew(ctx)
+			}
+		}
+>>>>>>> h-16
 	}
 }
 
@@ -171,6 +226,12 @@ func (k *leaseKeeper) flush(ctx context.Context) {
 	}
 	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{
 		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs})
+	if err == nil && k.t.claimed {
+		k.s.bgWake.wake(k.t.rec.ID)
+	}
+	if err == nil && k.t.claimed {
+		k.s.bgWake.wake(k.t.rec.ID)
+	}
 	if err != nil {
 		k.t.events.putBack(evs)
 		if ctx.Err() == nil {

@@ -207,6 +207,10 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		return nil
 	}
 	lr := &logReplay{w: s.openStream(c), after: after, last: -1, lastRun: -1, keepAlive: s.cfg.KeepAlive}
+	// A turn in this process wakes the follow when it logs events or ends (background turns,
+	// server/background.go); the channel is taken before each read so no wake is missed.
+	wake := s.bgWake.wait(list.ResponseID)
+	defer s.bgWake.forget(list.ResponseID)
 	ticker := time.NewTicker(followPoll)
 	defer ticker.Stop()
 	for err = lr.send(evs); err == nil && !r.Status.Terminal(); err = lr.send(evs) {
@@ -214,7 +218,9 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+		case <-wake:
 		}
+		wake = s.bgWake.wait(list.ResponseID)
 		// The status first: the events committed with a terminal status are all listed next.
 		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID}); err != nil {
 			break

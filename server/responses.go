@@ -94,8 +94,15 @@ func (s *Server) deleteResponse(c echo.Context) error {
 }
 
 func (s *Server) cancelResponse(c echo.Context) error {
-	if _, _, err := s.loadResponse(c); err != nil {
+	r, _, err := s.loadResponse(c)
+	if err != nil {
 		return err
+	}
+	var echo struct {
+		Background bool `json:"background"`
+	}
+	if json.Unmarshal(r.Echo, &echo) == nil && echo.Background {
+		return s.cancelBackground(c, r) // docs/background.md
 	}
 	return wire.Invalid("response_id", "response_not_cancellable", "Cannot cancel a synchronous response.")
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/background"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
@@ -131,6 +132,17 @@ type Config struct {
 	// ContextWindow is the context window per model ("pattern=tokens" pairs, ParseContextWindows);
 	// models it does not name use vLLM's max_model_len.
 	ContextWindow string
+	// BackgroundWorkers is how many background turns this process runs at once (default 8);
+	// BackgroundTimeout bounds one run (default 30 min); BackgroundMaxQueued bounds the queued
+	// background responses of all tenants (default 1000 → 503), BackgroundMaxPerTenant the
+	// unfinished ones of one tenant (default 100 → 429); BackgroundPoll is how often an idle
+	// worker looks for jobs nothing woke it for (default 1 s; SQLite has no notifier, so there
+	// it is the pick-up latency: default 100 ms). docs/background.md.
+	BackgroundWorkers      int
+	BackgroundTimeout      time.Duration
+	BackgroundMaxQueued    int
+	BackgroundMaxPerTenant int
+	BackgroundPoll         time.Duration
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -168,6 +180,10 @@ func (c *Config) defaults() {
 	setDefault(&c.ChatReplayMaxRecords, 1024)
 	setDefault(&c.ChatReplayMaxRecordBytes, 4<<20)
 	setDefault(&c.ChatReplayMaxBytes, 16<<20)
+	setDefault(&c.BackgroundWorkers, 8)
+	setDefault(&c.BackgroundTimeout, 30*time.Minute)
+	setDefault(&c.BackgroundMaxQueued, 1000)
+	setDefault(&c.BackgroundMaxPerTenant, 100)
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
@@ -237,6 +253,10 @@ type Server struct {
 	sockets     sync.WaitGroup
 	drainedOnce sync.Once
 	drained     chan struct{}
+	// bgRunner runs background turns and housekeeping on River (StartBackground; nil: not
+	// started); bgWake wakes this process's readers of a background turn's event log.
+	bgRunner *background.Runner
+	bgWake   wakeHub
 }
 
 // New builds the server: it loads (or creates) the server secret from the store and registers the
@@ -316,8 +336,32 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
-// Sweep runs the lease sweeper once.
+// Sweep runs the lease sweeper once and, unless River's leader runs it (StartBackground), the
+// retention purge.
 func (s *Server) Sweep(ctx context.Context) {
+	s.sweepLeases(ctx)
+	s.mu.Lock()
+	onRiver := s.bgRunner != nil
+	s.mu.Unlock()
+	if !onRiver {
+		s.Purge(ctx)
+	}
+}
+
+// Purge applies retention to responses (when configured) and to chat replay records once: the
+// housekeeping job River's elected leader runs every SweepInterval (docs/background.md).
+func (s *Server) Purge(ctx context.Context) {
+	if s.cfg.Retention > 0 {
+		s.purge(ctx)
+	}
+	s.purgeReplay(ctx)
+}
+
+// sweepLeases fails the responses whose lease expired (their gateway died). Every replica runs
+// it, not only River's leader: it is one indexed statement, and a leader that dies is replaced
+// only after River's leader TTL (about 15 s), which would delay exactly the recovery the sweep
+// exists for (docs/background.md, "Housekeeping").
+func (s *Server) sweepLeases(ctx context.Context) {
 	n, err := s.store.ResponseSweep(ctx, &store.ResponseSweepParams{
 		Now:     time.Now(),
 		Message: msgSweptExpired,
@@ -329,10 +373,6 @@ func (s *Server) Sweep(ctx context.Context) {
 		s.tel.sweeps.Add(ctx, int64(n))
 		s.log.Warn("swept responses whose gateway died", "count", n)
 	}
-	if s.cfg.Retention > 0 {
-		s.purge(ctx)
-	}
-	s.purgeReplay(ctx)
 }
 
 // purge applies the retention period, in batches so one pass never holds the store for long.
@@ -409,6 +449,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	}
 	s.drainedOnce.Do(func() { close(s.drained) })
 	s.sockets.Wait()
+	s.stopBackground(ctx)
 	s.quitOnce.Do(func() { close(s.quit) })
 	s.background.Wait()
 }

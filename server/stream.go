@@ -214,7 +214,7 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*
 	}
 	if ctx.Err() != nil {
 		_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
-			Error: &wire.ErrorObject{Code: "client_disconnected", Message: "The client closed the request."}})
+			Error: goneError(ctx, "The client closed the request.")})
 		return nil, ctx.Err()
 	}
 	return nil, s.failBeforeStream(ctx, t, upErr)
@@ -332,7 +332,7 @@ func (s *Server) endStream(ctx context.Context, t *turn, w frameWriter, acc *acc
 	s.tel.droppedEvents.Add(reqCtx, int64(r.Dropped))
 	switch obj := failureObject(cause); {
 	case errors.Is(cause, errShutdown) && r.Error != nil:
-		r.Error.Message = "The gateway shut down before the response finished; retry it."
+		r.Error.Message = cutMessage(ctx)
 	case obj != nil && r.Status == wire.StatusFailed && !clientGone:
 		// The error object a non-streamed call gets for the same upstream failure
 		// (docs/errors.md, "Streamed turns"): in response.failed and in the stored record.
@@ -342,7 +342,7 @@ func (s *Server) endStream(ctx context.Context, t *turn, w frameWriter, acc *acc
 		// The client left: keep what it received and record the response as cancelled (neither
 		// the model's incompleteness nor a gateway failure).
 		r.Status = wire.StatusCancelled
-		r.Error = &wire.ErrorObject{Code: "client_disconnected", Message: "The client closed the stream."}
+		r.Error = goneError(ctx, "The client closed the stream.")
 		_ = s.finish(ctx, t, r)
 		s.log.Info("client left mid-stream", "response_id", t.rec.ID)
 		return nil

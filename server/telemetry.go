@@ -25,6 +25,7 @@ import (
 type telemetry struct {
 	tracer  trace.Tracer
 	handler http.Handler
+	meter   metric.Meter // the background package's instruments register here too
 
 	requests        metric.Int64Counter
 	requestDuration metric.Float64Histogram
@@ -64,6 +65,7 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	t := &telemetry{
 		tracer:  tp.Tracer("github.com/respgate/respgate/server"),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		meter:   m,
 	}
 	secs := metric.WithUnit("s")
 	lat := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)

@@ -33,6 +33,9 @@ type turn struct {
 	// leased: ResponseBegin stored the in-progress record (and the input). It is set before the
 	// keeper starts and not changed after.
 	leased bool
+	// claimed: a background worker claimed the queued record (server/background.go), so there
+	// is no in-progress record to write.
+	claimed bool
 	// convTurn: the conversation's turn lease is held (atomic: released at most once).
 	convTurn atomic.Bool
 	// keeper renews the leases and flushes events while the turn runs (nil: nothing to keep).
@@ -64,6 +67,9 @@ func (s *Server) createResponse(c echo.Context) error {
 		if err != nil {
 			return nil, err
 		}
+		if req.echo.Background {
+			req.body.Stream = true // its worker streams from vLLM into the event log (docs/background.md)
+		}
 		return s.prepareTurn(c.Request().Context(), tenant(c), req, nil)
 	})
 }
@@ -86,6 +92,9 @@ func (s *Server) serveTurn(c echo.Context, prepare func(echo.Context) (*turn, er
 	}
 	if t.truncated > 0 {
 		c.Response().Header().Set("X-Respgate-Truncated-Items", strconv.Itoa(t.truncated))
+	}
+	if t.req.echo.Background {
+		return s.serveBackground(c, t) // docs/background.md
 	}
 	if t.req.Stream {
 		release, err := s.holdStream(t)
@@ -309,7 +318,7 @@ func (s *Server) acquireConversation(ctx context.Context, t *turn) error {
 // see the id.
 func (s *Server) begin(ctx context.Context, t *turn) <-chan error {
 	ch := make(chan error, 1)
-	if !t.req.Store {
+	if !t.req.Store || t.claimed {
 		ch <- nil
 		return ch
 	}

@@ -230,6 +230,23 @@ type Store interface {
 	CompactionInsert(ctx context.Context, p *CompactionInsertParams) error
 	// CompactionGet returns the tenant's archive record of a compaction item (ErrNotFound).
 	CompactionGet(ctx context.Context, p *CompactionGetParams) (*Compaction, error)
+	// ResponseEnqueueBackground stores a background response (docs/background.md) in ONE
+	// transaction: the record with status queued, its input items, its BackgroundTurn and its
+	// River job (River's transactional enqueue), so a job never names a missing response and a
+	// queued response always has its job. ErrQueueFull or ErrTenantBusy past the bounds (nothing
+	// written); ErrConflict if the id exists.
+	ResponseEnqueueBackground(ctx context.Context, p *ResponseEnqueueBackgroundParams) error
+	// BackgroundTurnGet returns a background response's turn (Body, State, JobID). ErrNotFound if
+	// the response is gone or was not created in the background.
+	BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams) (*BackgroundTurn, error)
+	// ResponseBackgroundClaim moves a queued background response to in_progress under the lease
+	// of LeaseOwner, so exactly one worker runs it. ErrConflict if it is not queued (another run
+	// claimed it, it was cancelled, or it ended), ErrNotFound if it does not exist.
+	ResponseBackgroundClaim(ctx context.Context, p *ResponseBackgroundClaimParams) error
+	// ResponseCancelBackground cancels a background response's River job and, when it was still
+	// queued, stores the response cancelled and releases its conversation's turn lease, in one
+	// transaction. ErrNotFound if the response is not a background one of the tenant.
+	ResponseCancelBackground(ctx context.Context, p *ResponseCancelBackgroundParams) (CancelOutcome, error)
 }
 
 // Names of the server secrets (SecretGetOrCreate). Every replica on one database reads the same

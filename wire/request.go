@@ -202,7 +202,6 @@ func (m requestMembers) decodeModes(r *CreateRequest) error {
 		if !r.Store {
 			return Invalid("background", "invalid_parameter_combination", "Background mode requires 'store' to be true.")
 		}
-		return Invalid("background", "unsupported_parameter", "Background mode is not supported by this gateway.")
 	}
 	if m.get("stream_options") != nil && !r.Stream {
 		return Invalid("stream_options", "invalid_parameter_combination", "'stream_options' is only allowed when 'stream' is true.")

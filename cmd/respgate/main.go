@@ -141,6 +141,13 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	if err != nil {
 		return err
 	}
+	// Background turns and the retention purge run on River in the store's database
+	// (docs/background.md); the lease sweeper runs here on every replica.
+	if _, ok := st.(store.Jobs); ok {
+		if err := srv.StartBackground(ctx); err != nil {
+			return err
+		}
+	}
 	g.Go(func() error { srv.Run(bg); return nil })
 
 	hs := &http.Server{

@@ -177,6 +177,16 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.compactionThresholdPercent }},
 	{flag: "context-window", def: "", help: "context window in tokens per model, `model-pattern=tokens` pairs, comma-separated, or one number for every model; models not named use vLLM's `max_model_len` from `/v1/models`",
 		example: "openai/gpt-oss-*=131072", bind: func(c *config) any { return &c.server.ContextWindow }},
+	{flag: "background-workers", def: intDef(serverDefaults.BackgroundWorkers), help: "background turns (`background:true`) this process runs at once (docs/background.md)",
+		bind: func(c *config) any { return &c.server.BackgroundWorkers }},
+	{flag: "background-timeout", def: durDef(serverDefaults.BackgroundTimeout), help: "longest run of one background turn; beyond it the response is `failed`",
+		bind: func(c *config) any { return &c.server.BackgroundTimeout }},
+	{flag: "background-max-queued", def: intDef(serverDefaults.BackgroundMaxQueued), help: "queued background responses of all tenants; beyond it 503 `background_queue_full` with `Retry-After`",
+		bind: func(c *config) any { return &c.server.BackgroundMaxQueued }},
+	{flag: "background-max-per-tenant", def: intDef(serverDefaults.BackgroundMaxPerTenant), help: "queued or running background responses of one tenant; beyond it 429 `too_many_background_responses` with `Retry-After`",
+		bind: func(c *config) any { return &c.server.BackgroundMaxPerTenant }},
+	{flag: "background-poll", def: "0", zeroOK: true, help: "how often an idle worker looks for background jobs nothing woke it for; `0`: 1s on Postgres (River's notifier wakes workers), 100ms on SQLite (no notifier)",
+		bind: func(c *config) any { return &c.server.BackgroundPoll }},
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case

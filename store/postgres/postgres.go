@@ -25,6 +25,7 @@ import (
 
 	"github.com/respgate/respgate/migrations"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/jobq"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -32,6 +33,7 @@ import (
 type Store struct {
 	store.Base
 	pool *pgxpool.Pool
+	jobs *jobq.Client[pgx.Tx] // River, in this database (background.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -89,7 +91,12 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping postgres: %w", err)
 	}
-	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool}, nil
+	jobs, err := openJobs(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool, jobs: jobs}, nil
 }
 
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is
@@ -106,6 +113,11 @@ func migrate(cc *pgx.ConnConfig) error {
 
 // Close closes the pool, waiting for connections in use to be returned.
 func (s *Store) Close() error {
+	// A River client still working would use the pool after it closes: stop it first (a no-op
+	// when the background package already did).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.jobs.Stop(ctx)
 	s.pool.Close()
 	return nil
 }

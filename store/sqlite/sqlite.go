@@ -31,6 +31,7 @@ import (
 
 	"github.com/respgate/respgate/migrations"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/jobq"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -46,7 +47,8 @@ const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate"
 type Store struct {
 	store.Base
 	db      *sql.DB
-	commits committer // groups concurrent ResponseCommits (group.go)
+	commits committer             // groups concurrent ResponseCommits (group.go)
+	jobs    *jobq.Client[*sql.Tx] // River, in this database (background.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,7 +79,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{Base: store.Base{Driver: driver{db}, Queries: &queries}, db: db}, nil
+	s := &Store{Base: store.Base{Driver: driver{db}, Queries: &queries}, db: db}
+	if err := s.openJobs(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // connName turns a dsn into the driver's connection string.
@@ -130,6 +137,11 @@ func migrate(name string) error {
 // Close closes the database; an in-memory one is gone afterwards. It first lets SQLite refresh
 // the planner statistics it finds stale (PRAGMA optimize, as SQLite advises before closing).
 func (s *Store) Close() error {
+	// A River client still working would use the database after it closes: stop it first (a
+	// no-op when the background package already did).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.jobs.Stop(ctx)
 	_, _ = s.db.Exec(`PRAGMA optimize`)
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close sqlite: %w", err)

@@ -1,0 +1,334 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/background"
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
+)
+
+// Background responses (docs/background.md). POST /v1/responses with background:true is prepared
+// exactly like a foreground turn (every 400 before anything is written), then stored queued with
+// its River job in one store transaction and answered at once; a worker on any replica
+// (package background) runs it through this file's runBackground, which is serveTurn's
+// streamed lifecycle (streamTurn) with an event sink that has no client: every client event goes
+// to the response's event log, which GET ?stream=true replays and follows on any replica.
+
+// bgState is a background turn's settings the worker needs beyond the stored record and the
+// vLLM-bound body (store.BackgroundTurn.State).
+type bgState struct {
+	ToolNames        map[string]wire.ToolName `json:"tool_names,omitempty"`
+	IncludeEncrypted bool                     `json:"include_encrypted,omitempty"`
+}
+
+// bgFlushInterval is how often a background turn's new events reach its event log (a foreground
+// stream's client reads them live; a background stream's readers read the log).
+const bgFlushInterval = 50 * time.Millisecond
+
+// Errors of the background queue (docs/errors.md).
+var (
+	errQueueFull = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "background_queue_full",
+		Message: "The gateway's background queue is full; retry shortly.", RetryAfter: retryAfter}
+	errTenantBusy = &wire.APIError{Status: http.StatusTooManyRequests, Type: wire.ErrRateLimit, Code: "too_many_background_responses",
+		Message: "Too many of your background responses are queued or running; retry when some have finished.", RetryAfter: retryAfter}
+	errNoWorkers = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "background_unavailable",
+		Message: "This gateway's store cannot run background responses."}
+)
+
+// retryAfter is the Retry-After (seconds) of the background queue's 429 and 503.
+const retryAfter = "5"
+
+// serveBackground stores a prepared background turn queued with its job and answers with the
+// queued response, or (stream:true) follows its event log live until the terminal event.
+func (s *Server) serveBackground(c echo.Context, t *turn) error {
+	ctx := c.Request().Context()
+	if _, ok := s.store.(store.Jobs); !ok {
+		s.releaseConversation(t)
+		return errNoWorkers
+	}
+	state, err := json.Marshal(bgState{ToolNames: t.toolNames, IncludeEncrypted: t.req.body.Includes(wire.IncludeEncryptedReasoning)})
+	if err != nil {
+		s.releaseConversation(t)
+		return err
+	}
+	if t.convTurn.Load() {
+		// The conversation's turn lease is held from now until the worker commits: while the
+		// turn waits in the queue nothing renews it, so it lasts as long as a run may.
+		err := s.store.ConversationTurnExtend(ctx, &store.ConversationTurnAcquireParams{Tenant: t.rec.Tenant,
+			ConversationID: t.req.ConversationID, ResponseID: t.rec.ID, ExpiresAt: time.Now().Add(s.cfg.BackgroundTimeout + s.cfg.LeaseTTL)})
+		if err != nil {
+			s.releaseConversation(t)
+			return err
+		}
+	}
+	t.rec.Status = wire.StatusQueued
+	start := time.Now()
+	err = s.store.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: t.rec, Input: t.input,
+		Turn:      store.BackgroundTurn{Body: t.body, State: state},
+		MaxQueued: s.cfg.BackgroundMaxQueued, MaxPerTenant: s.cfg.BackgroundMaxPerTenant})
+	s.tel.store(ctx, "response_enqueue_background", start)
+	if err != nil {
+		s.releaseConversation(t)
+		switch {
+		case errors.Is(err, store.ErrQueueFull):
+			return errQueueFull
+		case errors.Is(err, store.ErrTenantBusy):
+			return errTenantBusy
+		}
+		return err
+	}
+	t.convTurn.Store(false) // the worker holds it now
+	s.log.Info("background response queued", "response_id", t.rec.ID, "input_items", len(t.input))
+	if t.req.Stream {
+		// The follow is an admitted turn: shutdown's deadline ends it like a live stream.
+		fctx, cancel := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			select {
+			case <-s.stop:
+				cancel()
+			case <-fctx.Done():
+			}
+		}()
+		defer func() { cancel(); <-watched }()
+		c.SetRequest(c.Request().WithContext(fctx))
+		return s.streamStored(c, &t.rec, nil, -1)
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), &t.rec, nil))
+}
+
+// runBackground is background.TurnFunc: it claims the queued response and runs its turn through
+// streamTurn, the lifecycle of every streamed turn, into a sink with no client.
+func (s *Server) runBackground(ctx context.Context, tn, id string) error {
+	bt, err := s.store.BackgroundTurnGet(ctx, &store.BackgroundTurnGetParams{Tenant: tn, ResponseID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // deleted while queued
+	}
+	if err != nil {
+		return err
+	}
+	var st bgState
+	if err := json.Unmarshal(bt.State, &st); err != nil {
+		return fmt.Errorf("background turn %s: state: %w", id, err)
+	}
+	rec, _, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// Exactly one run: the claim moves queued to in_progress under this process's lease. A re-run
+	// of the job (River rescued it after its worker died) finds the response claimed or ended and
+	// does nothing: the sweeper fails a claimed response whose lease expired, with the reason.
+	err = s.store.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tn, ID: id,
+		LeaseOwner: s.owner, LeaseExpiresAt: time.Now().Add(s.cfg.LeaseTTL)})
+	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+		s.log.Info("background response not run: no longer queued", "response_id", id)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec.Status = wire.StatusInProgress
+	t := &turn{
+		req:       &createRequest{Model: rec.Model, PreviousResponseID: rec.PreviousResponseID, ConversationID: rec.ConversationID, Store: true, Stream: true},
+		rec:       *rec,
+		body:      bt.Body,
+		toolNames: st.ToolNames,
+		view:      s.view(tn, st.IncludeEncrypted),
+		claimed:   true,
+	}
+	t.convTurn.Store(rec.ConversationID != "") // taken when it was queued
+	s.log.Info("background response running", "response_id", id)
+	return s.streamTurn(bgContext(ctx), t, func() eventSink { return &bgSink{t: t} })
+}
+
+// bgContext maps the worker's causes to the turn lifecycle's: a cancel is errCancelRequested
+// (stored cancelled), the time limit and shutdown are errShutdown with their own message.
+func bgContext(ctx context.Context) context.Context {
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, func() {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, background.ErrCancelled):
+			cancel(errCancelRequested)
+		case errors.Is(cause, background.ErrTimedOut):
+			cancel(errBackgroundTimeout)
+		default:
+			cancel(errShutdown)
+		}
+	})
+	return out
+}
+
+var (
+	// errCancelRequested: POST /v1/responses/{id}/cancel.
+	errCancelRequested = errors.New("server: the response was cancelled")
+	// errBackgroundTimeout is a shutdown of one turn: its run passed --background-timeout.
+	errBackgroundTimeout = fmt.Errorf("background run passed its time limit: %w", errShutdown)
+)
+
+// cutMessage is the stored message of a stream cut by ctx's end (errShutdown or a time limit).
+func cutMessage(ctx context.Context) string {
+	if errors.Is(context.Cause(ctx), errBackgroundTimeout) {
+		return "The background response ran longer than the gateway's time limit (--background-timeout)."
+	}
+	return "The gateway shut down before the response finished; retry it."
+}
+
+// goneError is the error a response cut by its client (or a cancel) is stored with: none for a
+// cancel, which is the client's wish and not a failure.
+func goneError(ctx context.Context, msg string) *wire.ErrorObject {
+	if errors.Is(context.Cause(ctx), errCancelRequested) {
+		return nil
+	}
+	return &wire.ErrorObject{Code: "client_disconnected", Message: msg}
+}
+
+// bgSink is a background turn's event sink: there is no client; the accumulator's events reach
+// the event log through the turn's eventLog, flushed by its keeper every bgFlushInterval.
+type bgSink struct{ t *turn }
+
+// write asks the keeper to log the events it has just been given (the first at once, later
+// ones at most every bgFlushInterval).
+func (s *bgSink) write([]byte) error { s.t.keeper.flushSoon(); return nil }
+func (*bgSink) keepalive() error     { return nil }
+func (*bgSink) idleSince() time.Time { return time.Now() }
+
+// cancelBackground serves POST /v1/responses/{id}/cancel of a background response: a queued one
+// is stored cancelled at once; a running one is cancelled wherever it runs (River delivers the
+// cancel to its worker's context, which cancels the upstream call) and the answer waits for
+// its worker to store it; a finished one is returned unchanged.
+func (s *Server) cancelBackground(c echo.Context, r *store.Response) error {
+	ctx := c.Request().Context()
+	outcome, err := s.store.ResponseCancelBackground(ctx, &store.ResponseCancelBackgroundParams{Tenant: r.Tenant, ID: r.ID})
+	if errors.Is(err, store.ErrNotFound) {
+		return responseNotFound(r.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if outcome == store.CancelRunning {
+		s.log.Info("background response cancel requested", "response_id", r.ID)
+		if err := s.waitTerminal(ctx, r.Tenant, r.ID); err != nil {
+			return err
+		}
+	}
+	id := r.ID
+	r, out, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return responseNotFound(id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), r, s.readView(c).items(out)))
+}
+
+// cancelWait bounds how long a cancel waits for the worker to store the cancelled response; it
+// then answers with the response as stored (still in_progress: the cancel goes on).
+const cancelWait = 10 * time.Second
+
+// waitTerminal waits until the response is terminal (woken by the turn's end in this process,
+// else by polling the store), cancelWait or ctx's end.
+func (s *Server) waitTerminal(ctx context.Context, tn, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, cancelWait)
+	defer cancel()
+	for {
+		r, _, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
+		if err != nil || r.Status.Terminal() {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.bgWake.wait(id):
+		case <-time.After(followPoll):
+		}
+	}
+}
+
+// wakeHub wakes the readers of a response's event log in this process when its turn appends
+// events or ends, so they do not wait for their next poll (followPoll still serves readers of a
+// turn running on another replica).
+type wakeHub struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+// wait returns a channel closed at the next wake of id.
+func (h *wakeHub) wait(id string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ch == nil {
+		h.ch = map[string]chan struct{}{}
+	}
+	c, ok := h.ch[id]
+	if !ok {
+		c = make(chan struct{})
+		h.ch[id] = c
+	}
+	return c
+}
+
+// forget drops id's waiters (waking them): a reader leaving, so a response never woken in this
+// process (its turn runs elsewhere) leaves nothing behind.
+func (h *wakeHub) forget(id string) { h.wake(id) }
+
+// wake wakes the current waiters of id.
+func (h *wakeHub) wake(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.ch[id]; ok {
+		close(c)
+		delete(h.ch, id)
+	}
+}
+
+// StartBackground starts this process's background workers and the housekeeping job (lease
+// sweep and retention, on the elected leader) on River in the store's database. The store must
+// implement store.Jobs (both backends do). Shutdown stops them.
+func (s *Server) StartBackground(ctx context.Context) error {
+	jobs, ok := s.store.(store.Jobs)
+	if !ok {
+		return errors.New("server: the store does not run background jobs")
+	}
+	// River runs until Shutdown stops it, not until ctx ends.
+	r, err := background.Start(context.WithoutCancel(ctx), jobs, background.Config{
+		Workers: s.cfg.BackgroundWorkers, Timeout: s.cfg.BackgroundTimeout, Turn: s.runBackground,
+		Housekeeping: s.Purge, HousekeepingInterval: s.cfg.SweepInterval,
+		FetchPollInterval: s.cfg.BackgroundPoll, Logger: s.log, Meter: s.tel.meter,
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.bgRunner = r
+	s.mu.Unlock()
+	return nil
+}
+
+// stopBackground stops the workers: running turns may finish until ctx ends, then they are
+// stored failed (the gateway shut down) and awaited.
+func (s *Server) stopBackground(ctx context.Context) {
+	s.mu.Lock()
+	r := s.bgRunner
+	s.bgRunner = nil
+	s.mu.Unlock()
+	if err := r.Stop(ctx); err != nil {
+		s.log.Error("stop background workers", "error", err)
+	}
+}

@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// Background turns (docs/background.md): a response created with background:true is stored
+// queued together with its River job in ONE transaction (ResponseEnqueueBackground); a worker on
+// any replica claims it (ResponseBackgroundClaim), runs it through the server's turn lifecycle and
+// commits it with ResponseCommit like any turn. River runs inside the store's own database: its
+// tables are created by each backend's migrate step (rivermigrate), and the backend owns the River
+// client, so the transactional enqueue and the job's cancel never expose a transaction.
+
+// BackgroundJobKind is the River job kind of a background turn.
+const BackgroundJobKind = "respgate_background_turn"
+
+// BackgroundJobArgs are a background turn's River job arguments: only the response's key; the
+// turn itself is in the store (BackgroundTurnGet), so the job row stays small.
+type BackgroundJobArgs struct {
+	Tenant     string `json:"tenant"`
+	ResponseID string `json:"response_id"`
+}
+
+// Kind is River's job kind (river.JobArgs).
+func (BackgroundJobArgs) Kind() string { return BackgroundJobKind }
+
+// Errors of the background queue's bounds (ResponseEnqueueBackground).
+var (
+	// ErrQueueFull: the queue already holds MaxQueued queued background responses.
+	ErrQueueFull = errors.New("store: background queue full")
+	// ErrTenantBusy: the tenant already has MaxPerTenant unfinished background responses.
+	ErrTenantBusy = errors.New("store: tenant has too many background responses")
+)
+
+// BackgroundTurn is what a background turn's worker needs beyond the response record.
+type BackgroundTurn struct {
+	// Body is the vLLM-bound request, rehydrated and validated when the response was created.
+	Body []byte
+	// State is the server's own settings of the turn (JSON, opaque to the store).
+	State json.RawMessage
+	// JobID is the River job's id (set by ResponseEnqueueBackground).
+	JobID int64
+}
+
+type ResponseEnqueueBackgroundParams struct {
+	// Response is the record, stored with status queued and no lease (a queued response is the
+	// queue's, not a process's: the sweeper leaves it alone).
+	Response Response
+	Input    []wire.Item
+	Turn     BackgroundTurn
+	// MaxQueued bounds the queued background responses of all tenants, MaxPerTenant the
+	// unfinished (queued or in progress) ones of Response.Tenant (0: unbounded). Past them the
+	// error is ErrQueueFull or ErrTenantBusy and nothing is written.
+	MaxQueued    int
+	MaxPerTenant int
+}
+
+type BackgroundTurnGetParams struct {
+	Tenant     string
+	ResponseID string
+}
+
+type ResponseBackgroundClaimParams struct {
+	Tenant         string
+	ID             string
+	LeaseOwner     string
+	LeaseExpiresAt time.Time
+}
+
+type ResponseCancelBackgroundParams struct {
+	Tenant string
+	ID     string
+}
+
+// CancelOutcome is what ResponseCancelBackground did.
+type CancelOutcome int
+
+const (
+	// CancelQueued: the response was queued; its job will never run and it is stored cancelled.
+	CancelQueued CancelOutcome = iota + 1
+	// CancelRunning: a worker runs it; River cancels the run's context wherever it runs, and the
+	// worker stores the response cancelled with its partial output.
+	CancelRunning
+	// CancelFinished: it had already ended; nothing changed.
+	CancelFinished
+)
+
+// Jobs is implemented by the backends that run River in their database (both do). The background
+// package hands in River's configuration (workers, queues, periodic jobs); the backend builds the
+// client on its own driver, so no driver type crosses this interface.
+type Jobs interface {
+	// JobsStart starts working jobs with cfg (once). Until then the store can enqueue and cancel
+	// but works nothing.
+	JobsStart(ctx context.Context, cfg *river.Config) error
+	// JobsStop stops working: no new jobs are fetched and running ones may finish until ctx ends;
+	// then their contexts are cancelled and JobsStop waits for them to return.
+	JobsStop(ctx context.Context) error
+}

@@ -1,0 +1,214 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/jobq"
+	"github.com/respgate/respgate/wire"
+)
+
+// Background turns on River (docs/background.md): the store owns the River client (store/jobq)
+// on its own pool, so the queued response and its job are one transaction.
+
+// riverLockKey is the advisory lock respgate's migrate step holds while River's migrations run,
+// so replicas starting at once do not race (golang-migrate's own lock covers only its files).
+const riverLockKey = 0x72657370_72697672 // "resp" "rivr"
+
+// openJobs runs River's migrations (in the store's schema, under an advisory lock) and builds
+// the insert-only River client.
+func openJobs(ctx context.Context, pool *pgxpool.Pool) (*jobq.Client[pgx.Tx], error) {
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return nil, fmt.Errorf("read schema: %w", err)
+	}
+	drv := riverpgxv5.New(pool)
+	// River's migrations commit one by one (a later one uses an enum value an earlier one adds),
+	// so the lock is a session lock on a connection of its own, held around them.
+	// (Not a pool connection: a pool of one would deadlock.)
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("migrate river: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(riverLockKey)); err != nil {
+		return nil, fmt.Errorf("migrate river: lock: %w", err)
+	}
+	err = jobq.Migrate(ctx, drv, schema)
+	if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(riverLockKey)); uerr != nil && err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("migrate river: %w", err)
+	}
+	// River's schema qualifies its tables and its notification topics, so stores in different
+	// schemas of one database (tests) never see each other's jobs.
+	return jobq.New(drv, schema)
+}
+
+// JobsStart starts working jobs (store.Jobs).
+func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
+	return s.jobs.Start(ctx, cfg)
+}
+
+// JobsStop stops working jobs (store.Jobs).
+func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
+
+const (
+	bgQueuedCountSQL = `SELECT count(*) FROM responses WHERE status = 'queued'`
+	bgTenantCountSQL = `
+SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE b.tenant = $1 AND r.status IN ('queued', 'in_progress')`
+	bgResponseInsertSQL = `
+INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
+                       completed_at, echo, usage, error, incomplete_details)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	bgTurnInsertSQL = `
+INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES ($1, $2, $3, $4, $5, $6)`
+	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = $1 AND response_id = $2`
+	bgClaimSQL   = `
+UPDATE responses SET status = 'in_progress', lease_owner = $3, lease_expires_at = $4
+WHERE tenant = $1 AND id = $2 AND status = 'queued'`
+	bgExistsSQL     = `SELECT 1 FROM responses WHERE tenant = $1 AND id = $2`
+	bgCancelLockSQL = `
+SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
+FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE b.tenant = $1 AND b.response_id = $2 FOR UPDATE OF r`
+	bgCancelQueuedSQL = `
+UPDATE responses SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL
+WHERE tenant = $1 AND id = $2 AND status = 'queued'`
+)
+
+// ResponseEnqueueBackground stores a queued background response with its River job in one
+// transaction; see store.Store.
+func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.ResponseEnqueueBackgroundParams) error {
+	r := &p.Response
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkBounds(ctx, tx, p); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, bgResponseInsertSQL, store.ResponseArgs(s.Driver, r, wire.StatusQueued)...); err != nil {
+			return interpretError(err)
+		}
+		if len(p.Input) > 0 {
+			var items itemArrays
+			items.add(store.RoleInput, p.Input)
+			if _, err := tx.Exec(ctx, insertItemsSQL, r.Tenant, r.ID, items.roles, items.positions, items.ids, items.types, items.data, nil); err != nil {
+				return interpretError(err)
+			}
+		}
+		id, err := s.jobs.InsertTx(ctx, tx, store.BackgroundJobArgs{Tenant: r.Tenant, ResponseID: r.ID})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, bgTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UTC())
+		return interpretError(err)
+	})
+	if err != nil {
+		return fmt.Errorf("enqueue background response: %w", err)
+	}
+	return nil
+}
+
+func checkBounds(ctx context.Context, tx pgx.Tx, p *store.ResponseEnqueueBackgroundParams) error {
+	var n int
+	if p.MaxPerTenant > 0 {
+		if err := tx.QueryRow(ctx, bgTenantCountSQL, p.Response.Tenant).Scan(&n); err != nil {
+			return err
+		}
+		if n >= p.MaxPerTenant {
+			return store.ErrTenantBusy
+		}
+	}
+	if p.MaxQueued > 0 {
+		if err := tx.QueryRow(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
+			return err
+		}
+		if n >= p.MaxQueued {
+			return store.ErrQueueFull
+		}
+	}
+	return nil
+}
+
+// BackgroundTurnGet returns a background response's turn; see store.Store.
+func (s *Store) BackgroundTurnGet(ctx context.Context, p *store.BackgroundTurnGetParams) (*store.BackgroundTurn, error) {
+	var t store.BackgroundTurn
+	var state string
+	if err := s.pool.QueryRow(ctx, bgTurnGetSQL, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
+		return nil, fmt.Errorf("get background turn: %w", interpretError(err))
+	}
+	t.State = []byte(state)
+	return &t, nil
+}
+
+// ResponseBackgroundClaim moves a queued response to in_progress under a lease; see store.Store.
+func (s *Store) ResponseBackgroundClaim(ctx context.Context, p *store.ResponseBackgroundClaimParams) error {
+	tag, err := s.pool.Exec(ctx, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, p.LeaseExpiresAt.UTC())
+	if err != nil {
+		return fmt.Errorf("claim background response: %w", interpretError(err))
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var one int
+	err = interpretError(s.pool.QueryRow(ctx, bgExistsSQL, p.Tenant, p.ID).Scan(&one))
+	if err == nil {
+		err = store.ErrConflict
+	}
+	return fmt.Errorf("claim background response: %w", err)
+}
+
+// ResponseCancelBackground cancels a background response's job; see store.Store.
+func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseCancelBackgroundParams) (store.CancelOutcome, error) {
+	var out store.CancelOutcome
+	var jobID int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var status wire.Status
+		var conv string
+		if err := tx.QueryRow(ctx, bgCancelLockSQL, p.Tenant, p.ID).Scan(&jobID, &status, &conv); err != nil {
+			return interpretError(err)
+		}
+		if status.Terminal() {
+			out = store.CancelFinished
+			return nil
+		}
+		state, err := s.jobs.CancelTx(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		out = store.CancelRunning
+		if status != wire.StatusQueued || state == rivertype.JobStateRunning {
+			return nil
+		}
+		// Still queued and River will never run it: the cancel is the response's end.
+		out = store.CancelQueued
+		if _, err := tx.Exec(ctx, bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
+			return err
+		}
+		if conv != "" {
+			if _, err := tx.Exec(ctx, turnReleaseSQL, p.Tenant, conv, p.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cancel background response: %w", interpretError(err))
+	}
+	if out == store.CancelRunning {
+		// Wake the client running it now (River's notifier reaches every replica).
+		if err := s.jobs.Notify(ctx, jobID); err != nil {
+			return out, fmt.Errorf("cancel background response: %w", err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,175 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/jobq"
+	"github.com/respgate/respgate/wire"
+)
+
+// Background turns on River (docs/background.md): the store owns the River client
+// (store/jobq, River's SQLite driver) on its own connection, so the queued response and its job
+// are one transaction. River has no notifier on SQLite: the worker client polls, and a cancel is
+// delivered in process (docs/background.md, "SQLite").
+
+// openJobs runs River's migrations and builds the insert-only River client.
+func (s *Store) openJobs(ctx context.Context) error {
+	drv := riversqlite.New(s.db)
+	// One connection: River's migrations run one after another on it, nothing else can interleave.
+	err := jobq.Migrate(ctx, drv, "")
+	if err != nil {
+		return fmt.Errorf("migrate river: %w", err)
+	}
+	s.jobs, err = jobq.New(drv, "")
+	return err
+}
+
+// JobsStart starts working jobs (store.Jobs).
+func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
+	return s.jobs.Start(ctx, cfg)
+}
+
+// JobsStop stops working jobs (store.Jobs).
+func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
+
+const (
+	bgQueuedCountSQL = `SELECT count(*) FROM responses WHERE status = 'queued'`
+	bgTenantCountSQL = `
+SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE b.tenant = ?1 AND r.status IN ('queued', 'in_progress')`
+	bgTurnInsertSQL = `
+INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
+	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = ?1 AND response_id = ?2`
+	bgClaimSQL   = `
+UPDATE responses SET status = 'in_progress', lease_owner = ?3, lease_expires_at = ?4
+WHERE tenant = ?1 AND id = ?2 AND status = 'queued'`
+	bgCancelReadSQL = `
+SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
+FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE b.tenant = ?1 AND b.response_id = ?2`
+	bgCancelQueuedSQL = `
+UPDATE responses SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL
+WHERE tenant = ?1 AND id = ?2 AND status = 'queued'`
+)
+
+// ResponseEnqueueBackground stores a queued background response with its River job in one
+// transaction; see store.Store.
+func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.ResponseEnqueueBackgroundParams) error {
+	r := &p.Response
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if p.MaxPerTenant > 0 {
+			if err := tx.QueryRowContext(ctx, bgTenantCountSQL, r.Tenant).Scan(&n); err != nil {
+				return err
+			}
+			if n >= p.MaxPerTenant {
+				return store.ErrTenantBusy
+			}
+		}
+		if p.MaxQueued > 0 {
+			if err := tx.QueryRowContext(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
+				return err
+			}
+			if n >= p.MaxQueued {
+				return store.ErrQueueFull
+			}
+		}
+		if _, err := tx.ExecContext(ctx, responseInsertSQL, store.ResponseArgs(s.Driver, r, wire.StatusQueued)...); err != nil {
+			return interpretError(err)
+		}
+		if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil); err != nil {
+			return err
+		}
+		id, err := s.jobs.InsertTx(ctx, tx, store.BackgroundJobArgs{Tenant: r.Tenant, ResponseID: r.ID})
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, bgTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UnixMicro())
+		return interpretError(err)
+	})
+	if err != nil {
+		return fmt.Errorf("enqueue background response: %w", interpretError(err))
+	}
+	return nil
+}
+
+// BackgroundTurnGet returns a background response's turn; see store.Store.
+func (s *Store) BackgroundTurnGet(ctx context.Context, p *store.BackgroundTurnGetParams) (*store.BackgroundTurn, error) {
+	var t store.BackgroundTurn
+	var state string
+	if err := s.db.QueryRowContext(ctx, bgTurnGetSQL, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
+		return nil, fmt.Errorf("get background turn: %w", interpretError(err))
+	}
+	t.State = []byte(state)
+	return &t, nil
+}
+
+// ResponseBackgroundClaim moves a queued response to in_progress under a lease; see store.Store.
+func (s *Store) ResponseBackgroundClaim(ctx context.Context, p *store.ResponseBackgroundClaimParams) error {
+	res, err := s.db.ExecContext(ctx, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, p.LeaseExpiresAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("claim background response: %w", interpretError(err))
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	var one int
+	err = interpretError(s.db.QueryRowContext(ctx, responseExistsSQL, p.Tenant, p.ID).Scan(&one))
+	if err == nil {
+		err = store.ErrConflict
+	}
+	return fmt.Errorf("claim background response: %w", err)
+}
+
+// ResponseCancelBackground cancels a background response's job; see store.Store.
+func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseCancelBackgroundParams) (store.CancelOutcome, error) {
+	var out store.CancelOutcome
+	var jobID int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var status wire.Status
+		var conv string
+		if err := tx.QueryRowContext(ctx, bgCancelReadSQL, p.Tenant, p.ID).Scan(&jobID, &status, &conv); err != nil {
+			return interpretError(err)
+		}
+		if status.Terminal() {
+			out = store.CancelFinished
+			return nil
+		}
+		state, err := s.jobs.CancelTx(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		out = store.CancelRunning
+		if status != wire.StatusQueued || state == rivertype.JobStateRunning {
+			return nil
+		}
+		out = store.CancelQueued
+		if _, err := tx.ExecContext(ctx, bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
+			return err
+		}
+		if conv != "" {
+			if _, err := tx.ExecContext(ctx, turnReleaseSQL, p.Tenant, conv, p.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cancel background response: %w", interpretError(err))
+	}
+	if out == store.CancelRunning {
+		// In process: River delivers the cancel to this process's running job at once.
+		if err := s.jobs.Notify(ctx, jobID); err != nil {
+			return out, fmt.Errorf("cancel background response: %w", err)
+		}
+	}
+	return out, nil
+}
