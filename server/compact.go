@@ -95,7 +95,7 @@ func (s *Server) sessionItems(ctx context.Context, tn string, req *createRequest
 	if len(input) > s.cfg.MaxInputItems {
 		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
 	}
-	history, err := s.loadHistory(ctx, tn, req, nil)
+	history, _, err := s.loadHistory(ctx, tn, req, nil)
 	if err != nil {
 		return nil, err
 	}

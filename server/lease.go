@@ -86,32 +86,31 @@ type leaseKeeper struct {
 	ctx    context.Context // ends at Stop: aborts a store call in progress
 	cancel context.CancelFunc
 	once   sync.Once
-<<<<<<< HEAD
 
 	tick, renewEvery time.Duration
 	timer            *time.Timer
 	next, lastRenew  time.Time // used only by the callback (one at a time: it re-arms the timer last)
 
-	mu      sync.Mutex
-	stopped bool
-	running sync.WaitGroup
-=======
-	// kick asks for a flush now (a background turn's sink: its readers read only the log);
-	// kicks that arrive while one waits are one flush.
-	kick chan struct{}
+	mu        sync.Mutex
+	stopped   bool
+	inRun     bool      // the callback is running (it re-arms the timer when it ends)
+	lastFlush time.Time // when the callback last flushed the event log
+	running   sync.WaitGroup
 }
 
-// flushSoon asks the keeper to flush the event log now unless it flushed within bgFlushInterval
-// (then its ticker takes the events). Safe on a nil keeper.
+// flushSoon asks the keeper to flush the event log now (a background turn's sink: its readers
+// read only the log), unless it flushed within bgFlushInterval or is flushing now: then its next
+// tick takes the events. Safe on a nil keeper.
 func (k *leaseKeeper) flushSoon() {
 	if k == nil {
 		return
 	}
-	select {
-	case k.kick <- struct{}{}:
-	default:
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.inRun || time.Since(k.lastFlush) < bgFlushInterval {
+		return
 	}
->>>>>>> h-16
+	k.timer.Reset(0)
 }
 
 // startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
@@ -119,23 +118,20 @@ func (s *Server) startKeeper(t *turn) *leaseKeeper {
 	if !t.leased && !t.convTurn.Load() && t.events == nil {
 		return nil
 	}
-<<<<<<< HEAD
 	k := &leaseKeeper{s: s, t: t, renewEvery: s.cfg.LeaseTTL / 3}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.tick = k.renewEvery
 	if t.events != nil && eventFlushInterval < k.tick {
 		k.tick = eventFlushInterval
 	}
+	if t.claimed && t.events != nil {
+		k.tick = min(k.tick, bgFlushInterval) // a background turn's readers read only the log
+	}
 	now := time.Now()
 	k.lastRenew, k.next = now, now.Add(k.tick)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.timer = time.AfterFunc(k.tick, k.run)
-=======
-	ctx, cancel := context.WithCancel(context.Background())
-	k := &leaseKeeper{s: s, t: t, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1)}
-	go k.run(ctx)
->>>>>>> h-16
 	return k
 }
 
@@ -160,11 +156,11 @@ func (k *leaseKeeper) Stop() {
 // time.Ticker drops them).
 func (k *leaseKeeper) run() {
 	k.mu.Lock()
-	if k.stopped {
+	if k.stopped || k.inRun {
 		k.mu.Unlock()
 		return
 	}
-<<<<<<< HEAD
+	k.inRun = true
 	k.running.Add(1)
 	k.mu.Unlock()
 	defer k.running.Done()
@@ -182,38 +178,9 @@ func (k *leaseKeeper) run() {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.inRun, k.lastFlush = false, now
 	if !k.stopped {
 		k.timer.Reset(time.Until(k.next))
-=======
-	if k.t.claimed && k.t.events != nil {
-		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
-	}
-	if k.t.claimed && k.t.events != nil {
-		tick = min(tick, bgFlushInterval) // a background turn's readers read only the log
-	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	lastRenew := time.Now()
-	var lastKick time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-k.kick:
-			if now := time.Now(); now.Sub(lastKick) >= bgFlushInterval {
-				lastKick = now
-				k.flush(ctx)
-			}
-		case now := <-ticker.C:
-			if k.t.events != nil {
-				k.flush(ctx)
-			}
-			if now.Sub(lastRenew) >= renewEvery {
-				lastRenew = now
-				k.renew(ctx)
-			}
-		}
->>>>>>> h-16
 	}
 }
 
@@ -226,9 +193,6 @@ func (k *leaseKeeper) flush(ctx context.Context) {
 	}
 	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{
 		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs})
-	if err == nil && k.t.claimed {
-		k.s.bgWake.wake(k.t.rec.ID)
-	}
 	if err == nil && k.t.claimed {
 		k.s.bgWake.wake(k.t.rec.ID)
 	}

@@ -41,26 +41,32 @@ func (s *sinkLog) idleSince() time.Time {
 	return s.last
 }
 
+// testServer is a Server with only what the stream watcher reads: KeepAlive and the shutdown
+// context; shutdown cuts the streams as Shutdown past its deadline does.
+func testServer(keepAlive time.Duration) (s *Server, shutdown func()) {
+	s = &Server{cfg: Config{KeepAlive: keepAlive}}
+	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
+	return s, s.stopCancel
+}
+
 // watch runs watchStream on sink until the returned stop is called; stop waits for it and
 // returns the cause the watcher cancelled the stream with (nil: none).
 func watch(ctx context.Context, s *Server, sink eventSink) (stop func() error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() { defer close(exited); s.watchStream(ctx, cancel, sink, done) }()
+	sw := s.watchStream(cancel, sink)
 	return func() error {
+		sw.stop()
 		cause := context.Cause(ctx)
-		close(done)
-		<-exited
 		cancel(nil)
 		return cause
 	}
 }
 
-// During upstream silence a keepalive goes out once the stream has been idle for KeepAlive (the
-// watcher looks every KeepAlive/2, at most every second), and not before.
+// During upstream silence a keepalive goes out once the stream has been idle for KeepAlive, and
+// not before.
 func TestWatchStreamSendsAKeepaliveAfterKeepAliveOfSilence(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{cfg: Config{KeepAlive: 1500 * time.Millisecond}, stop: make(chan struct{})}
+		s, _ := testServer(1500 * time.Millisecond)
 		sink := &sinkLog{start: time.Now(), last: time.Now()}
 		stop := watch(t.Context(), s, sink)
 		time.Sleep(5 * time.Second)
@@ -79,24 +85,28 @@ func TestWatchStreamSendsAKeepaliveAfterKeepAliveOfSilence(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		// A long KeepAlive is still checked every second.
-		s := &Server{cfg: Config{KeepAlive: 10*time.Second + 500*time.Millisecond}, stop: make(chan struct{})}
+		// A write in between postpones the keepalive: it is due KeepAlive after the last write.
+		s, _ := testServer(10*time.Second + 500*time.Millisecond)
 		sink := &sinkLog{start: time.Now(), last: time.Now()}
 		stop := watch(t.Context(), s, sink)
+		time.Sleep(4 * time.Second)
+		sink.mu.Lock()
+		sink.last = time.Now() // an event was written at 4s
+		sink.mu.Unlock()
 		time.Sleep(12 * time.Second)
 		synctest.Wait()
 		_ = stop()
-		if len(sink.keepalives) != 1 || sink.keepalives[0] != 11*time.Second {
-			t.Fatalf("keepalives at %v, want one at 11s", sink.keepalives)
+		if len(sink.keepalives) != 1 || sink.keepalives[0] != 14*time.Second+500*time.Millisecond {
+			t.Fatalf("keepalives at %v, want one at 14.5s", sink.keepalives)
 		}
 	})
 }
 
 // A keepalive that cannot be written means the client is gone; shutdown past its deadline cuts
-// the stream with errShutdown; the request's end stops the watcher without a cause of its own.
+// the stream with errShutdown; a watch stopped at the stream's end cancels nothing afterwards.
 func TestWatchStreamCutsTheStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{cfg: Config{KeepAlive: time.Second}, stop: make(chan struct{})}
+		s, _ := testServer(time.Second)
 		stop := watch(t.Context(), s, &sinkLog{start: time.Now(), last: time.Now(), fail: true})
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
@@ -105,23 +115,25 @@ func TestWatchStreamCutsTheStream(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{cfg: Config{KeepAlive: time.Minute}, stop: make(chan struct{})}
+		s, shutdown := testServer(time.Minute)
 		stop := watch(t.Context(), s, &sinkLog{start: time.Now(), last: time.Now()})
-		close(s.stop)
+		shutdown()
 		synctest.Wait()
 		if cause := stop(); !errors.Is(cause, errShutdown) {
 			t.Fatalf("shutdown: cause %v, want errShutdown", cause)
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{cfg: Config{KeepAlive: time.Minute}, stop: make(chan struct{})}
-		ctx, cancel := context.WithCancel(t.Context())
-		stop := watch(ctx, s, &sinkLog{start: time.Now(), last: time.Now()})
-		cancel()
+		s, shutdown := testServer(time.Minute)
+		ctx, cancel := context.WithCancelCause(t.Context())
+		defer cancel(nil)
+		sw := s.watchStream(cancel, &sinkLog{start: time.Now(), last: time.Now(), fail: true})
+		sw.stop() // the stream ended
+		shutdown() // too late: the watch has stopped
+		time.Sleep(2 * time.Minute)
 		synctest.Wait()
-		close(s.stop) // too late: the watcher has returned
-		if cause := stop(); !errors.Is(cause, context.Canceled) {
-			t.Fatalf("the request's end: cause %v, want only the request's own", cause)
+		if cause := context.Cause(ctx); cause != nil {
+			t.Fatalf("a stopped watch cancelled the stream: %v", cause)
 		}
 	})
 }

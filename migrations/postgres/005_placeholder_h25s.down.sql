@@ -1,1 +1,0 @@
--- Placeholder of branch h-25s so versions have no gap until the helpers numbered 005 merge: DROP this file on merge (their 005 replaces it).

@@ -1,1 +1,0 @@
--- Placeholder of branch h-25s so versions have no gap until the helpers numbered 004 merge: DROP this file on merge (their 004 replaces it).
