@@ -129,7 +129,7 @@ func pooledGoroutinesPerStream(t *testing.T, n int, url, warm, hold string) floa
 	}
 	var wave []*http.Response
 	for range n {
-		wave = append(wave, post(warm))
+		wave = append(wave, post(warm)) //nolint:bodyclose // closed below, once read to its end
 	}
 	for _, resp := range wave {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -143,8 +143,8 @@ func pooledGoroutinesPerStream(t *testing.T, n int, url, warm, hold string) floa
 		}
 	}()
 	for range n {
-		resp := post(hold)
-		held = append(held, resp)
+		resp := post(hold)        //nolint:bodyclose // closed by the deferred loop above
+		held = append(held, resp) //nolint:bodyclose // closed by the deferred loop above
 		rd := bufio.NewReader(resp.Body)
 		for {
 			line, err := rd.ReadString('\n')

@@ -55,7 +55,10 @@ func TestEventsAfterNextOrTwiceEndsClosed(t *testing.T) {
 		t.Errorf("Events after Next: %+v, want no event and closed", o)
 	}
 	s = memStream(c, strings.NewReader(body))
-	for range s.Events() {
+	for _, err := range s.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
 		break
 	}
 	if o := drainEvents(t, s); len(o.Events) != 0 || o.End != "closed" {
