@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/background"
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"

@@ -128,7 +128,7 @@ func TestWatchStreamCutsTheStream(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(t.Context())
 		defer cancel(nil)
 		sw := s.watchStream(cancel, &sinkLog{start: time.Now(), last: time.Now(), fail: true})
-		sw.stop() // the stream ended
+		sw.stop()  // the stream ended
 		shutdown() // too late: the watch has stopped
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
