@@ -37,6 +37,10 @@ func tenantCases() map[string][]routeCase {
 			{"POST", "/v1/responses", `{"model":"` + harmony + `","input":"x","conversation":"{C}"}`},
 			{"POST", "/v1/responses", `{"model":"` + harmony + `","input":[{"type":"item_reference","id":"{I}"}]}`},
 		},
+		"POST /v1/responses/compact": {
+			{"POST", "/v1/responses/compact", `{"model":"` + harmony + `","previous_response_id":"{R}"}`},
+			{"POST", "/v1/responses/compact", `{"model":"` + harmony + `","input":[{"type":"item_reference","id":"{I}"}]}`},
+		},
 		"GET /v1/responses/:id":                       {{"GET", "/v1/responses/{R}", ""}},
 		"DELETE /v1/responses/:id":                    {{"DELETE", "/v1/responses/{R}", ""}},
 		"GET /v1/responses/:id/input_items":           {{"GET", "/v1/responses/{R}/input_items", ""}},

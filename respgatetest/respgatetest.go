@@ -9,6 +9,7 @@ package respgatetest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -92,7 +93,8 @@ func New(t testing.TB, opts ...Options) *Gateway {
 	}
 	// Background responses and housekeeping run on River in the store (docs/background.md).
 	if _, ok := st.(store.Jobs); ok {
-		if err := srv.StartBackground(ctx); err != nil {
+		// Gateways sharing one store object share its workers: the first one's serve them all.
+		if err := srv.StartBackground(ctx); err != nil && !errors.Is(err, store.ErrJobsStarted) {
 			t.Fatalf("respgatetest: background workers: %v", err)
 		}
 	}

@@ -37,6 +37,9 @@ var (
 	ErrQueueFull = errors.New("store: background queue full")
 	// ErrTenantBusy: the tenant already has MaxPerTenant unfinished background responses.
 	ErrTenantBusy = errors.New("store: tenant has too many background responses")
+	// ErrJobsStarted: the store's workers are already running (JobsStart was called before,
+	// e.g. by another server on the same store object); they serve every server on it.
+	ErrJobsStarted = errors.New("store: background workers already started")
 )
 
 // BackgroundTurn is what a background turn's worker needs beyond the response record.

@@ -97,13 +97,16 @@ func (j *Client[TTx]) Notify(ctx context.Context, id int64) error {
 	return nil
 }
 
+// ErrStarted is Start called again on a client already working.
+var ErrStarted = errors.New("jobq: already started")
+
 // Start replaces the insert-only client by one built from cfg (its Schema is set here) and starts
-// it. It may be called once.
+// it. It may be called once: later calls return ErrStarted.
 func (j *Client[TTx]) Start(ctx context.Context, cfg *river.Config) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.working {
-		return errors.New("jobq: already started")
+		return ErrStarted
 	}
 	c := *cfg
 	c.Schema = j.schema

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,7 +57,11 @@ func openJobs(ctx context.Context, pool *pgxpool.Pool) (*jobq.Client[pgx.Tx], er
 
 // JobsStart starts working jobs (store.Jobs).
 func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
-	return s.jobs.Start(ctx, cfg)
+	err := s.jobs.Start(ctx, cfg)
+	if errors.Is(err, jobq.ErrStarted) {
+		return store.ErrJobsStarted
+	}
+	return err
 }
 
 // JobsStop stops working jobs (store.Jobs).
@@ -67,10 +72,12 @@ const (
 	bgTenantCountSQL = `
 SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
 WHERE b.tenant = $1 AND r.status IN ('queued', 'in_progress')`
-	bgResponseInsertSQL = `
+	// bgResponseInsertSQL inserts the queued record with its lineage, as any new response
+	// (lineageCTE, migrations/postgres/006).
+	bgResponseInsertSQL = lineageCTE + `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                       completed_at, echo, usage, error, incomplete_details)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+                       completed_at, echo, usage, error, incomplete_details, branch, depth, fork_branch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, ` + lineageValues + `)`
 	bgTurnInsertSQL = `
 INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES ($1, $2, $3, $4, $5, $6)`
 	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = $1 AND response_id = $2`

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,7 +35,11 @@ func (s *Store) openJobs(ctx context.Context) error {
 
 // JobsStart starts working jobs (store.Jobs).
 func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
-	return s.jobs.Start(ctx, cfg)
+	err := s.jobs.Start(ctx, cfg)
+	if errors.Is(err, jobq.ErrStarted) {
+		return store.ErrJobsStarted
+	}
+	return err
 }
 
 // JobsStop stops working jobs (store.Jobs).
@@ -82,7 +87,11 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 				return store.ErrQueueFull
 			}
 		}
-		if _, err := tx.ExecContext(ctx, responseInsertSQL, store.ResponseArgs(s.Driver, r, wire.StatusQueued)...); err != nil {
+		l, err := lineage(ctx, tx, r.Tenant, r.PreviousResponseID)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...)...); err != nil {
 			return interpretError(err)
 		}
 		if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil); err != nil {
