@@ -139,7 +139,7 @@ func processScenarios() []scenario {
 		p := e.startProcess()
 		e.gwURL = p.url
 		prev := chain(e, rng)
-		s := faultproxy.Spec{Match: []byte("commit"), Fold: true, Action: faultproxy.StallAt}
+		s := faultproxy.Spec{Match: commitSQL, Action: faultproxy.StallAt}
 		var tr *faultproxy.Trigger
 		streamDone := make(chan struct{})
 		var killer sync.WaitGroup
