@@ -5,8 +5,13 @@
 GO            ?= go
 GO_TEST_ARGS  ?=
 FUZZTIME      ?= 30s
-# A short fuzz pass of every target runs inside `make test`.
-TEST_FUZZTIME ?= 5s
+# A short fuzz pass of every target runs inside `make test`. It is budgeted in executions, not
+# time: a duration is a context deadline in go test's fuzz coordinator, and on a loaded machine a
+# worker still busy when it fires fails the target with "context deadline exceeded" and no crasher.
+TEST_FUZZTIME ?= 10000x
+# Minimising each new interesting input may take up to a minute by default, during which no
+# execution is counted (a short pass looked stalled at 0 execs/s); 100 executions are plenty.
+FUZZ_MINIMIZE ?= 100x
 PKGS          := ./...
 
 .DEFAULT_GOAL := help
@@ -43,7 +48,7 @@ FUZZ_TARGETS := ./upstream:FuzzDecode ./accumulator:FuzzAccumulate ./rehydrate:F
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$fn ($(TEST_FUZZTIME))"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(TEST_FUZZTIME) $$pkg; done
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(TEST_FUZZTIME) -fuzzminimizetime $(FUZZ_MINIMIZE) $$pkg; done
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s)
 	@$(MAKE) --no-print-directory fuzz-short TEST_FUZZTIME=$(FUZZTIME)
@@ -178,7 +183,7 @@ fuzz-long: ## every fuzz target for FUZZ_LONG_TIME (10m) each, one at a time, pr
 	@: > bin/fuzz-long/summary.txt
 	@set -e; for t in $(FUZZ_LONG_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$fn ($(FUZZ_LONG_TIME))"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_LONG_TIME) $(FUZZ_LONG_ARGS) $$pkg > bin/fuzz-long/$$fn.log 2>&1 || { tail -40 bin/fuzz-long/$$fn.log; exit 1; }; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_LONG_TIME) -fuzzminimizetime $(FUZZ_MINIMIZE) $(FUZZ_LONG_ARGS) $$pkg > bin/fuzz-long/$$fn.log 2>&1 || { tail -40 bin/fuzz-long/$$fn.log; exit 1; }; \
 	  execs=$$(grep -o 'execs: [0-9]*' bin/fuzz-long/$$fn.log | tail -1 | cut -d' ' -f2); \
 	  echo "  $$fn: $${execs:-?} executions"; echo "$$pkg $$fn $${execs:-?}" >> bin/fuzz-long/summary.txt; \
 	done; echo "executions per target:"; cat bin/fuzz-long/summary.txt

@@ -3,6 +3,7 @@ package accumulator
 import (
 	"bytes"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/respgate/respgate/wire"
 )
@@ -187,7 +188,9 @@ func parseItem(raw []byte) (p parsedItem, ok bool) {
 			return parsedItem{}, false
 		}
 	}
-	if o.finish() != nil || p.typ == "" {
+	// The type is copied into wire.Item.Type and stored beside the item's JSON, which is always
+	// valid UTF-8; a type that is not would make the two disagree, so the item is malformed.
+	if o.finish() != nil || p.typ == "" || !utf8.ValidString(p.typ) {
 		return parsedItem{}, false
 	}
 	p.kind = kindOf(p.typ)
