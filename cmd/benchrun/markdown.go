@@ -381,6 +381,61 @@ func (r *report) agentMD(w writer) {
 			stored(ab.StoredFirst10), stored(ab.StoredLast10), per, growth)
 	}
 	w("\n")
+	r.positionMD(w)
+}
+
+// positionWindows are the 5-turn windows of the chain-position table: turns 1–5, 46–50 (the
+// issue's figure) and every 50 turns after, up to the session's length.
+func positionWindows(n int) [][2]int {
+	var ws [][2]int
+	for _, start := range []int{1, 11, 21, 46} {
+		if start+4 <= n {
+			ws = append(ws, [2]int{start, start + 4})
+		}
+	}
+	for start := 96; start+4 <= n; start += 50 {
+		ws = append(ws, [2]int{start, start + 4})
+	}
+	return ws
+}
+
+// windowMedian is the median TTFB of turns lo..hi (1-based, inclusive).
+func windowMedian(turns []agentTurn, lo, hi int) float64 {
+	var v []float64
+	for i := lo; i <= hi && i <= len(turns); i++ {
+		v = append(v, turns[i-1].TTFBUS)
+	}
+	return stats.MedianOf(v)
+}
+
+// positionMD is the TTFB of the agent session's turns by their position in the chain: the median
+// of each 5-turn window, and its ratio to turns 1–5 (a stateful gateway whose history load grows
+// with the chain shows it here).
+func (r *report) positionMD(w writer) {
+	a := r.Agent
+	ws := positionWindows(a.Turns)
+	if len(ws) < 2 {
+		return
+	}
+	w("TTFB by position in the chain (the session's own turns, median of each 5-turn window; ratio to turns 1–5):\n\n| backend |")
+	for _, win := range ws {
+		w(" turns %d–%d |", win[0], win[1])
+	}
+	w("\n|---|%s\n", strings.Repeat("---|", len(ws)))
+	for _, name := range []string{"D", "E"} {
+		ab := a.Backends[name]
+		if ab == nil || len(ab.Turns) == 0 {
+			continue
+		}
+		base := windowMedian(ab.Turns, ws[0][0], ws[0][1])
+		w("| %s |", name)
+		for _, win := range ws {
+			m := windowMedian(ab.Turns, win[0], win[1])
+			w(" %s (%.2f×) |", fmtUS(m), m/base)
+		}
+		w("\n")
+	}
+	w("\n")
 }
 
 func (r *report) capacityMD(w writer) {

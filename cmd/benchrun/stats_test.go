@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/respgate/respgate/bench/loadgen"
@@ -115,5 +116,26 @@ func TestFormatting(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%q, want %q", c.got, c.want)
 		}
+	}
+}
+
+func TestPositionWindowsAndTheirMedians(t *testing.T) {
+	if got := positionWindows(20); !reflect.DeepEqual(got, [][2]int{{1, 5}, {11, 15}}) {
+		t.Fatalf("windows of 20 turns: %v", got)
+	}
+	got := positionWindows(150)
+	want := [][2]int{{1, 5}, {11, 15}, {21, 25}, {46, 50}, {96, 100}, {146, 150}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("windows of 150 turns: %v, want %v", got, want)
+	}
+	turns := make([]agentTurn, 50)
+	for i := range turns {
+		turns[i].TTFBUS = float64(i + 1) // turn n took n µs
+	}
+	if m := windowMedian(turns, 1, 5); m != 3 {
+		t.Fatalf("median of turns 1–5 = %v, want 3", m)
+	}
+	if m := windowMedian(turns, 46, 50); m != 48 {
+		t.Fatalf("median of turns 46–50 = %v, want 48", m)
 	}
 }
