@@ -110,7 +110,9 @@ func newEnv(t *testing.T, name, backend string, seed int64) *env {
 
 // openStore opens the backend at dsn (migrating it).
 func (e *env) openStore(dsn string) (store.Store, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Opening migrates (River's migrations too); on a loaded machine with the matrix's parallel
+	// runs that took over 30 s once. A hung open still ends, in the test's own timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if e.backend == "postgres" {
 		return postgres.Open(ctx, dsn)
@@ -180,6 +182,9 @@ func (e *env) cleanGateway() string {
 	}
 	cfg := gatewayConfig()
 	cfg.SweepInterval = time.Hour
+	// The auditor's gateway is not under test: its turns must not time out on a loaded machine
+	// (the scenario gateways' 2 s sync limit made continuations answer 504 upstream_timeout).
+	cfg.SyncTimeout = 2 * time.Minute
 	srv, err := server.New(context.Background(), cfg, st, up)
 	if err != nil {
 		e.t.Fatalf("server: %v", err)

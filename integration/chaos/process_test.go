@@ -140,31 +140,26 @@ func processScenarios() []scenario {
 		e.gwURL = p.url
 		prev := chain(e, rng)
 		s := faultproxy.Spec{Match: commitSQL, Action: faultproxy.StallAt}
-		var tr *faultproxy.Trigger
+		// Armed before the turn (commitSQL is on the wire only in a final commit): respgate dies
+		// while this turn's commit is on the wire.
+		tr := e.pg.Arm(faultproxy.ToServer, s)
 		streamDone := make(chan struct{})
 		var killer sync.WaitGroup
-		e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{at: phItemDone,
-			hook: func(t *transcript) {
-				t.faulted = true
-				// Armed once the answer is out, so the next COMMIT is the turn's final one:
-				// respgate dies while it is on the wire.
-				tr = e.pg.Arm(faultproxy.ToServer, s)
-				killer.Add(1)
-				go func() {
-					defer killer.Done()
-					select {
-					case <-tr.Fired():
-						p.kill()
-					case <-streamDone:
-					}
-				}()
-			}})
+		killer.Add(1)
+		go func() {
+			defer killer.Done()
+			select {
+			case <-tr.Fired():
+				p.kill()
+			case <-streamDone:
+			}
+		}()
+		t := e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
+		t.faulted = true
 		close(streamDone)
 		killer.Wait()
-		if tr != nil {
-			e.requireFired(tr, s)
-			tr.Release()
-		}
+		e.requireFired(tr, s)
+		tr.Release()
 		p.kill()
 	}})
 	ss = append(ss, scenario{name: "sigterm/200-streams", backends: both, faults: fShutdown, process: true, run: func(e *env, rng *rand.Rand) {

@@ -248,14 +248,13 @@ func allScenarios() []scenario {
 		add(scenario{name: "pg/" + c.name, backends: pgOnly, faults: fDB, run: func(e *env, rng *rand.Rand) {
 			prev := chain(e, rng)
 			s := faultproxy.Spec{Match: commitSQL, Action: c.act}
-			var tr *faultproxy.Trigger
-			// Armed once the answer is out, so the next COMMIT is the turn's final one.
-			e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{at: phItemDone,
-				hook: func(*transcript) { tr = e.pg.Arm(faultproxy.ToServer, s) }, act: actNone})
-			if tr != nil {
-				e.requireFired(tr, s)
-				tr.Release()
-			}
+			// Armed before the turn: commitSQL is on the wire only in a final commit, so it
+			// fires on this turn's. (Armed when the client read output_item.done, it raced the
+			// gateway's commit and lost on a loaded machine.)
+			tr := e.pg.Arm(faultproxy.ToServer, s)
+			e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
+			e.requireFired(tr, s)
+			tr.Release()
 			e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
 		}})
 	}
@@ -266,11 +265,10 @@ func allScenarios() []scenario {
 		prev := chain(e, rng)
 		commit := faultproxy.Spec{Match: commitSQL, Action: faultproxy.StallAt}
 		readBack := faultproxy.Spec{Match: []byte("0 AS depth, 0 AS kind"), Action: faultproxy.StallAt}
-		var a *faultproxy.Trigger
+		a := e.pg.Arm(faultproxy.ToServer, commit) // only this turn's final commit matches
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{at: phItemDone, hook: func(tr *transcript) {
-			a = e.pg.Arm(faultproxy.ToServer, commit)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -299,9 +297,7 @@ func allScenarios() []scenario {
 		}})
 		close(done)
 		wg.Wait()
-		if a != nil {
-			e.requireFired(a, commit)
-		}
+		e.requireFired(a, commit)
 	}})
 	add(scenario{name: "pg/restart-with-50-streams-open", backends: pgOnly, faults: fDB, run: func(e *env, rng *rand.Rand) {
 		many(e, rng, 50, "delay_ms=10&tokens=60", func() {
