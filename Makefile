@@ -175,7 +175,7 @@ chaos: ## the full fault matrix: every scenario x both backends x CHAOS_SEEDS se
 soak: ## waves of 500 concurrent streams with random cancels, cuts and slow readers for SOAK_DURATION (10m); resources and error rate checked per wave, audited
 	@mkdir -p bin
 	@echo "soak for $(SOAK_DURATION) (log: bin/soak.log)"
-	@SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' $(GO_TEST_ARGS) ./integration/chaos/ > bin/soak.log 2>&1; st=$$?; \
+	@SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags soak -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' $(GO_TEST_ARGS) ./integration/chaos/ > bin/soak.log 2>&1; st=$$?; \
 	  grep -E '^(soak |--- |ok|FAIL|PASS)|VIOLATION|soak_test.go' bin/soak.log; exit $$st
 
 fuzz-long: ## every fuzz target for FUZZ_LONG_TIME (10m) each, one at a time, printing executions per target
