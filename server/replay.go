@@ -182,7 +182,8 @@ func appendTerminalEvent(dst []byte, r *store.Response, output []wire.Item, seq 
 	return wire.Event{Type: typ, Data: data}.AppendSSE(dst)
 }
 
-// followPoll is how often a GET ?stream=true of a response in progress looks for new events.
+// followPoll is how often a GET ?stream=true of a response in progress looks for new events
+// when nothing wakes it (Server.followInterval).
 const followPoll = 100 * time.Millisecond
 
 // streamStored serves GET ?stream=true. A response that was streamed replays its event log: the
@@ -209,9 +210,11 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 	lr := &logReplay{w: s.openStream(c), after: after, last: -1, lastRun: -1, keepAlive: s.cfg.KeepAlive}
 	// A turn in this process wakes the follow when it logs events or ends (background turns,
 	// server/background.go); the channel is taken before each read so no wake is missed.
+	// On another replica's turn, the store's notifications wake it (wakeFromStore); the ticker
+	// is then a fallback for a missed one.
 	wake := s.bgWake.wait(list.ResponseID)
 	defer s.bgWake.forget(list.ResponseID)
-	ticker := time.NewTicker(followPoll)
+	ticker := time.NewTicker(s.followInterval(r))
 	defer ticker.Stop()
 	for err = lr.send(evs); err == nil && !r.Status.Terminal(); err = lr.send(evs) {
 		select {
