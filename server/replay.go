@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -195,6 +196,22 @@ const followPoll = 100 * time.Millisecond
 func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item, after int64) error {
 	ctx := c.Request().Context()
 	list := &store.ResponseEventListParams{Tenant: r.Tenant, ResponseID: r.ID, After: -1}
+	// A turn in this process, or (through the store's notifications, wakeFromStore) on another
+	// replica, wakes the follow when it logs events or ends (background turns,
+	// server/background.go). The channel is taken before each read so no wake is missed; the
+	// first one before the status is read again, as r was read before it.
+	wake := s.bgWake.wait(list.ResponseID)
+	defer s.bgWake.forget(list.ResponseID)
+	if !r.Status.Terminal() {
+		nr, nout, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID})
+		if errors.Is(err, store.ErrNotFound) {
+			return responseNotFound(list.ResponseID) // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		r, out = nr, s.readView(c).items(nout)
+	}
 	evs, err := s.store.ResponseEventList(ctx, list)
 	if err != nil {
 		return err
@@ -208,12 +225,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		return nil
 	}
 	lr := &logReplay{w: s.openStream(c), after: after, last: -1, lastRun: -1, keepAlive: s.cfg.KeepAlive}
-	// A turn in this process wakes the follow when it logs events or ends (background turns,
-	// server/background.go); the channel is taken before each read so no wake is missed.
-	// On another replica's turn, the store's notifications wake it (wakeFromStore); the ticker
-	// is then a fallback for a missed one.
-	wake := s.bgWake.wait(list.ResponseID)
-	defer s.bgWake.forget(list.ResponseID)
+	// Where notifications wake the follow, the ticker is a fallback for a missed one.
 	ticker := time.NewTicker(s.followInterval(r))
 	defer ticker.Stop()
 	for err = lr.send(evs); err == nil && !r.Status.Terminal(); err = lr.send(evs) {
