@@ -57,7 +57,7 @@ func newWatcher(cc *pgx.ConnConfig, channel string) *watcher {
 }
 
 // EventWatchStart adds a watcher (store.EventWatcher).
-func (s *Store) EventWatchStart(_ context.Context, p *store.EventWatchParams) error {
+func (s *Store) EventWatchStart(ctx context.Context, p *store.EventWatchParams) error {
 	if p == nil || p.Wake == nil {
 		return errors.New("event watch: Wake is required")
 	}
@@ -67,9 +67,9 @@ func (s *Store) EventWatchStart(_ context.Context, p *store.EventWatchParams) er
 	w.subs[p] = struct{}{}
 	if w.cancel == nil {
 		// The listener lives until the last watcher stops, not until the caller's ctx ends.
-		ctx, cancel := context.WithCancel(context.Background())
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		w.cancel, w.done = cancel, make(chan struct{})
-		go w.run(ctx, w.done)
+		go w.run(lctx, w.done)
 	}
 	return nil
 }
