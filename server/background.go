@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/respgate/respgate/background"
 	"github.com/respgate/respgate/store"
@@ -239,12 +240,14 @@ func (s *Server) cancelBackground(c echo.Context, r *store.Response) error {
 // then answers with the response as stored (still in_progress: the cancel goes on).
 const cancelWait = 10 * time.Second
 
-// waitTerminal waits until the response is terminal (woken by the turn's end in this process,
-// else by polling the store), cancelWait or ctx's end.
+// waitTerminal waits until the response is terminal (woken by the turn's end, in this process
+// or through the store's notifications, else by polling the store), cancelWait or ctx's end.
 func (s *Server) waitTerminal(ctx context.Context, tn, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, cancelWait)
 	defer cancel()
+	defer s.bgWake.forget(id)
 	for {
+		wake := s.bgWake.wait(id) // before the read: no wake is missed
 		r, _, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
 		if err != nil || r.Status.Terminal() {
 			if ctx.Err() != nil {
@@ -252,18 +255,22 @@ func (s *Server) waitTerminal(ctx context.Context, tn, id string) error {
 			}
 			return err
 		}
+		t := time.NewTimer(s.followInterval(r))
 		select {
 		case <-ctx.Done():
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
 			return nil
-		case <-s.bgWake.wait(id):
-		case <-time.After(followPoll):
 		}
 	}
 }
 
 // wakeHub wakes the readers of a response's event log in this process when its turn appends
-// events or ends, so they do not wait for their next poll (followPoll still serves readers of a
-// turn running on another replica).
+// events or ends, here or (through the store's notifications, wakeFromStore) on another
+// replica, so they do not wait for their next poll.
 type wakeHub struct {
 	mu sync.Mutex
 	ch map[string]chan struct{}
@@ -288,6 +295,16 @@ func (h *wakeHub) wait(id string) <-chan struct{} {
 // process (its turn runs elsewhere) leaves nothing behind.
 func (h *wakeHub) forget(id string) { h.wake(id) }
 
+// wakeAll wakes every waiter (notifications may have been missed).
+func (h *wakeHub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, c := range h.ch {
+		close(c)
+		delete(h.ch, id)
+	}
+}
+
 // wake wakes the current waiters of id.
 func (h *wakeHub) wake(id string) {
 	h.mu.Lock()
@@ -298,6 +315,32 @@ func (h *wakeHub) wake(id string) {
 	}
 }
 
+// queuedGaugeTimeout bounds the queue-depth gauge's count on a /metrics scrape.
+const queuedGaugeTimeout = 2 * time.Second
+
+// registerQueueGauge exports respgate_background_queued, the queued background responses of
+// every tenant, counted from the store on each scrape (docs/background.md, "Metrics"). The count
+// stops at twice --background-max-queued (the queue passes its bound only by the creates in
+// flight), so a scrape's cost is bounded whatever the store holds; a failed count leaves the
+// gauge out of that scrape.
+func (s *Server) registerQueueGauge() error {
+	limit := 2 * s.cfg.BackgroundMaxQueued
+	_, err := s.tel.meter.Int64ObservableGauge("respgate.background.queued",
+		metric.WithDescription("queued background responses of every tenant (a store-wide count: every replica reports the same)"),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			ctx, cancel := context.WithTimeout(ctx, queuedGaugeTimeout)
+			defer cancel()
+			n, err := s.store.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: limit})
+			if err != nil {
+				s.log.Warn("count queued background responses", "error", err)
+				return nil
+			}
+			o.Observe(int64(n))
+			return nil
+		}))
+	return err
+}
+
 // StartBackground starts this process's background workers and the housekeeping job (lease
 // sweep and retention, on the elected leader) on River in the store's database. The store must
 // implement store.Jobs (both backends do). Shutdown stops them.
@@ -306,6 +349,18 @@ func (s *Server) StartBackground(ctx context.Context) error {
 	if !ok {
 		return errors.New("server: the store does not run background jobs")
 	}
+	// Followers of a response running on another replica are woken by the store's
+	// notifications where it has them (Postgres); the poll is then only a fallback.
+	if w, ok := s.store.(store.EventWatcher); ok {
+		p := &store.EventWatchParams{Wake: s.wakeFromStore}
+		if err := w.EventWatchStart(ctx, p); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.bgWatch = p
+		s.mu.Unlock()
+		s.watching.Store(true)
+	}
 	// River runs until Shutdown stops it, not until ctx ends.
 	r, err := background.Start(context.WithoutCancel(ctx), jobs, background.Config{
 		Workers: s.cfg.BackgroundWorkers, Timeout: s.cfg.BackgroundTimeout, Turn: s.runBackground,
@@ -313,6 +368,8 @@ func (s *Server) StartBackground(ctx context.Context) error {
 		FetchPollInterval: s.cfg.BackgroundPoll, Logger: s.log, Meter: s.tel.meter,
 	})
 	if err != nil {
+		// The workers of a store shared by several servers serve them all (ErrJobsStarted); the
+		// watcher stays for this server's followers then, else Shutdown stops it.
 		return err
 	}
 	s.mu.Lock()
@@ -321,14 +378,51 @@ func (s *Server) StartBackground(ctx context.Context) error {
 	return nil
 }
 
+// wakeFromStore is this server's store.EventWatchParams.Wake: a response's event log grew or it
+// ended, in any process ("": anything may have; wake every follower).
+func (s *Server) wakeFromStore(id string) {
+	s.tel.followWakes.Add(context.Background(), 1)
+	if id == "" {
+		s.bgWake.wakeAll()
+		return
+	}
+	s.bgWake.wake(id)
+}
+
+// followInterval is how often a follower of r looks at the store when nothing woke it: the
+// fallback poll for a background response whose notifications reach this process, else
+// followPoll.
+func (s *Server) followInterval(r *store.Response) time.Duration {
+	if s.watching.Load() && isBackground(r) {
+		return s.cfg.BackgroundFollowPoll
+	}
+	return followPoll
+}
+
+// isBackground reports whether r was created with background:true (its request echo).
+func isBackground(r *store.Response) bool {
+	var echo struct {
+		Background bool `json:"background"`
+	}
+	return json.Unmarshal(r.Echo, &echo) == nil && echo.Background
+}
+
 // stopBackground stops the workers: running turns may finish until ctx ends, then they are
 // stored failed (the gateway shut down) and awaited.
 func (s *Server) stopBackground(ctx context.Context) {
 	s.mu.Lock()
 	r := s.bgRunner
 	s.bgRunner = nil
+	watch := s.bgWatch
+	s.bgWatch = nil
 	s.mu.Unlock()
 	if err := r.Stop(ctx); err != nil {
 		s.log.Error("stop background workers", "error", err)
+	}
+	if watch != nil {
+		s.watching.Store(false)
+		if err := s.store.(store.EventWatcher).EventWatchStop(context.WithoutCancel(ctx), watch); err != nil {
+			s.log.Error("stop event watch", "error", err)
+		}
 	}
 }

@@ -40,7 +40,8 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 	if !t.req.Store {
 		return nil
 	}
-	p := &store.ResponseCommitParams{Response: t.rec, Input: t.input, Output: r.Output, Begun: t.leased}
+	// A background turn's followers may be on other replicas (Notify wakes them).
+	p := &store.ResponseCommitParams{Response: t.rec, Input: t.input, Output: r.Output, Begun: t.leased, Notify: t.claimed}
 	if t.events != nil {
 		p.Events = t.events.seal()
 	}

@@ -28,6 +28,11 @@ func (*fakeStore) SecretGetOrCreate(_ context.Context, p *store.SecretGetOrCreat
 	return p.Generate()
 }
 
+// ResponseQueuedCount answers the queue-depth gauge of /metrics: nothing is queued.
+func (*fakeStore) ResponseQueuedCount(context.Context, *store.ResponseQueuedCountParams) (int, error) {
+	return 0, nil
+}
+
 func (f *fakeStore) ConversationCreate(context.Context, *store.ConversationCreateParams) error {
 	f.conversations.Add(1)
 	return nil

@@ -192,7 +192,7 @@ func (k *leaseKeeper) flush(ctx context.Context) {
 		return
 	}
 	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{
-		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs})
+		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs, Notify: k.t.claimed})
 	if err == nil && k.t.claimed {
 		k.s.bgWake.wake(k.t.rec.ID)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -182,7 +183,8 @@ func appendTerminalEvent(dst []byte, r *store.Response, output []wire.Item, seq 
 	return wire.Event{Type: typ, Data: data}.AppendSSE(dst)
 }
 
-// followPoll is how often a GET ?stream=true of a response in progress looks for new events.
+// followPoll is how often a GET ?stream=true of a response in progress looks for new events
+// when nothing wakes it (Server.followInterval).
 const followPoll = 100 * time.Millisecond
 
 // streamStored serves GET ?stream=true. A response that was streamed replays its event log: the
@@ -194,6 +196,22 @@ const followPoll = 100 * time.Millisecond
 func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item, after int64) error {
 	ctx := c.Request().Context()
 	list := &store.ResponseEventListParams{Tenant: r.Tenant, ResponseID: r.ID, After: -1}
+	// A turn in this process, or (through the store's notifications, wakeFromStore) on another
+	// replica, wakes the follow when it logs events or ends (background turns,
+	// server/background.go). The channel is taken before each read so no wake is missed; the
+	// first one before the status is read again, as r was read before it.
+	wake := s.bgWake.wait(list.ResponseID)
+	defer s.bgWake.forget(list.ResponseID)
+	if !r.Status.Terminal() {
+		nr, nout, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID})
+		if errors.Is(err, store.ErrNotFound) {
+			return responseNotFound(list.ResponseID) // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		r, out = nr, s.readView(c).items(nout)
+	}
 	evs, err := s.store.ResponseEventList(ctx, list)
 	if err != nil {
 		return err
@@ -207,11 +225,8 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		return nil
 	}
 	lr := &logReplay{w: s.openStream(c), after: after, last: -1, lastRun: -1, keepAlive: s.cfg.KeepAlive}
-	// A turn in this process wakes the follow when it logs events or ends (background turns,
-	// server/background.go); the channel is taken before each read so no wake is missed.
-	wake := s.bgWake.wait(list.ResponseID)
-	defer s.bgWake.forget(list.ResponseID)
-	ticker := time.NewTicker(followPoll)
+	// Where notifications wake the follow, the ticker is a fallback for a missed one.
+	ticker := time.NewTicker(s.followInterval(r))
 	defer ticker.Stop()
 	for err = lr.send(evs); err == nil && !r.Status.Terminal(); err = lr.send(evs) {
 		select {

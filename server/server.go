@@ -143,6 +143,11 @@ type Config struct {
 	BackgroundMaxQueued    int
 	BackgroundMaxPerTenant int
 	BackgroundPoll         time.Duration
+	// BackgroundFollowPoll is how often a reader of a running background response's stream
+	// looks at the store when nothing woke it, on a store whose notifications wake it
+	// (store.EventWatcher: Postgres): a fallback for a missed notification (default 2 s).
+	// Elsewhere readers look every 100 ms.
+	BackgroundFollowPoll time.Duration
 	// TracerProvider receives spans (default: the global provider, a no-op unless the command
 	// installed the OTLP exporter).
 	TracerProvider trace.TracerProvider
@@ -184,6 +189,7 @@ func (c *Config) defaults() {
 	setDefault(&c.BackgroundTimeout, 30*time.Minute)
 	setDefault(&c.BackgroundMaxQueued, 1000)
 	setDefault(&c.BackgroundMaxPerTenant, 100)
+	setDefault(&c.BackgroundFollowPoll, 2*time.Second)
 	if c.ToolPolicy == "" {
 		c.ToolPolicy = ToolPolicyDrop
 	}
@@ -257,6 +263,10 @@ type Server struct {
 	// started); bgWake wakes this process's readers of a background turn's event log.
 	bgRunner *background.Runner
 	bgWake   wakeHub
+	// bgWatch is this server's watcher of the store's event notifications (StartBackground;
+	// nil: not watching); watching is true while it runs, so followers poll only as a fallback.
+	bgWatch  *store.EventWatchParams
+	watching atomic.Bool
 }
 
 // New builds the server: it loads (or creates) the server secret from the store and registers the
@@ -313,6 +323,9 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		for _, k := range cfg.APIKeys {
 			s.keys = append(s.keys, s.tenantOf(k))
 		}
+	}
+	if err := s.registerQueueGauge(); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	s.echo = s.routes()
 	return s, nil

@@ -50,6 +50,7 @@ type telemetry struct {
 	replayMisses    metric.Int64Counter
 	replayConflicts metric.Int64Counter
 	replayBytes     metric.Int64Counter
+	followWakes     metric.Int64Counter
 }
 
 func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
@@ -90,6 +91,7 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 		{&t.replayMisses, "respgate.chat.replay.misses", "chat assistant messages sent as is: no record, a mismatch, or replay stopped"},
 		{&t.replayConflicts, "respgate.chat.replay.conflicts", "chat assistant messages sent as is because their identity is blocked"},
 		{&t.replayBytes, "respgate.chat.replay.bytes", "bytes of captured items replayed into chat requests"},
+		{&t.followWakes, "respgate.background.notifications", "store notifications received that a background response's event log grew or ended (Postgres LISTEN/NOTIFY)"},
 	}); err != nil {
 		return nil, err
 	}

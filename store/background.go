@@ -106,3 +106,27 @@ type Jobs interface {
 	// then their contexts are cancelled and JobsStop waits for them to return.
 	JobsStop(ctx context.Context) error
 }
+
+// EventWatcher is implemented by backends whose event logs a turn in another process appends to
+// and that can tell this process at once (Postgres: LISTEN/NOTIFY on a connection of the store's
+// own; docs/background.md, "Following a running response"). The writes with Notify set (a
+// background turn's event appends and commit, and the cancel of a queued background response)
+// wake the watchers of every process on the database. SQLite has none: its turns and followers
+// share one process, which wakes its followers itself.
+type EventWatcher interface {
+	// EventWatchStart adds p to the watchers. The first one starts the listener (one connection
+	// for the store, however many watchers); Wake is called from then until EventWatchStop(p)
+	// returns.
+	EventWatchStart(ctx context.Context, p *EventWatchParams) error
+	// EventWatchStop removes p (the pointer given to EventWatchStart); the last one stops the
+	// listener and waits for it until ctx ends. After it returns, p.Wake is not called.
+	EventWatchStop(ctx context.Context, p *EventWatchParams) error
+}
+
+// EventWatchParams is one watcher of EventWatcher.
+type EventWatchParams struct {
+	// Wake is called with the id of a response whose event log grew or that ended, and with ""
+	// when notifications may have been missed (the listener connected or reconnected): then
+	// every follower must look again. It runs on the listener's goroutine and must not block.
+	Wake func(responseID string)
+}

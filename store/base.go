@@ -13,6 +13,8 @@ import (
 // consumer names (store/rows.go, store/chain.go) and with the arguments Base passes, in order.
 type Queries struct {
 	ItemCount string // (tenant) → count
+	// ResponseQueuedCount (limit) → count of queued responses, at most limit.
+	ResponseQueuedCount string
 	// SecretGet (name) → value; SecretInsert (name, value, created_at) does nothing on conflict.
 	SecretGet, SecretInsert string
 
@@ -56,6 +58,16 @@ func (b *Base) ItemCount(ctx context.Context, tenant string) (int, error) {
 	var n int
 	if err := b.Driver.QueryRow(ctx, b.Queries.ItemCount, tenant).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count items: %w", b.Driver.InterpretError(err))
+	}
+	return n, nil
+}
+
+// ResponseQueuedCount counts the queued (background) responses of every tenant, up to
+// p.Limit; see Store.
+func (b *Base) ResponseQueuedCount(ctx context.Context, p *ResponseQueuedCountParams) (int, error) {
+	var n int
+	if err := b.Driver.QueryRow(ctx, b.Queries.ResponseQueuedCount, p.Limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count queued responses: %w", b.Driver.InterpretError(err))
 	}
 	return n, nil
 }

@@ -148,8 +148,10 @@ type Store interface {
 	ResponseEventList(ctx context.Context, p *ResponseEventListParams) ([]Event, error)
 	// ResponseGet returns a response and its output items in position order.
 	ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response, []wire.Item, error)
-	// ResponseDelete deletes a response, its items and its event log. Items that a conversation
-	// still lists are kept (detached from the response) so the conversation loses nothing. A
+	// ResponseDelete deletes a response, its items and its event log, and releases the
+	// conversation turn lease the response holds (a queued background turn's). Items that a
+	// conversation still lists are kept (detached from the response) so the conversation loses
+	// nothing. A
 	// response in progress whose lease has not expired at Now is not deleted: ErrConflict.
 	ResponseDelete(ctx context.Context, p *ResponseDeleteParams) error
 	// ResponseChainGet loads the whole history of a previous_response_id chain ending at ID, of
@@ -236,6 +238,10 @@ type Store interface {
 	// queued response always has its job. ErrQueueFull or ErrTenantBusy past the bounds (nothing
 	// written); ErrConflict if the id exists.
 	ResponseEnqueueBackground(ctx context.Context, p *ResponseEnqueueBackgroundParams) error
+	// ResponseQueuedCount counts the queued background responses of every tenant, stopping at
+	// Limit (the queue-depth gauge reads it on every /metrics scrape: its cost is bounded by
+	// Limit and, through a partial index of queued rows, by the queue's depth).
+	ResponseQueuedCount(ctx context.Context, p *ResponseQueuedCountParams) (int, error)
 	// BackgroundTurnGet returns a background response's turn (Body, State, JobID). ErrNotFound if
 	// the response is gone or was not created in the background.
 	BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams) (*BackgroundTurn, error)
@@ -290,12 +296,23 @@ type ResponseCommitParams struct {
 	Begun bool
 	// Events are the events of the event log not yet appended (ResponseEventAppend).
 	Events []Event
+	// Notify tells the store's event watchers in every process (EventWatcher) that the response
+	// ended, in the commit's transaction: its followers on other replicas read it at once. Set
+	// for background turns; a backend without watchers ignores it.
+	Notify bool
 }
 
 type ResponseEventAppendParams struct {
 	Tenant     string
 	ResponseID string
 	Events     []Event
+	// Notify tells the store's event watchers in every process (EventWatcher) that the log
+	// grew, as ResponseCommitParams.Notify.
+	Notify bool
+}
+
+type ResponseQueuedCountParams struct {
+	Limit int // > 0
 }
 
 type ResponseEventListParams struct {

@@ -187,6 +187,8 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.BackgroundMaxPerTenant }},
 	{flag: "background-poll", def: "0", zeroOK: true, help: "how often an idle worker looks for background jobs nothing woke it for; `0`: 1s on Postgres (River's notifier wakes workers), 100ms on SQLite (no notifier)",
 		bind: func(c *config) any { return &c.server.BackgroundPoll }},
+	{flag: "background-follow-poll", def: durDef(serverDefaults.BackgroundFollowPoll), help: "how often a reader of a running background response's stream looks at the store when no notification woke it (Postgres: LISTEN/NOTIFY wakes it; a fallback for a missed one)",
+		bind: func(c *config) any { return &c.server.BackgroundFollowPoll }},
 }
 
 // envName is the environment variable of a flag: RESPGATE_ and the flag's name in upper case

@@ -65,6 +65,9 @@ export function functionCalls(response) {
   return response.output.filter((it) => it.type === 'function_call');
 }
 
+// sleep waits ms milliseconds (a poll's pause).
+export const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
 // withTimeout fails a scenario that hangs (a client looping on a bad answer, for example).
 export async function withTimeout(name, ms, promise) {
   let timer;

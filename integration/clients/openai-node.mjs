@@ -1,8 +1,9 @@
 // openai-node (npm "openai"): the responses.stream() helper, finalResponse(), retrieve,
 // inputItems pagination, conversations, the GET ?stream=true replay, and a stateless (store:false)
-// session that keeps only respgate's encrypted_content of each reasoning item, against respgate.
+// session that keeps only respgate's encrypted_content of each reasoning item, and background mode
+// (create, poll, stream resume), against respgate.
 // Usage: node openai-node.mjs <package>, where <package> is "openai" (7.x) or "openai-v6" (6.x).
-import { assert, apiKey, baseURL, functionCalls, main, model, report, seenReasoning, streamTurn as streamTurnWith, version, weatherTool, withTimeout } from './lib.mjs';
+import { assert, apiKey, sleep, baseURL, functionCalls, main, model, report, seenReasoning, streamTurn as streamTurnWith, version, weatherTool, withTimeout } from './lib.mjs';
 
 const pkg = process.argv[2] ?? 'openai';
 const { default: OpenAI } = await import(pkg);
@@ -139,5 +140,49 @@ await main(async () => {
       }
     }
     report({ client: client_, mode: 'stream + non-stream', tools: 'none', continuation: 'full history, store:false', scenario: `5 turns keeping only encrypted_content; reasoning items seen per turn: ${seen.join(',')}`, result: 'pass' });
+  }
+
+  // 8. Background mode: create answers queued at once; retrieve polls it to completed; the stored
+  // stream (retrieve with stream:true) replays every event with its sequence number and resumes
+  // from every starting_after with nothing lost or repeated; a stream resumed while the turn
+  // runs follows it to its end.
+  {
+    const terminal = (r) => ['completed', 'incomplete', 'failed', 'cancelled'].includes(r.status);
+    const poll = async (id, done) => {
+      for (let r = await client.responses.retrieve(id); ; r = await client.responses.retrieve(id)) {
+        if (done(r)) return r;
+        await sleep(25);
+      }
+    };
+    const collect = async (id, after) => {
+      const params = after === undefined ? { stream: true } : { stream: true, starting_after: after };
+      const events = [];
+      for await (const ev of await client.responses.retrieve(id, params)) events.push(ev);
+      return events;
+    };
+    const seqs = (evs) => evs.map((e) => `${e.sequence_number}:${e.type}`);
+
+    const created = await client.responses.create({ model: `${model}?delay_ms=10&tokens=30`, input: 'in the background: remember: the code is 7', background: true });
+    assert.equal(created.status, 'queued');
+    assert.equal(created.background, true);
+    const done = await withTimeout('poll', 60_000, poll(created.id, terminal));
+    assert.equal(done.status, 'completed');
+    assert.ok(done.output_text.includes('the code is 7'), done.output_text);
+    const full = await collect(created.id);
+    assert.equal(full[0].type, 'response.created');
+    assert.equal(full.at(-1).type, 'response.completed');
+    full.forEach((ev, i) => assert.equal(ev.sequence_number, i, `full replay: event ${i} is #${ev.sequence_number} ${ev.type}`));
+    assert.deepEqual(full.at(-1).response.output, done.output);
+    for (let after = 0; after < full.length; after++) {
+      assert.deepEqual(seqs(await collect(created.id, after)), seqs(full.slice(after + 1)), `starting_after=${after}`);
+    }
+
+    const running = await client.responses.create({ model: `${model}?delay_ms=30&tokens=60`, input: 'in the background, slowly', background: true });
+    await withTimeout('start', 60_000, poll(running.id, (r) => r.status !== 'queued'));
+    const resumed = await withTimeout('resume', 60_000, collect(running.id, 2));
+    assert.equal(resumed[0]?.sequence_number, 3, `resumed at ${resumed[0]?.sequence_number}`);
+    assert.equal(resumed.at(-1).type, 'response.completed');
+    assert.deepEqual(seqs(resumed), seqs((await collect(running.id)).slice(3)));
+    report({ client: client_, mode: 'background + stream (GET replay)', tools: 'none', continuation: 'response_id', scenario: `background: create, poll retrieve, stream resumed from each of ${full.length} starting_after, and while running`, result: 'pass' });
   }
 });

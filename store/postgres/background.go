@@ -26,11 +26,7 @@ const riverLockKey = 0x72657370_72697672 // "resp" "rivr"
 
 // openJobs runs River's migrations (in the store's schema, under an advisory lock) and builds
 // the insert-only River client.
-func openJobs(ctx context.Context, pool *pgxpool.Pool) (*jobq.Client[pgx.Tx], error) {
-	var schema string
-	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return nil, fmt.Errorf("read schema: %w", err)
-	}
+func openJobs(ctx context.Context, pool *pgxpool.Pool, schema string) (*jobq.Client[pgx.Tx], error) {
 	drv := riverpgxv5.New(pool)
 	// River's migrations commit one by one (a later one uses an enum value an earlier one adds),
 	// so the lock is a session lock on a connection of its own, held around them.
@@ -206,7 +202,9 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 				return err
 			}
 		}
-		return nil
+		// Its followers on other replicas see the end at once (notify.go).
+		_, err = tx.Exec(ctx, notifySQL, s.channel, p.ID)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel background response: %w", interpretError(err))

@@ -34,9 +34,17 @@ type Store struct {
 	store.Base
 	pool *pgxpool.Pool
 	jobs *jobq.Client[pgx.Tx] // River, in this database (background.go)
+	// watch is the LISTEN connection of event notifications and its watchers (notify.go);
+	// channel is the store's notification channel.
+	watch   *watcher
+	channel string
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.Jobs         = (*Store)(nil)
+	_ store.EventWatcher = (*Store)(nil)
+)
 
 // Option configures Open.
 type Option func(*options)
@@ -91,12 +99,19 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping postgres: %w", err)
 	}
-	jobs, err := openJobs(ctx, pool)
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("read schema: %w", err)
+	}
+	jobs, err := openJobs(ctx, pool, schema)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool, jobs: jobs}, nil
+	channel := channelFor(schema)
+	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool, jobs: jobs,
+		watch: newWatcher(pool.Config().ConnConfig, channel), channel: channel}, nil
 }
 
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is
@@ -118,6 +133,7 @@ func (s *Store) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.jobs.Stop(ctx)
+	s.watch.stop()
 	s.pool.Close()
 	return nil
 }

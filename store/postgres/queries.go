@@ -9,6 +9,7 @@ import "github.com/respgate/respgate/store"
 // queries is the SQL store.Base runs for this backend.
 var queries = store.Queries{
 	ItemCount:           itemCountSQL,
+	ResponseQueuedCount: queuedCountSQL,
 	SecretGet:           secretGetSQL,
 	SecretInsert:        secretInsertSQL,
 	ResponseLeaseExtend: responseLeaseExtendSQL,
@@ -35,6 +36,9 @@ var queries = store.Queries{
 
 // Secrets and counts.
 const (
+	// queuedCountSQL counts queued responses up to a limit, on the partial index of queued
+	// rows (migrations/postgres/007).
+	queuedCountSQL  = `SELECT count(*) FROM (SELECT 1 FROM responses WHERE status = 'queued' LIMIT $1) q`
 	itemCountSQL    = `SELECT count(*) FROM items WHERE tenant = $1`
 	secretGetSQL    = `SELECT value FROM secrets WHERE name = $1`
 	secretInsertSQL = `INSERT INTO secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`
@@ -212,6 +216,13 @@ WHERE tenant = $1 AND response_id = $2 AND ` + responseLeaseUnheldSQL + `
   AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = $1 AND ci.item_pk = items.pk)`
 	responseDeleteItemsSQL = `DELETE FROM items WHERE tenant = $1 AND response_id = $2 AND ` + responseLeaseUnheldSQL
 	responseDeleteSQL      = `DELETE FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(` + responseLeaseHeldSQL + `, false)`
+	// responseReleaseTurnSQL releases the conversation turn lease the deleted response holds: a
+	// queued background turn holds it until its worker stores it (docs/background.md), and a
+	// deleted one never will. It runs before responseDeleteSQL and only when that one deletes.
+	responseReleaseTurnSQL = `
+UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL
+WHERE tenant = $1 AND turn_response_id = $2
+  AND id = (SELECT conversation_id FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(` + responseLeaseHeldSQL + `, false))`
 	// responseBumpGenerationSQL counts the deletion in the tenant's lineage generation (caches of
 	// chains check it: store.Store ChainGeneration); it runs before responseDeleteSQL, in the
 	// same transaction, and only when that one deletes.

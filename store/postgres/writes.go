@@ -80,6 +80,10 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 		seqs, types, data := eventArrays(p.Events)
 		b.Queue(insertEventsSQL, r.Tenant, r.ID, seqs, types, data)
 	}
+	if p.Notify {
+		// In the batch's transaction: delivered when it commits, never for a rolled-back one.
+		b.Queue(notifySQL, s.channel, r.ID)
+	}
 	err := s.pool.SendBatch(ctx, b).Close()
 	var pgErr *pgconn.PgError
 	switch {
@@ -127,11 +131,21 @@ func (s *Store) commitNoop(ctx context.Context, p *store.ResponseCommitParams) e
 	return nil
 }
 
-// ResponseEventAppend logs events of an existing response, idempotently by seq, in one statement.
+// ResponseEventAppend logs events of an existing response, idempotently by seq, in one statement
+// (with Notify, pipelined with the notification in one implicit transaction: one round trip).
 func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
 	seqs, types, data := eventArrays(p.Events)
 	var found bool
-	if err := s.pool.QueryRow(ctx, appendEventsSQL, p.Tenant, p.ResponseID, seqs, types, data).Scan(&found); err != nil {
+	var err error
+	if p.Notify {
+		b := &pgx.Batch{}
+		b.Queue(appendEventsSQL, p.Tenant, p.ResponseID, seqs, types, data).QueryRow(func(row pgx.Row) error { return row.Scan(&found) })
+		b.Queue(notifySQL, s.channel, p.ResponseID)
+		err = s.pool.SendBatch(ctx, b).Close()
+	} else {
+		err = s.pool.QueryRow(ctx, appendEventsSQL, p.Tenant, p.ResponseID, seqs, types, data).Scan(&found)
+	}
+	if err != nil {
 		return fmt.Errorf("append response events: %w", interpretError(err))
 	}
 	if !found {
@@ -141,12 +155,13 @@ func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventA
 }
 
 // ResponseDelete deletes a response, its items and (by cascade) its event log, detaching
-// (response_id NULL) the items a conversation still lists. The statements run pipelined in one
+// (response_id NULL) the items a conversation still lists and releasing the conversation turn
+// lease it holds (a queued background turn's). The statements run pipelined in one
 // implicit transaction: the first locks the row and reports whether its lease is live; the
 // others do nothing in that case (the lock keeps the answer true until the end).
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
 	held, err := s.guardedDelete(ctx, p.Tenant, p.ID, store.NowOr(p.Now),
-		responseDeleteLockSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseDeleteSQL)
+		responseDeleteLockSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseReleaseTurnSQL, responseDeleteSQL)
 	if err == nil && held {
 		err = store.ErrLeaseHeld
 	}

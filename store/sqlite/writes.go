@@ -250,7 +250,7 @@ func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventA
 // response whose lease is live at Now is left alone: store.ErrLeaseHeld.
 func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParams) error {
 	err := s.guardedDelete(ctx, p.Tenant, p.ID, s.Driver.Time(store.NowOr(p.Now)), store.ErrLeaseHeld,
-		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseDeleteSQL)
+		responseDeleteGuardSQL, responseDetachItemsSQL, responseDeleteItemsSQL, responseBumpGenerationSQL, responseReleaseTurnSQL, responseDeleteSQL)
 	if err != nil {
 		return fmt.Errorf("delete response: %w", err)
 	}

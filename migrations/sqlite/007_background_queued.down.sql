@@ -1,0 +1,1 @@
+DROP INDEX responses_queued_idx;
