@@ -108,6 +108,9 @@ func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("archive: %v", err)
 		}
+		if rec.ResponseID != cr.ID || rec.Model != harmony {
+			t.Fatalf("archive names answer %q model %q; want the compact answer's id %s", rec.ResponseID, rec.Model, cr.ID)
+		}
 		firstInput, err := g.client.Responses.InputItems.List(t.Context(), first.ID, inputItemsParams())
 		if err != nil || len(firstInput.Data) != 1 {
 			t.Fatalf("first input items: %v", err)
@@ -330,11 +333,12 @@ func TestTruncationAutoDropsOldTurns(t *testing.T) {
 }
 
 // A request's own context_management compaction entry compacts once its threshold (tokens) is
-// passed, without a deployment threshold; the compaction item is stored with the turn's input.
+// passed, without a deployment threshold; the compaction item leads the compacting turn's output,
+// and later turns' input_items (the context they were generated from) list it.
 func TestRequestContextManagementCompacts(t *testing.T) {
 	t.Parallel()
 	g := newGateway(t, nil)
-	prev := ""
+	prev, cmpTurn := "", ""
 	for i := range 8 {
 		text := fmt.Sprintf("turn %d: keep going", i)
 		if i < len(compactFacts) {
@@ -348,6 +352,9 @@ func TestRequestContextManagementCompacts(t *testing.T) {
 		b, _ := json.Marshal(body)
 		r := g.create(t, string(b))
 		prev = r.ID
+		if r.Output[0].Type == compact.TypeCompaction && cmpTurn == "" {
+			cmpTurn = r.Output[0].ID
+		}
 		if i == 7 {
 			for _, f := range compactFacts {
 				if !strings.Contains(outputText(r), f) {
@@ -362,7 +369,7 @@ func TestRequestContextManagementCompacts(t *testing.T) {
 	}
 	stored := false
 	for _, it := range items.Data {
-		stored = stored || it.Type == compact.TypeCompaction
+		stored = stored || (it.Type == compact.TypeCompaction && it.ID == cmpTurn)
 	}
 	handoffs := 0
 	for _, r := range g.Sim.Requests() {
@@ -371,10 +378,116 @@ func TestRequestContextManagementCompacts(t *testing.T) {
 		}
 	}
 	if handoffs == 0 || !stored {
-		t.Fatalf("%d summaries, compaction item stored with the last turn's input: %v", handoffs, stored)
+		t.Fatalf("%d summaries; first compaction item %q listed in the last turn's context: %v", handoffs, cmpTurn, stored)
 	}
 	code, body, _ := rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":"x","context_management":[{"type":"trim"}]}`)
 	if _, c, p, _ := envelope(t, body); code != http.StatusBadRequest || c != "invalid_value" || p != "context_management[0].type" {
 		t.Fatalf("bad context_management: %d %s", code, body)
+	}
+}
+
+// Automatic compaction starts the turn's OUTPUT with the compaction item, as OpenAI does: streamed
+// first (output_item.added/.done at output_index 0, the model's items after it, sequence numbers
+// dense; every event checked against the Open Responses schema), output[0] of the stored
+// response, never part of the turn's input. The next turn chains through it: vLLM gets the
+// summary in place of the compacted originals, which are not replayed.
+func TestAutomaticCompactionLeadsTheTurnOutput(t *testing.T) {
+	t.Parallel()
+	cm := `,"context_management":[{"type":"compaction","compact_threshold":1}]`
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		_, last := session(t, g, harmony)
+		g.Sim.Reset()
+
+		s := g.stream(t, `{"model":"`+harmony+`","stream":true,"previous_response_id":"`+last.ID+`","input":"what do you remember?"`+cm+`}`)
+		ev := s.events
+		if ev[2].Type != "response.output_item.added" || ev[2].OutputIndex != 0 || ev[2].Item.Type != compact.TypeCompaction ||
+			ev[3].Type != "response.output_item.done" || ev[3].OutputIndex != 0 || ev[3].Item.ID != ev[2].Item.ID {
+			t.Fatalf("events 2, 3: %s / %s", ev[2].RawJSON(), ev[3].RawJSON())
+		}
+		cmpID := ev[2].Item.ID
+		if !strings.HasPrefix(cmpID, compact.PrefixCompaction) || ev[3].Item.EncryptedContent == "" {
+			t.Fatalf("compaction item %s", ev[3].Item.RawJSON())
+		}
+		for _, e := range ev[4:] {
+			if e.Type == "response.output_item.added" && e.OutputIndex == 0 {
+				t.Fatalf("a model item at output_index 0: %s", e.RawJSON())
+			}
+		}
+		out := s.final.Output
+		if len(out) < 2 || out[0].ID != cmpID || out[len(out)-1].Type != "message" {
+			t.Fatalf("terminal output %s", s.final.RawJSON())
+		}
+		for _, f := range compactFacts {
+			if !strings.Contains(s.final.OutputText(), f) {
+				t.Fatalf("fact %q forgotten in the compacting turn: %q", f, s.final.OutputText())
+			}
+		}
+
+		// Stored as the response's first output item, not with its input.
+		got, err := g.client.Responses.Get(t.Context(), s.final.ID, responsesGetParams())
+		if err != nil || len(got.Output) == 0 || got.Output[0].ID != cmpID || got.Output[0].Type != compact.TypeCompaction {
+			t.Fatalf("stored response: %v %s", err, got.RawJSON())
+		}
+		tn := g.Server.TenantOf("test-key")
+		own, err := g.Store.ItemListByResponse(t.Context(), &store.ItemListByResponseParams{Tenant: tn, ResponseID: s.final.ID,
+			Role: store.RoleInput, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range own.Items {
+			if it.ID == cmpID {
+				t.Fatal("the compaction item was stored with the turn's input")
+			}
+		}
+		// The archive names the turn that compacted.
+		rec, err := g.Store.CompactionGet(t.Context(), &store.CompactionGetParams{Tenant: tn, ID: cmpID})
+		if err != nil || rec.ResponseID != s.final.ID || len(rec.Replaced) == 0 {
+			t.Fatalf("archive %+v, %v; want the response %s", rec, err, s.final.ID)
+		}
+
+		// The next turn (non-streamed, no threshold) chains through the item.
+		g.Sim.Reset()
+		next := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+s.final.ID+`","input":"and now?"}`)
+		for _, f := range compactFacts {
+			if !strings.Contains(outputText(next), f) {
+				t.Fatalf("fact %q forgotten through the chain: %q", f, outputText(next))
+			}
+		}
+		if next.Output[0].Type == compact.TypeCompaction {
+			t.Fatal("the next turn compacted again without a threshold")
+		}
+		reqs := g.Sim.Requests()
+		if len(reqs) != 1 {
+			t.Fatalf("%d upstream requests", len(reqs))
+		}
+		marked, originals := 0, 0
+		for _, it := range upstreamInput(t, reqs[0].Body) {
+			b, _ := json.Marshal(it)
+			if strings.Contains(string(b), compact.SummaryMarker[:30]) {
+				marked++
+			}
+			if strings.Contains(string(b), `"remember: `+compactFacts[0]+`"`) {
+				originals++
+			}
+			if it["type"] == compact.TypeCompaction {
+				t.Fatalf("a compaction item reached vLLM: %s", b)
+			}
+		}
+		if marked != 1 || originals != 0 {
+			t.Fatalf("upstream input has %d summaries and %d compacted originals; want 1 and 0: %s", marked, originals, reqs[0].Body)
+		}
+	})
+}
+
+// A non-streamed turn that compacts answers with output[0] the compaction item.
+func TestAutomaticCompactionLeadsANonStreamedOutput(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	_, last := session(t, g, harmony)
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+last.ID+`","input":"go on",`+
+		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
+	if len(r.Output) < 2 || r.Output[0].Type != compact.TypeCompaction || r.Output[0].EncryptedContent == "" {
+		t.Fatalf("output %s", r.RawJSON())
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/maypok86/otter/v2"
 
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -82,7 +83,9 @@ func appendTurnHistory(history []wire.Item, status wire.Status, input, output []
 	switch status {
 	case wire.StatusFailed, wire.StatusCancelled:
 		for _, it := range output {
-			if itemFinished(it) {
+			// A compaction item (automatic compaction leads the output with it) is whole
+			// from the start and has no status: it stands, and keeps the summary in place.
+			if itemFinished(it) || compact.IsCompaction(it) {
 				history = append(history, it)
 			}
 		}

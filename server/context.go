@@ -96,10 +96,10 @@ func inputBudget(window int, req *wire.CreateRequest) int {
 
 // manageContext runs before rehydration on the expanded history and input: automatic compaction
 // when the session crosses the compaction threshold (the summary replaces the region in what vLLM
-// receives, and the compaction item is stored at the head of the turn's input), then
+// receives, and the compaction item leads the turn's output), then
 // truncation:"auto" (whole turns dropped from the middle until the estimate fits). Sizes are
 // compact.EstimateTokens, a deliberate over-estimate.
-func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
+func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
 	auto := req.body.Truncation.Value == "auto"
 	if s.cfg.CompactionThreshold <= 0 && req.compactThreshold == 0 && !auto {
 		return nil
@@ -109,7 +109,7 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 	}
 	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
 	if req.compactThreshold > 0 && size() >= req.compactThreshold {
-		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
+		if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
 			return err
 		}
 	}
@@ -118,7 +118,7 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 		return nil
 	}
 	if req.compactThreshold == 0 && compact.Threshold(size(), window, s.cfg.CompactionThreshold) {
-		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
+		if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
 			return err
 		}
 	}
@@ -138,9 +138,10 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 
 // autoCompact compacts the history of a turn (compactItems' plan, on the history and input as
 // vLLM would receive them): the region goes to the model for a summary; vLLM then receives the
-// lead, the summary message and the recent turns; the compaction item is stored first in the
-// turn's input so that continuing the chain replays the summary instead of the region.
-func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
+// lead, the summary message and the recent turns; the compaction item leads the turn's output
+// (OpenAI's shape: streamed first, stored as the first output item), so that continuing the
+// chain replays the summary instead of the region.
+func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
 	all := append(append([]wire.Item(nil), ex.history...), ex.input...)
 	keep := max(s.cfg.CompactionKeepTurns, 1)
 	plan := compact.PlanItems(all, keep)
@@ -159,12 +160,12 @@ func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest,
 			Message: "The summary is larger than a compaction item can hold; nothing was compacted."}
 	}
 	if req.Store {
-		s.archiveCompaction(ctx, tn, id, "", req.Model, plan.Region)
+		s.archiveCompaction(ctx, tn, id, responseID, req.Model, plan.Region)
 	}
 	recentHistory := plan.Recent[:len(plan.Recent)-len(ex.input)]
 	h := make([]wire.Item, 0, len(plan.Lead)+1+len(recentHistory))
 	ex.history = append(append(append(h, plan.Lead...), compact.SummaryMessage(id, summary)), recentHistory...)
-	ex.prefix = append(ex.prefix, compact.NewItem(id, blob))
+	ex.output = append(ex.output, compact.NewItem(id, blob))
 	s.log.Info("compacted before a turn", "compaction_id", id, "replaced_items", len(plan.Region), "summary_bytes", len(summary))
 	return nil
 }

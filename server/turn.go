@@ -56,6 +56,9 @@ type turn struct {
 	chainGenOK bool
 	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
 	truncated int
+	// prepend leads the output: the compaction item of automatic compaction (server/context.go),
+	// streamed before the model's items and stored as the first output item.
+	prepend []wire.Item
 }
 
 // createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
@@ -149,7 +152,8 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	if err := s.manageContext(ctx, tn, req, ex); err != nil { // compaction, truncation (server/context.go)
+	respID := wire.NewID(wire.PrefixResponse)                         // before compaction: its archive record names the turn
+	if err := s.manageContext(ctx, tn, req, ex, respID); err != nil { // compaction, truncation (server/context.go)
 		return nil, err
 	}
 	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, HistoryParam: historyParam, Input: ex.input, Request: req.body,
@@ -172,9 +176,9 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
-			ID:                 wire.NewID(wire.PrefixResponse),
+			ID:                 respID,
 			Tenant:             tn,
 			Status:             wire.StatusInProgress,
 			Model:              req.Model,
@@ -349,6 +353,7 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 		MaxItemBytes:  s.cfg.MaxOutputItemBytes,
 		MaxTotalBytes: s.cfg.MaxOutputBytes,
 		Reasoning:     accumulator.ReasoningOptions{Seal: t.view.sealer(), Hide: t.view.hide},
+		Prepend:       t.prepend,
 		Render: func(snap *accumulator.Snapshot) []byte {
 			r := t.rec
 			r.Status = snap.Status
