@@ -345,7 +345,7 @@ func TestRequestContextManagementCompacts(t *testing.T) {
 			text = "remember: " + compactFacts[i]
 		}
 		body := map[string]any{"model": harmony, "input": text,
-			"context_management": []any{map[string]any{"type": "compaction", "compact_threshold": 400}}}
+			"context_management": []any{map[string]any{"type": "compaction", "compact_threshold": 150}}}
 		if prev != "" {
 			body["previous_response_id"] = prev
 		}
@@ -489,5 +489,83 @@ func TestAutomaticCompactionLeadsANonStreamedOutput(t *testing.T) {
 		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
 	if len(r.Output) < 2 || r.Output[0].Type != compact.TypeCompaction || r.Output[0].EncryptedContent == "" {
 		t.Fatalf("output %s", r.RawJSON())
+	}
+}
+
+// The automatic-compaction trigger follows what vLLM reports, not a guess: the previous turn's
+// usage sizes the history and /tokenize counts the new input. A short history whose last turn
+// reported a huge usage (the simulator's input_tokens= fault) compacts; the same history with its
+// real usage does not.
+func TestCompactionTriggerFollowsReportedUsage(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{CompactionThreshold: 0.5}})
+		const window = 131072 // the simulator's default max_model_len
+		for _, tc := range []struct {
+			name      string
+			reported  string // the last session turn's model suffix
+			compacted bool
+		}{
+			{"a reported usage past the threshold compacts", fmt.Sprintf("?input_tokens=%d", window*6/10), true},
+			{"the real usage of the same history does not", "", false},
+		} {
+			_, last := session(t, g, harmony)
+			again := g.create(t, `{"model":"`+harmony+tc.reported+`","previous_response_id":"`+last.ID+`","input":"remember: one more"}`)
+			if again.Output[0].Type == compact.TypeCompaction {
+				t.Fatalf("%s: the reporting turn compacted", tc.name)
+			}
+			g.Sim.Reset()
+			next := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+again.ID+`","input":"go on"}`)
+			if got := next.Output[0].Type == compact.TypeCompaction; got != tc.compacted {
+				t.Fatalf("%s: compacted %v, want %v (usage of the previous turn: %s)", tc.name, got, tc.compacted, again.Usage.RawJSON())
+			}
+			tokenized := 0
+			for _, r := range g.Sim.Requests() {
+				if r.Path == "/tokenize" {
+					tokenized++
+				}
+			}
+			if tokenized == 0 {
+				t.Fatalf("%s: the new input was not counted with /tokenize", tc.name)
+			}
+		}
+	})
+}
+
+// And the other way: a history whose bytes the estimate (compact.EstimateTokens, a token per 3
+// bytes) puts past a request's compact_threshold, but whose reported usage is far below it (long
+// unbroken words are one token each to the simulator), is not compacted.
+func TestCompactionTriggerIgnoresTheByteEstimateWhenUsageIsKnown(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	long := strings.Repeat("x", 600)
+	prev := ""
+	for i := range 4 {
+		body := map[string]any{"model": harmony, "input": fmt.Sprintf("remember: %d%s", i, long)}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		b, _ := json.Marshal(body)
+		prev = g.create(t, string(b)).ID
+	}
+	const threshold = 600
+	ctxItems, err := g.client.Responses.InputItems.List(t.Context(), prev, inputItemsParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	estimate := 0
+	for _, it := range ctxItems.Data {
+		estimate += len(it.RawJSON())/3 + 4
+	}
+	if estimate < threshold {
+		t.Fatalf("the history's estimate %d is under %d: the test proves nothing", estimate, threshold)
+	}
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+prev+`","input":"go on",`+
+		fmt.Sprintf(`"context_management":[{"type":"compaction","compact_threshold":%d}]}`, threshold))
+	if r.Output[0].Type == compact.TypeCompaction {
+		t.Fatalf("compacted on the estimate (%d) although the reported usage is %s", estimate, r.Usage.RawJSON())
+	}
+	if r.Usage.InputTokens >= threshold {
+		t.Fatalf("the turn's real input_tokens %d reach the threshold: the test proves nothing", r.Usage.InputTokens)
 	}
 }

@@ -241,6 +241,10 @@ type expanded struct {
 	// the items truncation:"auto" left out of what vLLM receives.
 	output    []wire.Item
 	truncated int
+	// prevUsage is the previous response's usage (historyInfo.usage), and historyCut says that a
+	// compaction item of the input left history items out, so that usage no longer sizes it.
+	prevUsage  json.RawMessage
+	historyCut bool
 }
 
 func (e *expanded) restore(items []wire.Item) []wire.Item {
@@ -289,6 +293,7 @@ func (s *Server) expandCompactions(tn string, history, input []wire.Item, histPa
 	if err != nil {
 		return nil, compactionError(err, "input")
 	}
+	e.historyCut = len(dropped) > 0
 	e.history, _, err = compact.Expand(history, open, dropped)
 	if err != nil {
 		return nil, compactionError(err, histParam)

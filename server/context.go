@@ -97,7 +97,9 @@ func inputBudget(window int, req *wire.CreateRequest) int {
 // manageContext runs before rehydration on the expanded history and input: automatic compaction
 // when the session crosses the compaction threshold (the summary replaces the region in what vLLM
 // receives, and the compaction item leads the turn's output), then
-// truncation:"auto" (whole turns dropped from the middle until the estimate fits). Sizes are
+// truncation:"auto" (whole turns dropped from the middle until the estimate fits). The
+// compaction trigger sizes the turn as vLLM counts it (sessionSize: the previous response's
+// usage, /tokenize); truncation, which must size each turn it may drop, uses
 // compact.EstimateTokens, a deliberate over-estimate.
 func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
 	auto := req.body.Truncation.Value == "auto"
@@ -108,19 +110,24 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 		return nil
 	}
 	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
-	if req.compactThreshold > 0 && size() >= req.compactThreshold {
-		if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
-			return err
+	window := 0
+	if req.compactThreshold == 0 || auto {
+		window = s.contextWindow(ctx, req.Model)
+	}
+	if req.compactThreshold > 0 || (window > 0 && s.cfg.CompactionThreshold > 0) {
+		// The trigger is what vLLM counts, not a guess (tokens.go).
+		z := s.sessionSize(ctx, req.Model, ex)
+		crossed := req.compactThreshold > 0 && z.tokens >= req.compactThreshold ||
+			req.compactThreshold == 0 && compact.Threshold(z.tokens, window, s.cfg.CompactionThreshold)
+		s.log.Debug("turn size", "tokens", z.tokens, "history_from", z.history, "input_from", z.input, "compact", crossed)
+		if crossed {
+			if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
+				return err
+			}
 		}
 	}
-	window := s.contextWindow(ctx, req.Model)
 	if window <= 0 {
 		return nil
-	}
-	if req.compactThreshold == 0 && compact.Threshold(size(), window, s.cfg.CompactionThreshold) {
-		if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
-			return err
-		}
 	}
 	if auto {
 		budget := inputBudget(window, req.body)
