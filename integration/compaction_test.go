@@ -1,21 +1,28 @@
 package integration
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/postgres"
 	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
@@ -567,5 +574,65 @@ func TestCompactionTriggerIgnoresTheByteEstimateWhenUsageIsKnown(t *testing.T) {
 	}
 	if r.Usage.InputTokens >= threshold {
 		t.Fatalf("the turn's real input_tokens %d reach the threshold: the test proves nothing", r.Usage.InputTokens)
+	}
+}
+
+// An operator holding only a compaction item's id finds its archive record with the query
+// docs/compaction.md §7 gives (run here as written, on Postgres): the tenant, the compact answer
+// it came from, and every replaced item, each still matching its digest.
+func TestOperatorFindsTheArchiveOfACompactionItem(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	st, err := postgres.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	g := newGateway(t, st)
+	_, last := session(t, g, harmony)
+	cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+		Model: responses.ResponseCompactParamsModel(harmony), PreviousResponseID: openai.String(last.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmpID := ""
+	for _, it := range compactOutput(t, cr.RawJSON()) {
+		if typ, id := itemType(it); typ == compact.TypeCompaction {
+			cmpID = id
+		}
+	}
+	doc, err := os.ReadFile("../docs/compaction.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(doc[strings.Index(string(doc), "## 7. The archive"):])
+	q := sec[strings.Index(sec, "```sql\n")+len("```sql\n"):]
+	q = strings.TrimSuffix(strings.TrimSpace(q[:strings.Index(q, "```")]), ";")
+	q = strings.Replace(q, "'cmp_…'", "$1", 1)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	rows, err := conn.Query(t.Context(), q, cmpID)
+	if err != nil {
+		t.Fatalf("the documented query: %v\n%s", err, q)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var tenant, respID, model, itemID string
+		var created time.Time
+		var unchanged *bool
+		if err := rows.Scan(&tenant, &respID, &model, &created, &itemID, &unchanged); err != nil {
+			t.Fatal(err)
+		}
+		if tenant != g.Server.TenantOf("test-key") || respID != cr.ID || model != harmony || unchanged == nil || !*unchanged {
+			t.Fatalf("row %d: tenant %q response %q model %q item %s unchanged %v", n, tenant, respID, model, itemID, unchanged)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil || n == 0 {
+		t.Fatalf("%d rows, %v", n, err)
 	}
 }
