@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,7 +285,16 @@ func TestAutomaticCompactionKeepsALongSessionInTheWindow(t *testing.T) {
 		if summaries == 0 {
 			t.Fatal("no compaction happened")
 		}
-		t.Logf("%d turns, %d summaries", turns, summaries)
+		// What the byte estimate says of the last turn's vLLM-bound input, against vLLM's count.
+		reqs := g.Sim.Requests()
+		sent := upstreamInput(t, reqs[len(reqs)-1].Body)
+		estimate := 0
+		for _, it := range sent {
+			b, _ := json.Marshal(it)
+			estimate += len(b)/3 + 4
+		}
+		t.Logf("%d turns, %d summaries; last turn: %d items sent, byte estimate %d tokens, vLLM counted %d",
+			turns, summaries, len(sent), estimate, last.Usage.InputTokens)
 
 		// The same session without compaction outgrows the window.
 		bare := newGateway(t, newStore(t), respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: window}})
@@ -572,6 +583,7 @@ func TestCompactionTriggerIgnoresTheByteEstimateWhenUsageIsKnown(t *testing.T) {
 	if r.Output[0].Type == compact.TypeCompaction {
 		t.Fatalf("compacted on the estimate (%d) although the reported usage is %s", estimate, r.Usage.RawJSON())
 	}
+	t.Logf("history estimate %d tokens; vLLM counted %d input tokens for the turn", estimate, r.Usage.InputTokens)
 	if r.Usage.InputTokens >= threshold {
 		t.Fatalf("the turn's real input_tokens %d reach the threshold: the test proves nothing", r.Usage.InputTokens)
 	}
@@ -634,5 +646,62 @@ func TestOperatorFindsTheArchiveOfACompactionItem(t *testing.T) {
 	}
 	if err := rows.Err(); err != nil || n == 0 {
 		t.Fatalf("%d rows, %v", n, err)
+	}
+}
+
+// A background turn that compacts keeps the compaction item at the head of its output: the worker
+// that runs it later streams it first into the event log, and the stored response has it as
+// output[0], as a foreground turn does.
+func TestBackgroundTurnThatCompactsLeadsItsOutputWithTheItem(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	_, last := session(t, g, harmony)
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+last.ID+`","input":"go on","background":true,`+
+		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
+	done := pollResponse(t, g, r.ID, terminal)
+	if done.Status != "completed" || len(done.Output) < 2 || done.Output[0].Type != compact.TypeCompaction {
+		t.Fatalf("background response %s", done.RawJSON())
+	}
+	evs := getStream(t, g, r.ID, -1)
+	if len(evs) < 4 || evs[2].Type != "response.output_item.added" || evs[2].Item.ID != done.Output[0].ID || evs[3].OutputIndex != 0 {
+		t.Fatalf("the replayed stream does not start with the compaction item: %d events", len(evs))
+	}
+}
+
+// An upstream without /tokenize (an older vLLM, a proxy that does not pass it) still compacts:
+// the previous response's usage sizes the history and the input is estimated; the 404 is
+// remembered, so /tokenize is asked once, not every turn.
+func TestCompactionWithoutTokenizeAsksOnceAndStillCompacts(t *testing.T) {
+	t.Parallel()
+	sim := vllmsim.New(vllmsim.Options{})
+	var tokenizeCalls atomic.Int32
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			tokenizeCalls.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"message":"Not Found","type":"Not Found","param":null,"code":404}}`))
+			return
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	g := newGateway(t, nil, respgatetest.Options{UpstreamURL: front.URL + "/v1"})
+	cm := `,"context_management":[{"type":"compaction","compact_threshold":100000}]`
+	prev := ""
+	for i := range 4 {
+		body := fmt.Sprintf(`{"model":%q,"input":"remember: fact %d"%s`, harmony, i, cm)
+		if prev != "" {
+			body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+		}
+		prev = g.create(t, body+"}").ID
+	}
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+prev+`","input":"go on",`+
+		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
+	if r.Output[0].Type != compact.TypeCompaction {
+		t.Fatalf("no compaction without /tokenize: %s", r.RawJSON())
+	}
+	if n := tokenizeCalls.Load(); n != 1 {
+		t.Fatalf("/tokenize asked %d times, want once (then remembered as missing)", n)
 	}
 }
