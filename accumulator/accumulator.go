@@ -78,6 +78,13 @@ type Options struct {
 	// Reasoning decides what clients see of reasoning items (zero: everything, as upstream sent
 	// it; docs/reasoning.md).
 	Reasoning ReasoningOptions
+	// Prepend are complete items the gateway itself puts at the head of the output, before the
+	// model's: the compaction item of automatic compaction (docs/compaction.md §6), as OpenAI
+	// starts such a turn's output with it. Each is announced and closed (output_item.added and
+	// .done, its JSON as given) right after response.in_progress, at output_index 0, 1, …; the
+	// model's items follow at the next indices. They lead every Result.Output, also of a failed
+	// stream: the client saw them. Each item's JSON must be a valid object with its id and type.
+	Prepend []wire.Item
 }
 
 // ReasoningOptions are the server's reasoning policies as the accumulator applies them.
@@ -203,7 +210,22 @@ func (a *Accumulator) Start(dst []byte) []byte {
 	a.started = true
 	s := a.snapshot(wire.StatusInProgress, []wire.Item{})
 	dst = a.emitResponse(dst, wire.EventCreated, &s)
-	return a.emitResponse(dst, wire.EventInProgress, &s)
+	dst = a.emitResponse(dst, wire.EventInProgress, &s)
+	for i, it := range a.opts.Prepend {
+		dst = a.emitWhole(dst, wire.EventItemAdded, i, it.JSON)
+		dst = a.emitWhole(dst, wire.EventItemDone, i, it.JSON)
+	}
+	return dst
+}
+
+// output is the Result.Output of items: the prepended items, then the model's.
+func (a *Accumulator) output(items []*item) []wire.Item {
+	out := make([]wire.Item, 0, len(a.opts.Prepend)+len(items))
+	out = append(out, a.opts.Prepend...)
+	for _, it := range items {
+		out = append(out, wire.Item{ID: it.id, Type: it.typ, JSON: it.final})
+	}
+	return out
 }
 
 func (a *Accumulator) snapshot(status wire.Status, out []wire.Item) Snapshot {
@@ -419,10 +441,7 @@ func (a *Accumulator) Close(dst []byte, cause error) ([]byte, *Result) {
 			dst = a.closeItem(dst, it, ti, itemStatus(ti, j == len(t.output)-1, r.Status))
 		}
 	}
-	r.Output = make([]wire.Item, len(a.items))
-	for i, it := range a.items {
-		r.Output[i] = wire.Item{ID: it.id, Type: it.typ, JSON: it.final}
-	}
+	r.Output = a.output(a.items)
 	r.Dropped = a.dropped
 	a.res, a.closed = r, true
 	return dst, r

@@ -53,6 +53,16 @@ func (a *Accumulator) emitItemAdded(dst []byte, it *item) []byte {
 	return a.emit(dst, wire.EventItemAdded, b)
 }
 
+// emitWhole emits output_item.added or .done of an item the gateway gives whole (Options.Prepend).
+func (a *Accumulator) emitWhole(dst []byte, typ wire.EventType, index int, raw []byte) []byte {
+	b := a.head(typ)
+	b = append(b, `,"output_index":`...)
+	b = itoa(b, index)
+	b = append(b, `,"item":`...)
+	b = appendCompact(b, raw)
+	return a.emit(dst, typ, b)
+}
+
 func (a *Accumulator) emitItemDone(dst []byte, it *item) []byte {
 	b := a.head(wire.EventItemDone)
 	b = append(b, `,"output_index":`...)

@@ -121,7 +121,7 @@ func (a *Accumulator) create(typ wire.EventType, k kind, itemType string, up int
 	if len(a.items) >= a.opts.MaxItems {
 		return nil, fail(typ, ErrLimit, "more than %d output items", a.opts.MaxItems)
 	}
-	it := &item{kind: k, typ: itemType, index: len(a.items), up: -1, maxPart: -1, maxSum: -1}
+	it := &item{kind: k, typ: itemType, index: len(a.opts.Prepend) + len(a.items), up: -1, maxPart: -1, maxSum: -1}
 	it.id = a.opts.NewID(wire.PrefixForType(itemType))
 	it.qid = quote(it.id)
 	if k == kFunctionCall {

@@ -317,7 +317,8 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				return nil, errf("item id %q empty or reused", nit.id)
 			}
 			ids[nit.id] = true
-			if str(item["status"]) != string(wire.StatusInProgress) {
+			// An item type without a status (a compaction item, Options.Prepend) has none to check.
+			if _, has := item["status"]; (has || known(nit.typ)) && str(item["status"]) != string(wire.StatusInProgress) {
 				return nil, errf("added item status %s", item["status"])
 			}
 			if err := checkItem(nit.typ, item, true); err != nil {

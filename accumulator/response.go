@@ -309,8 +309,8 @@ func FromResponse(opts Options, raw []byte) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Status: t.status, Usage: t.usage, Error: t.err, IncompleteDetails: t.incomplete,
-		Output: make([]wire.Item, 0, len(t.output))}
+	r := &Result{Status: t.status, Usage: t.usage, Error: t.err, IncompleteDetails: t.incomplete}
+	items := make([]*item, 0, len(t.output))
 	for i, ti := range t.output {
 		if ti == nil {
 			return nil, fmt.Errorf("accumulator: response: output item %d is malformed: %w", i, ErrMalformed)
@@ -326,8 +326,9 @@ func FromResponse(opts Options, raw []byte) (*Result, error) {
 		it.parts, it.sums, _, _ = a.merge(it, ti)
 		it.status = itemStatus(ti, i == len(t.output)-1, r.Status)
 		a.finish(it)
-		r.Output = append(r.Output, wire.Item{ID: it.id, Type: it.typ, JSON: it.final})
+		items = append(items, it)
 	}
+	r.Output = a.output(items) // Options.Prepend first
 	return r, nil
 }
 

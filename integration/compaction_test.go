@@ -1,21 +1,30 @@
 package integration
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/postgres"
 	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
@@ -107,6 +116,9 @@ func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
 		rec, err := g.Store.CompactionGet(t.Context(), &store.CompactionGetParams{Tenant: tn, ID: cmpID})
 		if err != nil {
 			t.Fatalf("archive: %v", err)
+		}
+		if rec.ResponseID != cr.ID || rec.Model != harmony {
+			t.Fatalf("archive names answer %q model %q; want the compact answer's id %s", rec.ResponseID, rec.Model, cr.ID)
 		}
 		firstInput, err := g.client.Responses.InputItems.List(t.Context(), first.ID, inputItemsParams())
 		if err != nil || len(firstInput.Data) != 1 {
@@ -273,7 +285,16 @@ func TestAutomaticCompactionKeepsALongSessionInTheWindow(t *testing.T) {
 		if summaries == 0 {
 			t.Fatal("no compaction happened")
 		}
-		t.Logf("%d turns, %d summaries", turns, summaries)
+		// What the byte estimate says of the last turn's vLLM-bound input, against vLLM's count.
+		reqs := g.Sim.Requests()
+		sent := upstreamInput(t, reqs[len(reqs)-1].Body)
+		estimate := 0
+		for _, it := range sent {
+			b, _ := json.Marshal(it)
+			estimate += len(b)/3 + 4
+		}
+		t.Logf("%d turns, %d summaries; last turn: %d items sent, byte estimate %d tokens, vLLM counted %d",
+			turns, summaries, len(sent), estimate, last.Usage.InputTokens)
 
 		// The same session without compaction outgrows the window.
 		bare := newGateway(t, newStore(t), respgatetest.Options{Sim: vllmsim.Options{MaxModelLen: window}})
@@ -330,24 +351,28 @@ func TestTruncationAutoDropsOldTurns(t *testing.T) {
 }
 
 // A request's own context_management compaction entry compacts once its threshold (tokens) is
-// passed, without a deployment threshold; the compaction item is stored with the turn's input.
+// passed, without a deployment threshold; the compaction item leads the compacting turn's output,
+// and later turns' input_items (the context they were generated from) list it.
 func TestRequestContextManagementCompacts(t *testing.T) {
 	t.Parallel()
 	g := newGateway(t, nil)
-	prev := ""
+	prev, cmpTurn := "", ""
 	for i := range 8 {
 		text := fmt.Sprintf("turn %d: keep going", i)
 		if i < len(compactFacts) {
 			text = "remember: " + compactFacts[i]
 		}
 		body := map[string]any{"model": harmony, "input": text,
-			"context_management": []any{map[string]any{"type": "compaction", "compact_threshold": 400}}}
+			"context_management": []any{map[string]any{"type": "compaction", "compact_threshold": 150}}}
 		if prev != "" {
 			body["previous_response_id"] = prev
 		}
 		b, _ := json.Marshal(body)
 		r := g.create(t, string(b))
 		prev = r.ID
+		if r.Output[0].Type == compact.TypeCompaction && cmpTurn == "" {
+			cmpTurn = r.Output[0].ID
+		}
 		if i == 7 {
 			for _, f := range compactFacts {
 				if !strings.Contains(outputText(r), f) {
@@ -362,7 +387,7 @@ func TestRequestContextManagementCompacts(t *testing.T) {
 	}
 	stored := false
 	for _, it := range items.Data {
-		stored = stored || it.Type == compact.TypeCompaction
+		stored = stored || (it.Type == compact.TypeCompaction && it.ID == cmpTurn)
 	}
 	handoffs := 0
 	for _, r := range g.Sim.Requests() {
@@ -371,10 +396,312 @@ func TestRequestContextManagementCompacts(t *testing.T) {
 		}
 	}
 	if handoffs == 0 || !stored {
-		t.Fatalf("%d summaries, compaction item stored with the last turn's input: %v", handoffs, stored)
+		t.Fatalf("%d summaries; first compaction item %q listed in the last turn's context: %v", handoffs, cmpTurn, stored)
 	}
 	code, body, _ := rawDo(t, http.MethodPost, g.URL+"/responses", `{"model":"`+harmony+`","input":"x","context_management":[{"type":"trim"}]}`)
 	if _, c, p, _ := envelope(t, body); code != http.StatusBadRequest || c != "invalid_value" || p != "context_management[0].type" {
 		t.Fatalf("bad context_management: %d %s", code, body)
+	}
+}
+
+// Automatic compaction starts the turn's OUTPUT with the compaction item, as OpenAI does: streamed
+// first (output_item.added/.done at output_index 0, the model's items after it, sequence numbers
+// dense; every event checked against the Open Responses schema), output[0] of the stored
+// response, never part of the turn's input. The next turn chains through it: vLLM gets the
+// summary in place of the compacted originals, which are not replayed.
+func TestAutomaticCompactionLeadsTheTurnOutput(t *testing.T) {
+	t.Parallel()
+	cm := `,"context_management":[{"type":"compaction","compact_threshold":1}]`
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		_, last := session(t, g, harmony)
+		g.Sim.Reset()
+
+		s := g.stream(t, `{"model":"`+harmony+`","stream":true,"previous_response_id":"`+last.ID+`","input":"what do you remember?"`+cm+`}`)
+		ev := s.events
+		if ev[2].Type != "response.output_item.added" || ev[2].OutputIndex != 0 || ev[2].Item.Type != compact.TypeCompaction ||
+			ev[3].Type != "response.output_item.done" || ev[3].OutputIndex != 0 || ev[3].Item.ID != ev[2].Item.ID {
+			t.Fatalf("events 2, 3: %s / %s", ev[2].RawJSON(), ev[3].RawJSON())
+		}
+		cmpID := ev[2].Item.ID
+		if !strings.HasPrefix(cmpID, compact.PrefixCompaction) || ev[3].Item.EncryptedContent == "" {
+			t.Fatalf("compaction item %s", ev[3].Item.RawJSON())
+		}
+		for _, e := range ev[4:] {
+			if e.Type == "response.output_item.added" && e.OutputIndex == 0 {
+				t.Fatalf("a model item at output_index 0: %s", e.RawJSON())
+			}
+		}
+		out := s.final.Output
+		if len(out) < 2 || out[0].ID != cmpID || out[len(out)-1].Type != "message" {
+			t.Fatalf("terminal output %s", s.final.RawJSON())
+		}
+		for _, f := range compactFacts {
+			if !strings.Contains(s.final.OutputText(), f) {
+				t.Fatalf("fact %q forgotten in the compacting turn: %q", f, s.final.OutputText())
+			}
+		}
+
+		// Stored as the response's first output item, not with its input.
+		got, err := g.client.Responses.Get(t.Context(), s.final.ID, responsesGetParams())
+		if err != nil || len(got.Output) == 0 || got.Output[0].ID != cmpID || got.Output[0].Type != compact.TypeCompaction {
+			t.Fatalf("stored response: %v %s", err, got.RawJSON())
+		}
+		tn := g.Server.TenantOf("test-key")
+		own, err := g.Store.ItemListByResponse(t.Context(), &store.ItemListByResponseParams{Tenant: tn, ResponseID: s.final.ID,
+			Role: store.RoleInput, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range own.Items {
+			if it.ID == cmpID {
+				t.Fatal("the compaction item was stored with the turn's input")
+			}
+		}
+		// The archive names the turn that compacted.
+		rec, err := g.Store.CompactionGet(t.Context(), &store.CompactionGetParams{Tenant: tn, ID: cmpID})
+		if err != nil || rec.ResponseID != s.final.ID || len(rec.Replaced) == 0 {
+			t.Fatalf("archive %+v, %v; want the response %s", rec, err, s.final.ID)
+		}
+
+		// The next turn (non-streamed, no threshold) chains through the item.
+		g.Sim.Reset()
+		next := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+s.final.ID+`","input":"and now?"}`)
+		for _, f := range compactFacts {
+			if !strings.Contains(outputText(next), f) {
+				t.Fatalf("fact %q forgotten through the chain: %q", f, outputText(next))
+			}
+		}
+		if next.Output[0].Type == compact.TypeCompaction {
+			t.Fatal("the next turn compacted again without a threshold")
+		}
+		reqs := g.Sim.Requests()
+		if len(reqs) != 1 {
+			t.Fatalf("%d upstream requests", len(reqs))
+		}
+		marked, originals := 0, 0
+		for _, it := range upstreamInput(t, reqs[0].Body) {
+			b, _ := json.Marshal(it)
+			if strings.Contains(string(b), compact.SummaryMarker[:30]) {
+				marked++
+			}
+			if strings.Contains(string(b), `"remember: `+compactFacts[0]+`"`) {
+				originals++
+			}
+			if it["type"] == compact.TypeCompaction {
+				t.Fatalf("a compaction item reached vLLM: %s", b)
+			}
+		}
+		if marked != 1 || originals != 0 {
+			t.Fatalf("upstream input has %d summaries and %d compacted originals; want 1 and 0: %s", marked, originals, reqs[0].Body)
+		}
+	})
+}
+
+// A non-streamed turn that compacts answers with output[0] the compaction item.
+func TestAutomaticCompactionLeadsANonStreamedOutput(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	_, last := session(t, g, harmony)
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+last.ID+`","input":"go on",`+
+		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
+	if len(r.Output) < 2 || r.Output[0].Type != compact.TypeCompaction || r.Output[0].EncryptedContent == "" {
+		t.Fatalf("output %s", r.RawJSON())
+	}
+}
+
+// The automatic-compaction trigger follows what vLLM reports, not a guess: the previous turn's
+// usage sizes the history and /tokenize counts the new input. A short history whose last turn
+// reported a huge usage (the simulator's input_tokens= fault) compacts; the same history with its
+// real usage does not.
+func TestCompactionTriggerFollowsReportedUsage(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{CompactionThreshold: 0.5}})
+		const window = 131072 // the simulator's default max_model_len
+		for _, tc := range []struct {
+			name      string
+			reported  string // the last session turn's model suffix
+			compacted bool
+		}{
+			{"a reported usage past the threshold compacts", fmt.Sprintf("?input_tokens=%d", window*6/10), true},
+			{"the real usage of the same history does not", "", false},
+		} {
+			_, last := session(t, g, harmony)
+			again := g.create(t, `{"model":"`+harmony+tc.reported+`","previous_response_id":"`+last.ID+`","input":"remember: one more"}`)
+			if again.Output[0].Type == compact.TypeCompaction {
+				t.Fatalf("%s: the reporting turn compacted", tc.name)
+			}
+			g.Sim.Reset()
+			next := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+again.ID+`","input":"go on"}`)
+			if got := next.Output[0].Type == compact.TypeCompaction; got != tc.compacted {
+				t.Fatalf("%s: compacted %v, want %v (usage of the previous turn: %s)", tc.name, got, tc.compacted, again.Usage.RawJSON())
+			}
+			tokenized := 0
+			for _, r := range g.Sim.Requests() {
+				if r.Path == "/tokenize" {
+					tokenized++
+				}
+			}
+			if tokenized == 0 {
+				t.Fatalf("%s: the new input was not counted with /tokenize", tc.name)
+			}
+		}
+	})
+}
+
+// And the other way: a history whose bytes the estimate (compact.EstimateTokens, a token per 3
+// bytes) puts past a request's compact_threshold, but whose reported usage is far below it (long
+// unbroken words are one token each to the simulator), is not compacted.
+func TestCompactionTriggerIgnoresTheByteEstimateWhenUsageIsKnown(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	long := strings.Repeat("x", 600)
+	prev := ""
+	for i := range 4 {
+		body := map[string]any{"model": harmony, "input": fmt.Sprintf("remember: %d%s", i, long)}
+		if prev != "" {
+			body["previous_response_id"] = prev
+		}
+		b, _ := json.Marshal(body)
+		prev = g.create(t, string(b)).ID
+	}
+	const threshold = 600
+	ctxItems, err := g.client.Responses.InputItems.List(t.Context(), prev, inputItemsParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	estimate := 0
+	for _, it := range ctxItems.Data {
+		estimate += len(it.RawJSON())/3 + 4
+	}
+	if estimate < threshold {
+		t.Fatalf("the history's estimate %d is under %d: the test proves nothing", estimate, threshold)
+	}
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+prev+`","input":"go on",`+
+		fmt.Sprintf(`"context_management":[{"type":"compaction","compact_threshold":%d}]}`, threshold))
+	if r.Output[0].Type == compact.TypeCompaction {
+		t.Fatalf("compacted on the estimate (%d) although the reported usage is %s", estimate, r.Usage.RawJSON())
+	}
+	t.Logf("history estimate %d tokens; vLLM counted %d input tokens for the turn", estimate, r.Usage.InputTokens)
+	if r.Usage.InputTokens >= threshold {
+		t.Fatalf("the turn's real input_tokens %d reach the threshold: the test proves nothing", r.Usage.InputTokens)
+	}
+}
+
+// An operator holding only a compaction item's id finds its archive record with the query
+// docs/compaction.md §7 gives (run here as written, on Postgres): the tenant, the compact answer
+// it came from, and every replaced item, each still matching its digest.
+func TestOperatorFindsTheArchiveOfACompactionItem(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	st, err := postgres.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	g := newGateway(t, st)
+	_, last := session(t, g, harmony)
+	cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+		Model: responses.ResponseCompactParamsModel(harmony), PreviousResponseID: openai.String(last.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmpID := ""
+	for _, it := range compactOutput(t, cr.RawJSON()) {
+		if typ, id := itemType(it); typ == compact.TypeCompaction {
+			cmpID = id
+		}
+	}
+	doc, err := os.ReadFile("../docs/compaction.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(doc[strings.Index(string(doc), "## 7. The archive"):])
+	q := sec[strings.Index(sec, "```sql\n")+len("```sql\n"):]
+	q = strings.TrimSuffix(strings.TrimSpace(q[:strings.Index(q, "```")]), ";")
+	q = strings.Replace(q, "'cmp_…'", "$1", 1)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	rows, err := conn.Query(t.Context(), q, cmpID)
+	if err != nil {
+		t.Fatalf("the documented query: %v\n%s", err, q)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var tenant, respID, model, itemID string
+		var created time.Time
+		var unchanged *bool
+		if err := rows.Scan(&tenant, &respID, &model, &created, &itemID, &unchanged); err != nil {
+			t.Fatal(err)
+		}
+		if tenant != g.Server.TenantOf("test-key") || respID != cr.ID || model != harmony || unchanged == nil || !*unchanged {
+			t.Fatalf("row %d: tenant %q response %q model %q item %s unchanged %v", n, tenant, respID, model, itemID, unchanged)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil || n == 0 {
+		t.Fatalf("%d rows, %v", n, err)
+	}
+}
+
+// A background turn that compacts keeps the compaction item at the head of its output: the worker
+// that runs it later streams it first into the event log, and the stored response has it as
+// output[0], as a foreground turn does.
+func TestBackgroundTurnThatCompactsLeadsItsOutputWithTheItem(t *testing.T) {
+	t.Parallel()
+	g := newGateway(t, nil)
+	_, last := session(t, g, harmony)
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+last.ID+`","input":"go on","background":true,`+
+		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
+	done := pollResponse(t, g, r.ID, terminal)
+	if done.Status != "completed" || len(done.Output) < 2 || done.Output[0].Type != compact.TypeCompaction {
+		t.Fatalf("background response %s", done.RawJSON())
+	}
+	evs := getStream(t, g, r.ID, -1)
+	if len(evs) < 4 || evs[2].Type != "response.output_item.added" || evs[2].Item.ID != done.Output[0].ID || evs[3].OutputIndex != 0 {
+		t.Fatalf("the replayed stream does not start with the compaction item: %d events", len(evs))
+	}
+}
+
+// An upstream without /tokenize (an older vLLM, a proxy that does not pass it) still compacts:
+// the previous response's usage sizes the history and the input is estimated; the 404 is
+// remembered, so /tokenize is asked once, not every turn.
+func TestCompactionWithoutTokenizeAsksOnceAndStillCompacts(t *testing.T) {
+	t.Parallel()
+	sim := vllmsim.New(vllmsim.Options{})
+	var tokenizeCalls atomic.Int32
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			tokenizeCalls.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"message":"Not Found","type":"Not Found","param":null,"code":404}}`))
+			return
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	g := newGateway(t, nil, respgatetest.Options{UpstreamURL: front.URL + "/v1"})
+	cm := `,"context_management":[{"type":"compaction","compact_threshold":100000}]`
+	prev := ""
+	for i := range 4 {
+		body := fmt.Sprintf(`{"model":%q,"input":"remember: fact %d"%s`, harmony, i, cm)
+		if prev != "" {
+			body += fmt.Sprintf(`,"previous_response_id":%q`, prev)
+		}
+		prev = g.create(t, body+"}").ID
+	}
+	r := g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+prev+`","input":"go on",`+
+		`"context_management":[{"type":"compaction","compact_threshold":1}]}`)
+	if r.Output[0].Type != compact.TypeCompaction {
+		t.Fatalf("no compaction without /tokenize: %s", r.RawJSON())
+	}
+	if n := tokenizeCalls.Load(); n != 1 {
+		t.Fatalf("/tokenize asked %d times, want once (then remembered as missing)", n)
 	}
 }

@@ -29,6 +29,8 @@ import (
 type bgState struct {
 	ToolNames        map[string]wire.ToolName `json:"tool_names,omitempty"`
 	IncludeEncrypted bool                     `json:"include_encrypted,omitempty"`
+	// Prepend leads the output (the compaction item of automatic compaction, turn.prepend).
+	Prepend []wire.Item `json:"prepend,omitempty"`
 }
 
 // bgFlushInterval is how often a background turn's new events reach its event log (a foreground
@@ -56,7 +58,7 @@ func (s *Server) serveBackground(c echo.Context, t *turn) error {
 		s.releaseConversation(t)
 		return errNoWorkers
 	}
-	state, err := json.Marshal(bgState{ToolNames: t.toolNames, IncludeEncrypted: t.req.body.Includes(wire.IncludeEncryptedReasoning)})
+	state, err := json.Marshal(bgState{ToolNames: t.toolNames, IncludeEncrypted: t.req.body.Includes(wire.IncludeEncryptedReasoning), Prepend: t.prepend})
 	if err != nil {
 		s.releaseConversation(t)
 		return err
@@ -147,6 +149,7 @@ func (s *Server) runBackground(ctx context.Context, tn, id string) error {
 		rec:       *rec,
 		body:      bt.Body,
 		toolNames: st.ToolNames,
+		prepend:   st.Prepend,
 		view:      s.view(tn, st.IncludeEncrypted),
 		claimed:   true,
 	}

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 
 	"github.com/maypok86/otter/v2"
 
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -30,6 +32,9 @@ type chainEntry struct {
 	gen   int64
 	items []wire.Item
 	bytes int64
+	// usage is the response's own usage (JSON), which sizes its continuation for automatic
+	// compaction (server/tokens.go).
+	usage json.RawMessage
 }
 
 // chainEntryOverhead is counted per item on top of its JSON (ids, slice headers).
@@ -49,22 +54,22 @@ func newChainCache(maxBytes int64) *chainCache {
 
 // get returns the cached history of the response if the tenant's generation is still the one
 // it was read at (one store round trip). A store error is a miss: the caller loads the chain.
-func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string) ([]wire.Item, int64, bool) {
+func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string) ([]wire.Item, historyInfo, bool) {
 	e, ok := c.c.GetIfPresent(chainKey{tenant, id})
 	if !ok {
-		return nil, 0, false
+		return nil, historyInfo{}, false
 	}
 	gen, err := st.ChainGeneration(ctx, &store.ChainGenerationParams{Tenant: tenant})
 	if err != nil || gen != e.gen {
 		c.c.Invalidate(chainKey{tenant, id})
-		return nil, 0, false
+		return nil, historyInfo{}, false
 	}
-	return slices.Clip(e.items), gen, true // a caller's append copies
+	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage}, true // a caller's append copies
 }
 
-// put remembers the history a continuation of the response replays, read at generation gen.
-// An entry heavier than a quarter of the cache is not kept.
-func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item) {
+// put remembers the history a continuation of the response replays, read at generation gen,
+// and the response's usage. An entry heavier than a quarter of the cache is not kept.
+func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item, usage json.RawMessage) {
 	var n int64
 	for _, it := range items {
 		n += int64(len(it.JSON)) + chainEntryOverhead
@@ -72,7 +77,7 @@ func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item) {
 	if uint64(n) > c.c.GetMaximum()/4 {
 		return
 	}
-	c.c.Set(chainKey{tenant, id}, &chainEntry{gen: gen, items: items, bytes: n})
+	c.c.Set(chainKey{tenant, id}, &chainEntry{gen: gen, items: items, bytes: n, usage: usage})
 }
 
 // appendTurnHistory appends what a continuation replays of one turn: its input, then its output,
@@ -82,7 +87,9 @@ func appendTurnHistory(history []wire.Item, status wire.Status, input, output []
 	switch status {
 	case wire.StatusFailed, wire.StatusCancelled:
 		for _, it := range output {
-			if itemFinished(it) {
+			// A compaction item (automatic compaction leads the output with it) is whole
+			// from the start and has no status: it stands, and keeps the summary in place.
+			if itemFinished(it) || compact.IsCompaction(it) {
 				history = append(history, it)
 			}
 		}

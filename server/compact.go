@@ -61,13 +61,16 @@ func (s *Server) compactResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, usage, err := s.compactItems(ctx, tn, req, all, "")
+	// The answer's id keys nothing else (a compact answer is not a stored response); the archive
+	// record keeps it, so the id a client or its logs show leads an operator to the record.
+	id := wire.NewID(wire.PrefixResponse)
+	out, usage, err := s.compactItems(ctx, tn, req, all, id)
 	if err != nil {
 		return err
 	}
 	b := make([]byte, 0, 1024)
 	b = append(b, `{"id":`...)
-	b = wire.AppendString(b, wire.NewID(wire.PrefixResponse))
+	b = wire.AppendString(b, id)
 	b = append(b, `,"object":"response.compaction","created_at":`...)
 	b = strconv.AppendInt(b, time.Now().Unix(), 10)
 	b = append(b, `,"output":[`...)
@@ -117,8 +120,8 @@ func (s *Server) sessionItems(ctx context.Context, tn string, req *createRequest
 
 // compactItems plans items and, when the plan compacts something, asks the model for the
 // summary and returns lead + compaction item + recent, with the summary call's usage (OpenAI's
-// shape; zeros when nothing was compacted). responseID, when set, is the stored response whose
-// turn compacted (automatic compaction), for the archive.
+// shape; zeros when nothing was compacted). responseID is the id of the compact answer, which the
+// archive record keeps beside the compaction item's id.
 func (s *Server) compactItems(ctx context.Context, tn string, req *createRequest, items []wire.Item, responseID string) ([]wire.Item, json.RawMessage, error) {
 	plan := compact.PlanItems(items, s.cfg.CompactionKeepTurns)
 	if plan.Empty() {
@@ -233,16 +236,18 @@ func jsonString(s string) json.RawMessage {
 type expanded struct {
 	history, input []wire.Item
 	originals      map[string]wire.Item
-	// prefix is stored before the turn's input (the compaction item of automatic compaction),
-	// and truncated counts the items truncation:"auto" left out of what vLLM receives.
-	prefix    []wire.Item
+	// output leads the turn's output (the compaction item of automatic compaction: streamed
+	// first, stored as the first output item, accumulator.Options.Prepend), and truncated counts
+	// the items truncation:"auto" left out of what vLLM receives.
+	output    []wire.Item
 	truncated int
+	// prevUsage is the previous response's usage (historyInfo.usage), and historyCut says that a
+	// compaction item of the input left history items out, so that usage no longer sizes it.
+	prevUsage  json.RawMessage
+	historyCut bool
 }
 
 func (e *expanded) restore(items []wire.Item) []wire.Item {
-	if len(e.prefix) > 0 {
-		items = append(append([]wire.Item(nil), e.prefix...), items...)
-	}
 	if len(e.originals) == 0 {
 		return items
 	}
@@ -288,6 +293,7 @@ func (s *Server) expandCompactions(tn string, history, input []wire.Item, histPa
 	if err != nil {
 		return nil, compactionError(err, "input")
 	}
+	e.historyCut = len(dropped) > 0
 	e.history, _, err = compact.Expand(history, open, dropped)
 	if err != nil {
 		return nil, compactionError(err, histParam)

@@ -96,10 +96,12 @@ func inputBudget(window int, req *wire.CreateRequest) int {
 
 // manageContext runs before rehydration on the expanded history and input: automatic compaction
 // when the session crosses the compaction threshold (the summary replaces the region in what vLLM
-// receives, and the compaction item is stored at the head of the turn's input), then
-// truncation:"auto" (whole turns dropped from the middle until the estimate fits). Sizes are
+// receives, and the compaction item leads the turn's output), then
+// truncation:"auto" (whole turns dropped from the middle until the estimate fits). The
+// compaction trigger sizes the turn as vLLM counts it (sessionSize: the previous response's
+// usage, /tokenize); truncation, which must size each turn it may drop, uses
 // compact.EstimateTokens, a deliberate over-estimate.
-func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
+func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
 	auto := req.body.Truncation.Value == "auto"
 	if s.cfg.CompactionThreshold <= 0 && req.compactThreshold == 0 && !auto {
 		return nil
@@ -108,19 +110,24 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 		return nil
 	}
 	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
-	if req.compactThreshold > 0 && size() >= req.compactThreshold {
-		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
-			return err
+	window := 0
+	if req.compactThreshold == 0 || auto {
+		window = s.contextWindow(ctx, req.Model)
+	}
+	if req.compactThreshold > 0 || (window > 0 && s.cfg.CompactionThreshold > 0) {
+		// The trigger is what vLLM counts, not a guess (tokens.go).
+		z := s.sessionSize(ctx, req.Model, ex)
+		crossed := req.compactThreshold > 0 && z.tokens >= req.compactThreshold ||
+			req.compactThreshold == 0 && compact.Threshold(z.tokens, window, s.cfg.CompactionThreshold)
+		s.log.Debug("turn size", "tokens", z.tokens, "history_from", z.history, "input_from", z.input, "compact", crossed)
+		if crossed {
+			if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
+				return err
+			}
 		}
 	}
-	window := s.contextWindow(ctx, req.Model)
 	if window <= 0 {
 		return nil
-	}
-	if req.compactThreshold == 0 && compact.Threshold(size(), window, s.cfg.CompactionThreshold) {
-		if err := s.autoCompact(ctx, tn, req, ex); err != nil {
-			return err
-		}
 	}
 	if auto {
 		budget := inputBudget(window, req.body)
@@ -138,9 +145,10 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 
 // autoCompact compacts the history of a turn (compactItems' plan, on the history and input as
 // vLLM would receive them): the region goes to the model for a summary; vLLM then receives the
-// lead, the summary message and the recent turns; the compaction item is stored first in the
-// turn's input so that continuing the chain replays the summary instead of the region.
-func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest, ex *expanded) error {
+// lead, the summary message and the recent turns; the compaction item leads the turn's output
+// (OpenAI's shape: streamed first, stored as the first output item), so that continuing the
+// chain replays the summary instead of the region.
+func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
 	all := append(append([]wire.Item(nil), ex.history...), ex.input...)
 	keep := max(s.cfg.CompactionKeepTurns, 1)
 	plan := compact.PlanItems(all, keep)
@@ -159,12 +167,12 @@ func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest,
 			Message: "The summary is larger than a compaction item can hold; nothing was compacted."}
 	}
 	if req.Store {
-		s.archiveCompaction(ctx, tn, id, "", req.Model, plan.Region)
+		s.archiveCompaction(ctx, tn, id, responseID, req.Model, plan.Region)
 	}
 	recentHistory := plan.Recent[:len(plan.Recent)-len(ex.input)]
 	h := make([]wire.Item, 0, len(plan.Lead)+1+len(recentHistory))
 	ex.history = append(append(append(h, plan.Lead...), compact.SummaryMessage(id, summary)), recentHistory...)
-	ex.prefix = append(ex.prefix, compact.NewItem(id, blob))
+	ex.output = append(ex.output, compact.NewItem(id, blob))
 	s.log.Info("compacted before a turn", "compaction_id", id, "replaced_items", len(plan.Region), "summary_bytes", len(summary))
 	return nil
 }

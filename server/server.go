@@ -234,6 +234,8 @@ type Server struct {
 	// model (context.go).
 	windows      []windowByModel
 	modelWindows sync.Map
+	// noTokenize: the upstream has no /tokenize route (404), so sizes are estimated (tokens.go).
+	noTokenize atomic.Bool
 
 	streams atomic.Int64 // active streaming responses
 	// budget is the request-body budget (MaxBodyBytesInFlight) shared by every request body and

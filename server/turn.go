@@ -56,6 +56,9 @@ type turn struct {
 	chainGenOK bool
 	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
 	truncated int
+	// prepend leads the output: the compaction item of automatic compaction (server/context.go),
+	// streamed before the model's items and stored as the first output item.
+	prepend []wire.Item
 }
 
 // createResponse is the turn lifecycle of docs/design.md §1: validate, load history in one round trip,
@@ -149,7 +152,11 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	if err := s.manageContext(ctx, tn, req, ex); err != nil { // compaction, truncation (server/context.go)
+	// The previous response's usage sizes the turn (server/tokens.go); the id is minted before
+	// compaction, whose archive record names the turn.
+	ex.prevUsage = gen.usage
+	respID := wire.NewID(wire.PrefixResponse)
+	if err := s.manageContext(ctx, tn, req, ex, respID); err != nil { // compaction, truncation (server/context.go)
 		return nil, err
 	}
 	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, HistoryParam: historyParam, Input: ex.input, Request: req.body,
@@ -172,9 +179,9 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
-			ID:                 wire.NewID(wire.PrefixResponse),
+			ID:                 respID,
 			Tenant:             tn,
 			Status:             wire.StatusInProgress,
 			Model:              req.Model,
@@ -194,13 +201,13 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 // loadHistory loads the history a turn continues, in one round trip: a previous_response_id
 // chain (chainHistory) or a conversation's items. A store:false turn on a WebSocket connection
 // first looks in the connection's cache (local), without a round trip.
-func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest, local *socketCache) ([]wire.Item, chainGeneration, error) {
+func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest, local *socketCache) ([]wire.Item, historyInfo, error) {
 	if req.PreviousResponseID == "" && req.ConversationID == "" {
-		return nil, chainGeneration{}, nil
+		return nil, historyInfo{}, nil
 	}
 	if !req.Store && req.PreviousResponseID != "" {
-		if history, ok := local.get(req.PreviousResponseID); ok {
-			return history, chainGeneration{}, nil
+		if history, usage, ok := local.get(req.PreviousResponseID); ok {
+			return history, historyInfo{usage: usage}, nil
 		}
 	}
 	hctx, span := s.tel.tracer.Start(ctx, "history.load")
@@ -210,52 +217,60 @@ func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest,
 		history, err := s.store.ConversationItemsAll(hctx, &store.ConversationItemsAllParams{Tenant: tn, ConversationID: req.ConversationID})
 		s.tel.store(ctx, "conversation_items_all", start)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, chainGeneration{}, conversationNotFound(req.ConversationID)
+			return nil, historyInfo{}, conversationNotFound(req.ConversationID)
 		}
 		span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
-		return history, chainGeneration{}, err
+		return history, historyInfo{}, err
 	}
-	if history, gen, ok := s.chains.get(hctx, s.store, tn, req.PreviousResponseID); ok {
+	if history, info, ok := s.chains.get(hctx, s.store, tn, req.PreviousResponseID); ok {
 		s.tel.store(ctx, "chain_generation", start)
 		span.SetAttributes(attribute.Int("respgate.history_items", len(history)), attribute.Bool("respgate.history_cached", true))
-		return history, chainGeneration{gen, true}, nil
+		return history, info, nil
 	}
-	history, gen, err := s.loadChain(hctx, tn, req.PreviousResponseID)
+	history, info, err := s.loadChain(hctx, tn, req.PreviousResponseID)
 	s.tel.store(ctx, "response_chain_get", start)
 	if err != nil {
-		return nil, chainGeneration{}, err
+		return nil, historyInfo{}, err
 	}
-	s.chains.put(tn, req.PreviousResponseID, gen, history)
+	s.chains.put(tn, req.PreviousResponseID, info.gen, history, info.usage)
 	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
-	return history, chainGeneration{gen, true}, nil
+	return history, info, nil
 }
 
-// chainGeneration is the lineage generation a previous_response_id history was read at.
-type chainGeneration struct {
-	gen int64
-	ok  bool
+// historyInfo is what a turn knows of the history it loaded beyond its items: the lineage
+// generation a previous_response_id history was read at (valid when ok), and the previous
+// response's usage (JSON; nil when unknown, e.g. a conversation), which sizes the turn for
+// automatic compaction (server/tokens.go).
+type historyInfo struct {
+	gen   int64
+	ok    bool
+	usage json.RawMessage
 }
 
 // loadChain loads the history a continuation of id replays from the store, with the lineage
 // generation it was read at.
-func (s *Server) loadChain(ctx context.Context, tn, id string) ([]wire.Item, int64, error) {
+func (s *Server) loadChain(ctx context.Context, tn, id string) ([]wire.Item, historyInfo, error) {
 	req := &createRequest{PreviousResponseID: id}
 	chain, err := s.store.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tn, ID: id})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, 0, wire.Invalid("previous_response_id", "previous_response_not_found",
+		return nil, historyInfo{}, wire.Invalid("previous_response_id", "previous_response_not_found",
 			"Previous response with id '%s' not found.", req.PreviousResponseID)
 	case err != nil:
-		return nil, 0, err
+		return nil, historyInfo{}, err
 	case chain.Missing != "":
-		return nil, 0, wire.Invalid("previous_response_id", "previous_response_not_found",
+		return nil, historyInfo{}, wire.Invalid("previous_response_id", "previous_response_not_found",
 			"Previous response with id '%s' not found: it is an ancestor of '%s' and was deleted.", chain.Missing, req.PreviousResponseID)
 	}
 	if n := len(chain.Turns); n > 0 && !chain.Turns[n-1].Response.Status.Terminal() {
-		return nil, 0, wire.Invalid("previous_response_id", "previous_response_in_progress",
+		return nil, historyInfo{}, wire.Invalid("previous_response_id", "previous_response_in_progress",
 			"Previous response with id '%s' is still in progress.", req.PreviousResponseID)
 	}
-	return chainHistory(chain), chain.Generation, nil
+	info := historyInfo{gen: chain.Generation, ok: true}
+	if n := len(chain.Turns); n > 0 {
+		info.usage = chain.Turns[n-1].Response.Usage
+	}
+	return chainHistory(chain), info, nil
 }
 
 // chainHistory flattens a chain into the history a continuation replays: each turn's input then
@@ -349,6 +364,7 @@ func (s *Server) accOptions(t *turn) accumulator.Options {
 		MaxItemBytes:  s.cfg.MaxOutputItemBytes,
 		MaxTotalBytes: s.cfg.MaxOutputBytes,
 		Reasoning:     accumulator.ReasoningOptions{Seal: t.view.sealer(), Hide: t.view.hide},
+		Prepend:       t.prepend,
 		Render: func(snap *accumulator.Snapshot) []byte {
 			r := t.rec
 			r.Status = snap.Status

@@ -207,7 +207,7 @@ func (k *socket) remember(req *createRequest, t *turn, err error) {
 		return
 	}
 	if !req.Store {
-		k.cache.put(t.rec.ID, t.history, t.input, t.output)
+		k.cache.put(t.rec.ID, t.history, t.input, t.output, t.rec.Usage)
 	}
 }
 
@@ -333,22 +333,24 @@ type cachedResponse struct {
 	id    string
 	items []wire.Item
 	bytes int64
+	usage json.RawMessage // the response's usage (sizes its continuation, server/tokens.go)
 }
 
-func (c *socketCache) get(id string) ([]wire.Item, bool) {
+func (c *socketCache) get(id string) ([]wire.Item, json.RawMessage, bool) {
 	if c == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	for _, e := range c.entries {
 		if e.id == id {
-			return slices.Clip(e.items), true // a caller's append copies
+			return slices.Clip(e.items), e.usage, true // a caller's append copies
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
-// put remembers response id with its context: history, then the turn's input and output.
-func (c *socketCache) put(id string, history, input, output []wire.Item) {
+// put remembers response id with its context (history, then the turn's input and output) and
+// its usage.
+func (c *socketCache) put(id string, history, input, output []wire.Item, usage json.RawMessage) {
 	items := make([]wire.Item, 0, len(history)+len(input)+len(output))
 	items = append(append(append(items, history...), input...), output...)
 	var n int64
@@ -358,7 +360,7 @@ func (c *socketCache) put(id string, history, input, output []wire.Item) {
 	if n > c.maxBytes {
 		return
 	}
-	c.entries = append(c.entries, cachedResponse{id: id, items: items, bytes: n})
+	c.entries = append(c.entries, cachedResponse{id: id, items: items, bytes: n, usage: usage})
 	c.bytes += n
 	for len(c.entries) > socketCacheEntries || c.bytes > c.maxBytes {
 		c.bytes -= c.entries[0].bytes

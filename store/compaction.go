@@ -13,9 +13,11 @@ import (
 
 // Compaction is one archive record.
 type Compaction struct {
-	ID         string // the compaction item's id (cmp_…)
-	Tenant     string
-	ResponseID string // the response whose turn compacted ("" for POST /v1/responses/compact)
+	ID     string // the compaction item's id (cmp_…)
+	Tenant string
+	// ResponseID is the response whose turn compacted (automatic compaction), or the id of the
+	// answer of POST /v1/responses/compact that returned the item.
+	ResponseID string
 	Model      string
 	CreatedAt  time.Time
 	Replaced   []CompactedItem

@@ -82,6 +82,7 @@ type Client struct {
 	ownTransport   *http.Transport // nil when Config.Transport was given
 	responsesURL   string
 	modelsURL      string
+	tokenizeURL    string
 	auth           string // "Bearer <key>" or ""
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
@@ -119,6 +120,8 @@ func New(cfg Config) (*Client, error) {
 	base := strings.TrimSuffix(u.String(), "/")
 	c.responsesURL = base + "/responses"
 	c.modelsURL = base + "/models"
+	// vLLM serves /tokenize beside /v1, not under it.
+	c.tokenizeURL = strings.TrimSuffix(base, "/v1") + "/tokenize"
 	if cfg.APIKey != "" {
 		c.auth = "Bearer " + cfg.APIKey
 	}
@@ -338,6 +341,14 @@ func (c *Client) Create(ctx context.Context, body []byte) ([]byte, error) {
 // Models returns the raw JSON of GET {BaseURL}/models.
 func (c *Client) Models(ctx context.Context) ([]byte, error) {
 	return c.getJSON(ctx, http.MethodGet, c.modelsURL, nil, untilHeaders)
+}
+
+// Tokenize returns the raw JSON of POST /tokenize (vLLM's TokenizeCompletionRequest or
+// TokenizeChatRequest → TokenizeResponse {"count",…}), at the server's root beside /v1: the
+// gateway sizes a turn with the model's own tokenizer and chat template. A server without the
+// route answers 404 (*Error, KindHTTP).
+func (c *Client) Tokenize(ctx context.Context, body []byte) ([]byte, error) {
+	return c.getJSON(ctx, http.MethodPost, c.tokenizeURL, body, untilHeaders)
 }
 
 func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bound headersBound) ([]byte, error) {

@@ -41,7 +41,7 @@ func TestRequest(t *testing.T) {
 	type seen struct {
 		method, path, auth, ctype, accept, body string
 	}
-	got := make(chan seen, 3)
+	got := make(chan seen, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- seen{r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type"), r.Header.Get("Accept"), string(b)}
@@ -84,6 +84,15 @@ func TestRequest(t *testing.T) {
 	want = seen{"GET", "/v1/models", "Bearer " + testKey, "", "application/json", ""}
 	if s := <-got; s != want {
 		t.Errorf("Models sent %+v, want %+v", s, want)
+	}
+
+	// /tokenize is at the server's root, beside /v1 (vLLM's route).
+	if _, err := c.Tokenize(t.Context(), []byte(`{"prompt":"a b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	want = seen{"POST", "/tokenize", "Bearer " + testKey, "application/json", "application/json", `{"prompt":"a b"}`}
+	if s := <-got; s != want {
+		t.Errorf("Tokenize sent %+v, want %+v", s, want)
 	}
 }
 

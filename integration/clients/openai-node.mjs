@@ -1,7 +1,8 @@
 // openai-node (npm "openai"): the responses.stream() helper, finalResponse(), retrieve,
-// inputItems pagination, conversations, the GET ?stream=true replay, and a stateless (store:false)
-// session that keeps only respgate's encrypted_content of each reasoning item, and background mode
-// (create, poll, stream resume), against respgate.
+// inputItems pagination, conversations, the GET ?stream=true replay, a stateless (store:false)
+// session that keeps only respgate's encrypted_content of each reasoning item, background mode
+// (create, poll, stream resume), and responses.compact() whose output is the next turn's
+// input, against respgate.
 // Usage: node openai-node.mjs <package>, where <package> is "openai" (7.x) or "openai-v6" (6.x).
 import { assert, apiKey, sleep, baseURL, functionCalls, main, model, report, seenReasoning, streamTurn as streamTurnWith, version, weatherTool, withTimeout } from './lib.mjs';
 
@@ -184,5 +185,34 @@ await main(async () => {
     assert.equal(resumed.at(-1).type, 'response.completed');
     assert.deepEqual(seqs(resumed), seqs((await collect(running.id)).slice(3)));
     report({ client: client_, mode: 'background + stream (GET replay)', tools: 'none', continuation: 'response_id', scenario: `background: create, poll retrieve, stream resumed from each of ${full.length} starting_after, and while running`, result: 'pass' });
+  }
+
+  // 9. Compaction, the OpenAI pattern (docs/compaction.md §5): compact a stored chain with
+  // responses.compact(), send its output (plus a new message) as the next request's input without
+  // previous_response_id, streamed through the strict helper: the turn completes and the model
+  // still knows the first turns' facts, through the summary the compaction item carries.
+  {
+    const facts = ['the vault code is 4417', 'the cat is called Miso', 'deploy on Friday'];
+    let prev;
+    for (const input of [...facts.map((f) => `remember: ${f}`), 'what is next?']) {
+      prev = (await client.responses.create({ model, input, ...(prev ? { previous_response_id: prev } : {}) })).id;
+    }
+    const compacted = await client.responses.compact({ model, previous_response_id: prev });
+    assert.equal(compacted.object, 'response.compaction');
+    const items = compacted.output.filter((it) => it.type === 'compaction');
+    assert.equal(items.length, 1, `want one compaction item: ${JSON.stringify(compacted.output)}`);
+    assert.ok(items[0].id.startsWith('cmp_'), items[0].id);
+    assert.ok(items[0].encrypted_content.startsWith('rgr1.'), 'compaction item without respgate\'s blob');
+    const users = compacted.output.filter((it) => it.type === 'message' && it.role === 'user');
+    assert.equal(users.length, 2, 'want the 2 recent user turns kept');
+    assert.ok(!JSON.stringify(users).includes(facts[0]), 'the first turn was kept verbatim');
+    assert.ok(compacted.usage.output_tokens > 0, JSON.stringify(compacted.usage));
+    const next = (await streamTurn({ model, input: [...compacted.output, { role: 'user', content: 'what do you remember?' }] })).final;
+    assert.equal(next.status, 'completed');
+    for (const f of facts) assert.ok(next.output_text.includes(f), `forgot "${f}": ${next.output_text}`);
+    // And the stored turn continues with previous_response_id through the compaction item.
+    const after = await client.responses.create({ model, previous_response_id: next.id, input: 'and now?' });
+    assert.ok(after.output_text.includes(facts[0]), after.output_text);
+    report({ client: client_, mode: 'non-stream + stream', tools: 'none', continuation: 'compact output as input', scenario: `responses.compact (${compacted.output.length} items), next turn streamed, then chained`, result: 'pass' });
   }
 });

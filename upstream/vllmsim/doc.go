@@ -83,6 +83,8 @@
 //	                     of "x" inserted as the first token; it is part of the answer text everywhere)
 //	tokens=N             make the answer text exactly N tokens long (filler words "w1 w2 …" pad it), for
 //	                     benchmarks
+//	input_tokens=N       report usage.input_tokens as N (the context-length check still counts the
+//	                     real input), so a gateway's use of the reported usage can be tested
 //	reasoning=0          produce no reasoning item
 //	noargs=1             function calls get empty arguments ""
 //	quirks=LIST          switch quirks for this request, see below

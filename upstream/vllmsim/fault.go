@@ -112,6 +112,7 @@ type fault struct {
 	malformedAfter  int
 	huge            int // 0: off
 	tokens          int // 0: off
+	inputTokens     int // 0: off; else the usage.input_tokens to report
 	noReasoning     bool
 	noArgs          bool
 	quirks          Quirks
@@ -201,6 +202,7 @@ var faultKeys = []struct {
 	{"malformed", intKey(0, func(f *fault) *int { return &f.malformedAfter })},
 	{"huge", intKey(1, func(f *fault) *int { return &f.huge })},
 	{"tokens", intKey(1, func(f *fault) *int { return &f.tokens })},
+	{"input_tokens", intKey(1, func(f *fault) *int { return &f.inputTokens })},
 	{"reasoning", func(f *fault, v string) error {
 		b, err := strconv.ParseBool(v)
 		f.noReasoning = !b

@@ -24,6 +24,8 @@ type turn struct {
 	hugeItem   *outItem // the item whose first token is the huge= placeholder
 
 	inputTokens, outputTokens, reasoningTokens int
+	// reportedInput is the usage.input_tokens reported (the input_tokens= fault), else inputTokens.
+	reportedInput int
 }
 
 func newTurn(s *Sim, m Model, req *createRequest, c *conversation, f *fault, ids idgen) *turn {
@@ -34,6 +36,10 @@ func newTurn(s *Sim, m Model, req *createRequest, c *conversation, f *fault, ids
 	}
 	t.createdAt = s.opts.Now().Unix()
 	t.inputTokens = 3 + len(strings.Fields(req.instructions())) + 3*c.items + c.words
+	t.reportedInput = t.inputTokens
+	if f.inputTokens > 0 {
+		t.reportedInput = f.inputTokens
+	}
 
 	// vLLM's effective max_tokens: what is left of the context, capped by max_output_tokens
 	// (get_max_tokens in serve/utils/api_utils.py); the fault caps it like the request would.
@@ -288,12 +294,12 @@ func (t *turn) appendUsage(b []byte, final bool) []byte {
 		return append(b, "null"...)
 	}
 	b = append(b, `{"input_tokens":`...)
-	b = appendInt(b, t.inputTokens)
+	b = appendInt(b, t.reportedInput)
 	b = append(b, `,"input_tokens_details":{"cached_tokens":0`...)
 	if t.has(QuirkFields) {
 		if t.harmony {
 			b = append(b, `,"input_tokens_per_turn":[`...)
-			b = appendInt(b, t.inputTokens)
+			b = appendInt(b, t.reportedInput)
 			b = append(b, `],"cached_tokens_per_turn":[0]`...)
 		} else {
 			b = append(b, `,"input_tokens_per_turn":[],"cached_tokens_per_turn":[]`...)
@@ -313,7 +319,7 @@ func (t *turn) appendUsage(b []byte, final bool) []byte {
 		}
 	}
 	b = append(b, `},"total_tokens":`...)
-	b = appendInt(b, t.inputTokens+t.outputTokens)
+	b = appendInt(b, t.reportedInput+t.outputTokens)
 	return append(b, '}')
 }
 

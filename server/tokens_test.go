@@ -1,0 +1,58 @@
+package server
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// The previous response's usage sizes the history: its input plus its output (which the
+// continuation replays); a missing or null usage is unknown (0), never a guess.
+func TestUsageTokensAddsTheOutputTheContinuationReplays(t *testing.T) {
+	for raw, want := range map[string]int{
+		`{"input_tokens":100,"output_tokens":20,"total_tokens":120}`: 120,
+		`{"input_tokens":7}`:                    7,
+		`null`:                                  0,
+		``:                                      0,
+		`{"input_tokens":-5,"output_tokens":1}`: 0,
+	} {
+		if got := usageTokens(json.RawMessage(raw)); got != want {
+			t.Errorf("usageTokens(%s) = %d, want %d", raw, got, want)
+		}
+	}
+}
+
+// Items become the chat messages /tokenize counts with the model's template: messages keep their
+// role (developer as system) and text, calls and outputs their text; what has no chat form is
+// left to the estimate.
+func TestTokenizeMessagesKeepsTheTextOfEveryItem(t *testing.T) {
+	raw := []string{
+		`{"role":"user","content":"hello there"}`,
+		`{"type":"message","role":"developer","content":[{"type":"input_text","text":"be brief"}]}`,
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"},{"type":"refusal","refusal":"b"}]}`,
+		`{"type":"function_call","name":"get_weather","arguments":"{\"city\":\"Paris\"}","call_id":"c"}`,
+		`{"type":"function_call_output","call_id":"c","output":"sunny"}`,
+		`{"type":"reasoning","content":[{"type":"reasoning_text","text":"think"}],"summary":[]}`,
+		`{"type":"item_reference","id":"msg_1"}`,
+	}
+	items := make([]wire.Item, len(raw))
+	for i, r := range raw {
+		it, err := wire.ParseItem([]byte(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		items[i] = it
+	}
+	msgs, rest := tokenizeMessages(items)
+	want := []tokenMessage{{"user", "hello there"}, {"system", "be brief"}, {"assistant", "a\nb"},
+		{"assistant", `get_weather {"city":"Paris"}`}, {"user", "sunny"}, {"assistant", "think"}}
+	if len(msgs) != len(want) || len(rest) != 1 || rest[0].Type != "item_reference" {
+		t.Fatalf("messages %+v, rest %v", msgs, rest)
+	}
+	for i := range want {
+		if msgs[i] != want[i] {
+			t.Errorf("message %d = %+v, want %+v", i, msgs[i], want[i])
+		}
+	}
+}
