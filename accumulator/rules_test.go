@@ -693,6 +693,39 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// The limits are sizes a response may reach: an item of exactly MaxItemBytes and a response of
+// exactly MaxTotalBytes are kept whole; one byte more is ErrLimit (TestLimits).
+func TestLimitsAreReachable(t *testing.T) {
+	o := testOptions()
+	o.MaxItemBytes, o.MaxTotalBytes = 64, 100
+	full, rest := strings.Repeat("x", 64), strings.Repeat("y", 36)
+	evs := []wire.Event{textDelta(0, 0, full[:30]), textDelta(0, 0, full[30:]), textDelta(1, 0, rest), completed("completed")}
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted || len(res.Output) != 2 {
+		t.Fatalf("status %s, %d items, error %+v", res.Status, len(res.Output), res.Error)
+	}
+	for i, want := range []string{full, rest} {
+		if !bytes.Contains(res.Output[i].JSON, []byte(`"text":"`+want+`"`)) {
+			t.Errorf("item %d: %s", i, res.Output[i].JSON)
+		}
+	}
+}
+
+// A part opened by an event without content_index has no upstream index, so a later content_index
+// (never seen before) opens a new part rather than naming it.
+func TestAContentIndexNeverNamesAnUnindexedPart(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventTextDelta), "output_index", 0, "delta", "a"),
+		textDelta(0, 1, "b"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	want := `"content":[{"type":"output_text","text":"a","annotations":[],"logprobs":[]},{"type":"output_text","text":"b","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
 func TestUnknownItemTypePassesThroughWithItsIDReplaced(t *testing.T) {
 	evs := []wire.Event{
 		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"type": "mcp_call", "id": "mcp_1", "name": "t", "arguments": "", "server_label": "s", "status": "in_progress"}),
