@@ -599,6 +599,9 @@ func TestUntrustedIndices(t *testing.T) {
 		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(string(wire.EventRefusalDelta), "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
 		{"a text delta for a function call", []wire.Event{ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
 		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{")}, ErrMalformed},
+		{"a text delta for a reasoning item", []wire.Event{reasonDelta(0, 0, "r"), textDelta(0, 1, "y")}, ErrMalformed},
+		{"a text done whose text is not a string", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0,"text":5}`)}, ErrMalformed},
+		{"a text done without text keeps the deltas", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0}`)}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -723,6 +726,72 @@ func TestAContentIndexNeverNamesAnUnindexedPart(t *testing.T) {
 	want := `"content":[{"type":"output_text","text":"a","annotations":[],"logprobs":[]},{"type":"output_text","text":"b","annotations":[],"logprobs":[]}]`
 	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
 		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
+// A text done with no deltas before it opens its part, in the summary for a summary text and in the
+// content otherwise.
+func TestTextDoneWithoutDeltasOpensItsPart(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventTextDone), "output_index", 0, "content_index", 0, "text", "hi"),
+		ev(string(wire.EventSummaryTextDone), "output_index", 1, "summary_index", 0, "text", "sum"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i, want := range []string{
+		`"content":[{"type":"output_text","text":"hi","annotations":[],"logprobs":[]}]`,
+		`"summary":[{"type":"summary_text","text":"sum"}]`,
+	} {
+		if !bytes.Contains(res.Output[i].JSON, []byte(want)) {
+			t.Errorf("item %d\ngot  %s\nwant %s", i, res.Output[i].JSON, want)
+		}
+	}
+	if bytes.Contains(res.Output[1].JSON, []byte(`"content":[{`)) {
+		t.Errorf("the summary text is in the content: %s", res.Output[1].JSON)
+	}
+}
+
+// A text done replaces its part's deltas: the item's size counts the text once, so an item whose
+// deltas and done text each fill most of MaxItemBytes still has room for the rest.
+func TestATextDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
+	o := testOptions()
+	o.MaxItemBytes = 64
+	text, more := strings.Repeat("x", 40), strings.Repeat("y", 24)
+	evs := []wire.Event{
+		textDelta(0, 0, text[:20]), textDelta(0, 0, text[20:]),
+		ev(string(wire.EventTextDone), "output_index", 0, "content_index", 0, "text", text),
+		textDelta(0, 1, more),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("status %s, error %+v", res.Status, res.Error)
+	}
+	want := `"content":[{"type":"output_text","text":"` + text + `","annotations":[],"logprobs":[]},{"type":"output_text","text":"` + more + `","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
+// A part event whose part is of a type the SDK unions do not know is dropped, on a message and on
+// reasoning alike: the part never reaches the client and the item keeps its other parts.
+func TestPartEventsOfUnknownPartTypesAreDropped(t *testing.T) {
+	mystery := obj{"type": "mystery", "text": "m"}
+	evs := []wire.Event{
+		textDelta(0, 0, "x"),
+		ev(string(wire.EventPartAdded), "output_index", 0, "content_index", 1, "part", mystery),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 1, "part", mystery),
+		reasonDelta(1, 0, "r"),
+		ev(string(wire.EventPartAdded), "output_index", 1, "content_index", 1, "part", mystery),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	if bytes.Contains(stream, []byte("mystery")) {
+		t.Errorf("an unknown part reached the client:\n%s", stream)
+	}
+	if !bytes.Contains(res.Output[0].JSON, []byte(`"content":[{"type":"output_text","text":"x","annotations":[],"logprobs":[]}]`)) ||
+		!bytes.Contains(res.Output[1].JSON, []byte(`"content":[{"type":"reasoning_text","text":"r"}]`)) {
+		t.Errorf("output\n%s\n%s", res.Output[0].JSON, res.Output[1].JSON)
 	}
 }
 
