@@ -773,6 +773,50 @@ func TestATextDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
 	}
 }
 
+// A content_part.done replaces its part's deltas like a text done: the item's size counts its text
+// once.
+func TestAPartDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
+	o := testOptions()
+	o.MaxItemBytes = 64
+	text, more := strings.Repeat("x", 40), strings.Repeat("y", 24)
+	evs := []wire.Event{
+		textDelta(0, 0, text[:20]), textDelta(0, 0, text[20:]),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": text, "annotations": []any{}}),
+		textDelta(0, 1, more),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("status %s, error %+v", res.Status, res.Error)
+	}
+	want := `"content":[{"type":"output_text","text":"` + text + `","annotations":[],"logprobs":[]},{"type":"output_text","text":"` + more + `","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
+// A content_part.done without a usable part still closes the part it names: the client sees the
+// part's done there, and a delta for it after that is late and dropped.
+func TestAPartDoneWithoutAUsablePartClosesItsPart(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "x"),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "mystery"}),
+		textDelta(0, 0, "late"),
+		textDelta(0, 1, "y"),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	want := `"content":[{"type":"output_text","text":"x","annotations":[],"logprobs":[]},{"type":"output_text","text":"y","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+	done := bytes.Index(stream, []byte(`"type":"response.content_part.done"`))
+	next := bytes.Index(stream, []byte(`"delta":"y"`))
+	if done < 0 || next < 0 || done > next {
+		t.Errorf("part 0 is not closed before part 1's delta:\n%s", stream)
+	}
+}
+
 // A part event whose part is of a type the SDK unions do not know is dropped, on a message and on
 // reasoning alike: the part never reaches the client and the item keeps its other parts.
 func TestPartEventsOfUnknownPartTypesAreDropped(t *testing.T) {
