@@ -773,14 +773,14 @@ func TestATextDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
 	}
 }
 
-// A content_part.done replaces its part's deltas like a text done: the item's size counts its text
-// once.
+// A content_part.done's text wins over its part's deltas, and the item's size counts it once (in
+// place of the deltas).
 func TestAPartDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
 	o := testOptions()
 	o.MaxItemBytes = 64
 	text, more := strings.Repeat("x", 40), strings.Repeat("y", 24)
 	evs := []wire.Event{
-		textDelta(0, 0, text[:20]), textDelta(0, 0, text[20:]),
+		textDelta(0, 0, strings.Repeat("s", 20)), textDelta(0, 0, strings.Repeat("t", 20)),
 		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": text, "annotations": []any{}}),
 		textDelta(0, 1, more),
 		completed("completed"),
@@ -814,6 +814,45 @@ func TestAPartDoneWithoutAUsablePartClosesItsPart(t *testing.T) {
 	next := bytes.Index(stream, []byte(`"delta":"y"`))
 	if done < 0 || next < 0 || done > next {
 		t.Errorf("part 0 is not closed before part 1's delta:\n%s", stream)
+	}
+}
+
+// A content_part.done whose annotations are empty keeps the annotations streamed for the part; one
+// that states annotations replaces them.
+func TestAPartDoneKeepsStreamedAnnotationsUnlessItStatesSome(t *testing.T) {
+	ann := func(oi int, file string) wire.Event {
+		return ev(string(wire.EventAnnotation), "output_index", oi, "content_index", 0, "annotation_index", 0, "annotation", obj{"type": "file_path", "file_id": file, "index": 0})
+	}
+	evs := []wire.Event{
+		textDelta(0, 0, "x"), ann(0, "streamed"),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "x", "annotations": []any{}}),
+		textDelta(1, 0, "y"), ann(1, "streamed"),
+		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "y", "annotations": []obj{{"type": "file_path", "file_id": "stated", "index": 0}}}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i, want := range []string{"streamed", "stated"} {
+		if got := res.Output[i].JSON; !bytes.Contains(got, []byte(`"file_id":"`+want+`"`)) || bytes.Count(got, []byte(`"file_id"`)) != 1 {
+			t.Errorf("item %d: %s, want only the %s annotation", i, got, want)
+		}
+	}
+}
+
+// A part event can be the first sight of its item: a content_part opens a message, vLLM's
+// reasoning_part and a reasoning_summary_part open reasoning.
+func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventPartAdded), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "", "annotations": []any{}}),
+		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "b", "annotations": []any{}}),
+		ev(string(wire.EventVLLMReasoningPartDone), "output_index", 2, "content_index", 0, "part", obj{"type": "reasoning_text", "text": "r"}),
+		ev(string(wire.EventSummaryDone), "output_index", 3, "summary_index", 0, "part", obj{"type": "summary_text", "text": "s"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i, want := range []string{`"type":"message"`, `"type":"message"`, `"type":"reasoning"`, `"type":"reasoning"`} {
+		if !bytes.Contains(res.Output[i].JSON, []byte(want)) {
+			t.Errorf("item %d: %s, want %s", i, res.Output[i].JSON, want)
+		}
 	}
 }
 
