@@ -838,6 +838,37 @@ func TestAPartDoneKeepsStreamedAnnotationsUnlessItStatesSome(t *testing.T) {
 	}
 }
 
+// function_call_arguments.done: its arguments replace the deltas (counted once in the item's and
+// the response's size: both limits are set to what the output holds exactly), its name, when it has one,
+// names a call that had none; without a name (or with null) the call keeps the name it has.
+func TestArgumentsDoneReplacesTheDeltasAndNamesTheCall(t *testing.T) {
+	args := `{"q":"` + strings.Repeat("x", 82) + `"}`
+	evs := []wire.Event{
+		ev(string(wire.EventArgsDelta), "output_index", 0, "delta", strings.Repeat("s", 40)),
+		ev(string(wire.EventArgsDelta), "output_index", 0, "delta", strings.Repeat("t", 40)),
+		ev(string(wire.EventArgsDone), "output_index", 0, "arguments", args, "name", "lookup"),
+		ev(string(wire.EventItemAdded), "output_index", 1, "item", obj{"id": "g", "type": "function_call", "name": "plain", "arguments": "", "call_id": "c1"}),
+		ev(string(wire.EventArgsDone), "output_index", 1, "arguments", "{}"),
+		ev(string(wire.EventItemAdded), "output_index", 2, "item", obj{"id": "h", "type": "function_call", "name": "other", "arguments": "", "call_id": "c2"}),
+		rawEv(string(wire.EventArgsDone), `{"output_index":2,"arguments":"{}","name":null}`),
+		completed("completed"),
+	}
+	o := testOptions()
+	o.MaxItemBytes, o.MaxTotalBytes = len(args), len(args)+2*len("{}") // the three calls' arguments
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted || len(res.Output) != 3 {
+		t.Fatalf("status %s, %d items, error %+v", res.Status, len(res.Output), res.Error)
+	}
+	argsJSON, _ := json.Marshal(args)
+	for i, want := range [][]string{{`"arguments":` + string(argsJSON), `"name":"lookup"`}, {`"name":"plain"`}, {`"name":"other"`}} {
+		for _, w := range want {
+			if !bytes.Contains(res.Output[i].JSON, []byte(w)) {
+				t.Errorf("item %d: want %s in %s", i, w, res.Output[i].JSON)
+			}
+		}
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
