@@ -869,6 +869,73 @@ func TestArgumentsDoneReplacesTheDeltasAndNamesTheCall(t *testing.T) {
 	}
 }
 
+// Annotations count toward the item's size: one that would take the item one byte past
+// MaxItemBytes is ErrLimit, and two that fill it exactly (with the comma between them) leave the
+// response exactly at MaxTotalBytes for one more byte elsewhere.
+func TestAnnotationsCountTowardTheLimits(t *testing.T) {
+	ann := obj{"type": "file_path", "file_id": "f", "index": 0}
+	annLen := len(mustJSON(ann))
+	annEv := func(oi int) wire.Event {
+		return ev(string(wire.EventAnnotation), "output_index", oi, "content_index", 0, "annotation", ann)
+	}
+
+	o := testOptions()
+	o.MaxItemBytes = 64
+	_, res, _, ferr := replay([]wire.Event{textDelta(0, 0, strings.Repeat("x", 64-annLen+1)), annEv(0), completed("completed")}, o)
+	if !errors.Is(ferr, ErrLimit) || res.Status != wire.StatusFailed {
+		t.Errorf("an annotation one byte past the item limit: error %v, status %s", ferr, res.Status)
+	}
+
+	o = testOptions()
+	o.MaxItemBytes = 1 + 2*annLen + 1
+	o.MaxTotalBytes = o.MaxItemBytes + 1
+	_, res, _ = runChecked(t, []wire.Event{textDelta(0, 0, "x"), annEv(0), annEv(0), textDelta(1, 0, "y"), completed("completed")}, o)
+	if res.Status != wire.StatusCompleted || bytes.Count(res.Output[0].JSON, []byte(`"file_id":"f"`)) != 2 {
+		t.Errorf("two annotations that fit: status %s, error %+v, %s", res.Status, res.Error, res.Output[0].JSON)
+	}
+}
+
+// An annotation may be the first sight of its part (the part is opened); one for a part already
+// closed is late and dropped.
+func TestAnnotationsOpenTheirPartAndAreDroppedOnceItIsClosed(t *testing.T) {
+	ann := func(file string) wire.Event {
+		return ev(string(wire.EventAnnotation), "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": file, "index": 0})
+	}
+	evs := []wire.Event{
+		ann("first"),
+		textDelta(0, 0, "x"),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "x", "annotations": []any{}}),
+		ann("late"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	got := res.Output[0].JSON
+	if !bytes.Contains(got, []byte(`"text":"x","annotations":[{"file_id":"first","index":0,"type":"file_path"}]`)) || bytes.Contains(got, []byte("late")) || res.Dropped != 1 {
+		t.Errorf("dropped %d, %s", res.Dropped, got)
+	}
+}
+
+// An output item event whose item JSON is exactly MaxItemBytes long is accepted.
+func TestAnItemOfExactlyMaxItemBytesIsAccepted(t *testing.T) {
+	item := obj{"id": "m", "type": "message", "role": "assistant", "content": []obj{{"type": "output_text", "text": "hello", "annotations": []any{}}}}
+	o := testOptions()
+	o.MaxItemBytes = len(mustJSON(item))
+	_, res, _ := runChecked(t, []wire.Event{ev(string(wire.EventItemAdded), "output_index", 0, "item", item), itemDone(0, item), completed("completed")}, o)
+	if res.Status != wire.StatusCompleted || !bytes.Contains(res.Output[0].JSON, []byte(`"text":"hello"`)) {
+		t.Errorf("status %s, error %+v", res.Status, res.Error)
+	}
+}
+
+// output_item.added with item:null (Open Responses allows it) is dropped, and counted: the item's
+// later events create it.
+func TestAnItemAddedWithANullItemIsDropped(t *testing.T) {
+	evs := []wire.Event{rawEv(string(wire.EventItemAdded), `{"output_index":0,"item":null}`), textDelta(0, 0, "x"), completed("completed")}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if res.Dropped != 1 || len(res.Output) != 1 || !bytes.Contains(res.Output[0].JSON, []byte(`"text":"x"`)) {
+		t.Errorf("dropped %d, %d items", res.Dropped, len(res.Output))
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
