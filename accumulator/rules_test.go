@@ -936,6 +936,40 @@ func TestAnItemAddedWithANullItemIsDropped(t *testing.T) {
 	}
 }
 
+// A malformed output_item.done closes the item it names with the streamed state (later events for
+// it are late); one for an item never seen is dropped.
+func TestAMalformedItemDoneClosesWithTheStreamedState(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "x"),
+		rawEv(string(wire.EventItemDone), `{"output_index":0,"item":{"type":"message","content":5}}`),
+		textDelta(0, 0, "late"),
+		rawEv(string(wire.EventItemDone), `{"output_index":1,"item":{"type":"message","content":5}}`),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 1 || !bytes.Contains(res.Output[0].JSON, []byte(`"text":"x",`)) || res.Dropped != 2 {
+		t.Errorf("dropped %d, %d items, first %s", res.Dropped, len(res.Output), res.Output[0].JSON)
+	}
+}
+
+// The done of an item of a type respgate passes through is its truth only if it has the type the
+// item was announced with; a done alone creates the item.
+func TestAPassThroughItemDoneMustKeepItsType(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"type": "mcp_call", "id": "a", "name": "t", "status": "in_progress"}),
+		itemDone(0, obj{"type": "code_interpreter_call", "id": "a", "code": "c", "status": "completed"}),
+		itemDone(1, obj{"type": "mcp_call", "id": "b", "name": "u", "status": "completed"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 2 || !bytes.Contains(res.Output[0].JSON, []byte(`"type":"mcp_call"`)) || bytes.Contains(res.Output[0].JSON, []byte(`"code"`)) ||
+		!bytes.Contains(res.Output[1].JSON, []byte(`"name":"u"`)) {
+		for _, it := range res.Output {
+			t.Errorf("item %s", it.JSON)
+		}
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
