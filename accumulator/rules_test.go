@@ -970,6 +970,23 @@ func TestAPassThroughItemDoneMustKeepItsType(t *testing.T) {
 	}
 }
 
+// A message's output_item.done is authoritative for its role when it states one; an empty role
+// states nothing.
+func TestAMessageDoneStatesItsRole(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "x"), itemDone(0, obj{"type": "message", "role": "system"}),
+		ev(string(wire.EventItemAdded), "output_index", 1, "item", obj{"type": "message", "role": "system", "content": []any{}}),
+		itemDone(1, obj{"type": "message", "role": ""}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i := range 2 {
+		if !bytes.Contains(res.Output[i].JSON, []byte(`"role":"system"`)) {
+			t.Errorf("item %d: %s", i, res.Output[i].JSON)
+		}
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
