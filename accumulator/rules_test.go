@@ -483,11 +483,15 @@ func TestCloseAfterTerminalWithCauseFails(t *testing.T) {
 }
 
 func TestErrorEventFailsTheStream(t *testing.T) {
-	for _, e := range []wire.Event{
-		rawEv(string(wire.EventError), `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`),
-		rawEv(string(wire.EventError), `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`),
-		rawEv(string(wire.EventError), `{"type":"error","code":429,"message":"slow down"}`),
+	for _, c := range []struct {
+		e          wire.Event
+		code, want string // the Result's error code and message
+	}{
+		{rawEv(string(wire.EventError), `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`), "context_length_exceeded", "Too long."},
+		{rawEv(string(wire.EventError), `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`), "bad_thing", "Nested form."},
+		{rawEv(string(wire.EventError), `{"type":"error","code":429,"message":"slow down"}`), "rate_limit_exceeded", "slow down"},
 	} {
+		e := c.e
 		evs := []wire.Event{msgAdded(0, "m"), e, textDelta(0, 0, "after")}
 		stream, res, _, ferr := replay(evs, testOptions())
 		if !errors.Is(ferr, ErrUpstream) {
@@ -496,8 +500,8 @@ func TestErrorEventFailsTheStream(t *testing.T) {
 		if _, err := validateStream(stream); err != nil {
 			t.Fatal(err)
 		}
-		if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code == "" || strings.ContainsRune(res.Error.Message, 0) {
-			t.Errorf("result %+v", res.Error)
+		if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code != c.code || res.Error.Message != c.want {
+			t.Errorf("result %+v, want code %s message %q", res.Error, c.code, c.want)
 		}
 		if bytes.Contains(stream, []byte(`"text":"after"`)) {
 			t.Errorf("events after the error were used")
@@ -984,6 +988,49 @@ func TestAMessageDoneStatesItsRole(t *testing.T) {
 		if !bytes.Contains(res.Output[i].JSON, []byte(`"role":"system"`)) {
 			t.Errorf("item %d: %s", i, res.Output[i].JSON)
 		}
+	}
+}
+
+// A done item that states more parts than were streamed announces each of them to the client at
+// the next content_index, in order.
+func TestADoneItemsFurtherPartsGetTheNextContentIndices(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "a"),
+		itemDone(0, obj{"type": "message", "content": []obj{
+			{"type": "output_text", "text": "a", "annotations": []any{}},
+			{"type": "output_text", "text": "b", "annotations": []any{}},
+			{"type": "output_text", "text": "c", "annotations": []any{}}}}),
+		completed("completed"),
+	}
+	stream, _, _ := runChecked(t, evs, testOptions())
+	for _, w := range []string{`"content_index":1,"delta":"b"`, `"content_index":2,"delta":"c"`} {
+		if !bytes.Contains(stream, []byte(w)) {
+			t.Errorf("no %s in\n%s", w, stream)
+		}
+	}
+}
+
+// A done item's size for MaxTotalBytes counts its parts' text, annotations and, for parts of types
+// respgate passes through, their whole JSON: the limit set to exactly that passes, one byte less
+// is ErrLimit.
+func TestADoneItemsPartsCountTowardTheResponseLimit(t *testing.T) {
+	ann := obj{"type": "file_path", "file_id": "f", "index": 0}
+	other := obj{"type": "mystery", "v": "vvvvvvvv"}
+	evs := []wire.Event{
+		itemDone(0, obj{"type": "message", "content": []any{obj{"type": "output_text", "text": "ab", "annotations": []obj{ann}}, other}}),
+		completed("completed"),
+	}
+	size := len("ab") + len(mustJSON(ann)) + len(mustJSON(other))
+	o := testOptions()
+	o.MaxTotalBytes = size
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("at the limit: status %s, error %+v", res.Status, res.Error)
+	}
+	o = testOptions()
+	o.MaxTotalBytes = size - 1
+	if _, _, _, ferr := replay(evs, o); !errors.Is(ferr, ErrLimit) {
+		t.Errorf("one byte under: error %v, want ErrLimit", ferr)
 	}
 }
 
