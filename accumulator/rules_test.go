@@ -1034,6 +1034,25 @@ func TestADoneItemsPartsCountTowardTheResponseLimit(t *testing.T) {
 	}
 }
 
+// A message done with a refusal part (never streamed) tells the client the refusal with the refusal
+// events; a part type messages cannot hold stays in the item without events.
+func TestADoneMessagesRefusalReachesTheClient(t *testing.T) {
+	evs := []wire.Event{
+		itemDone(0, obj{"type": "message", "content": []obj{{"type": "refusal", "refusal": "no"}, {"type": "reasoning_text", "text": "hidden"}}}),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	if !bytes.Contains(stream, []byte(`"type":"response.refusal.done"`)) || !bytes.Contains(stream, []byte(`"refusal":"no"`)) {
+		t.Errorf("no refusal events:\n%s", stream)
+	}
+	if bytes.Contains(stream, []byte(`"part":{"type":"reasoning_text"`)) {
+		t.Errorf("a reasoning_text part of a message reached the client:\n%s", stream)
+	}
+	if !bytes.Contains(res.Output[0].JSON, []byte(`{"type":"refusal","refusal":"no"}`)) {
+		t.Errorf("item %s", res.Output[0].JSON)
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
