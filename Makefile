@@ -101,8 +101,10 @@ vulncheck: ## known vulnerabilities in the code's call graph (govulncheck; needs
 # may take MUTATE_TIMEOUT times as long as the package's coverage run (whose build is cached,
 # while each mutant's is not: hence the large factor) before it counts as timed out.
 # GOFLAGS=-count=1 keeps that coverage run from being a cached result, which would make the
-# timeout a fraction of a real run. Do not pass --test-cpu in MUTATE_ARGS: gremlins v0.6.0 hands
-# "-cpu N" to go test as one argument, which fails every run and counts every mutant as killed.
+# timeout a fraction of a real run; -vet=off because go vet is not a test (a mutant vet dislikes
+# would count as killed) and vetting every mutant only slows it. Do not pass --test-cpu in
+# MUTATE_ARGS: gremlins v0.6.0 hands "-cpu N" to go test as one argument, which fails every run
+# and counts every mutant as killed.
 # The mutate build tag adds store/mutate_test.go, which runs the shared conformance suite from
 # package store itself (a mutant is tested with its own package's tests only); store/storetest,
 # the suite, is not mutated.
@@ -115,7 +117,7 @@ mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and serv
 	@mkdir -p bin/mutate
 	@set -e; for p in $(MUTATE_PKGS); do \
 	  echo "== mutating ./$$p (progress: tail -f bin/mutate/$$p.log)"; \
-	  GOFLAGS="$$GOFLAGS -count=1" $(GO) tool gremlins unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT) \
+	  GOFLAGS="$$GOFLAGS -count=1 -vet=off" $(GO) tool gremlins unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT) \
 	    --tags mutate -E '^storetest/' -o bin/mutate/$$p.json $(MUTATE_ARGS) ./$$p > bin/mutate/$$p.log 2>&1 || { cat bin/mutate/$$p.log; exit 1; }; \
 	  grep -E '^ *(LIVED|TIMED OUT) ' bin/mutate/$$p.log | sed 's/^ */  /' || true; \
 	  grep -E '^(Killed|Timed out|Test efficacy):' bin/mutate/$$p.log | sed 's/^/  /'; \

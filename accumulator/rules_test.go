@@ -483,11 +483,15 @@ func TestCloseAfterTerminalWithCauseFails(t *testing.T) {
 }
 
 func TestErrorEventFailsTheStream(t *testing.T) {
-	for _, e := range []wire.Event{
-		rawEv(string(wire.EventError), `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`),
-		rawEv(string(wire.EventError), `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`),
-		rawEv(string(wire.EventError), `{"type":"error","code":429,"message":"slow down"}`),
+	for _, c := range []struct {
+		e          wire.Event
+		code, want string // the Result's error code and message
+	}{
+		{rawEv(string(wire.EventError), `{"type":"error","code":"context_length_exceeded","message":"Too long.","param":null}`), "context_length_exceeded", "Too long."},
+		{rawEv(string(wire.EventError), `{"type":"error","error":{"type":"invalid_request_error","code":"bad_thing","message":"Nested\u0000form."}}`), "bad_thing", "Nested form."},
+		{rawEv(string(wire.EventError), `{"type":"error","code":429,"message":"slow down"}`), "rate_limit_exceeded", "slow down"},
 	} {
+		e := c.e
 		evs := []wire.Event{msgAdded(0, "m"), e, textDelta(0, 0, "after")}
 		stream, res, _, ferr := replay(evs, testOptions())
 		if !errors.Is(ferr, ErrUpstream) {
@@ -496,8 +500,8 @@ func TestErrorEventFailsTheStream(t *testing.T) {
 		if _, err := validateStream(stream); err != nil {
 			t.Fatal(err)
 		}
-		if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code == "" || strings.ContainsRune(res.Error.Message, 0) {
-			t.Errorf("result %+v", res.Error)
+		if res.Status != wire.StatusFailed || res.Error == nil || res.Error.Code != c.code || res.Error.Message != c.want {
+			t.Errorf("result %+v, want code %s message %q", res.Error, c.code, c.want)
 		}
 		if bytes.Contains(stream, []byte(`"text":"after"`)) {
 			t.Errorf("events after the error were used")
@@ -599,6 +603,9 @@ func TestUntrustedIndices(t *testing.T) {
 		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(string(wire.EventRefusalDelta), "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
 		{"a text delta for a function call", []wire.Event{ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
 		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{")}, ErrMalformed},
+		{"a text delta for a reasoning item", []wire.Event{reasonDelta(0, 0, "r"), textDelta(0, 1, "y")}, ErrMalformed},
+		{"a text done whose text is not a string", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0,"text":5}`)}, ErrMalformed},
+		{"a text done without text keeps the deltas", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0}`)}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -690,6 +697,399 @@ func TestLimits(t *testing.T) {
 				t.Errorf("the response holds %d bytes, %d parts past the limits", a.total, a.parts)
 			}
 		})
+	}
+}
+
+// The limits are sizes a response may reach: an item of exactly MaxItemBytes and a response of
+// exactly MaxTotalBytes are kept whole; one byte more is ErrLimit (TestLimits).
+func TestLimitsAreReachable(t *testing.T) {
+	o := testOptions()
+	o.MaxItemBytes, o.MaxTotalBytes = 64, 100
+	full, rest := strings.Repeat("x", 64), strings.Repeat("y", 36)
+	evs := []wire.Event{textDelta(0, 0, full[:30]), textDelta(0, 0, full[30:]), textDelta(1, 0, rest), completed("completed")}
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted || len(res.Output) != 2 {
+		t.Fatalf("status %s, %d items, error %+v", res.Status, len(res.Output), res.Error)
+	}
+	for i, want := range []string{full, rest} {
+		if !bytes.Contains(res.Output[i].JSON, []byte(`"text":"`+want+`"`)) {
+			t.Errorf("item %d: %s", i, res.Output[i].JSON)
+		}
+	}
+}
+
+// A part opened by an event without content_index has no upstream index, so a later content_index
+// (never seen before) opens a new part rather than naming it.
+func TestAContentIndexNeverNamesAnUnindexedPart(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventTextDelta), "output_index", 0, "delta", "a"),
+		textDelta(0, 1, "b"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	want := `"content":[{"type":"output_text","text":"a","annotations":[],"logprobs":[]},{"type":"output_text","text":"b","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
+// A text done with no deltas before it opens its part, in the summary for a summary text and in the
+// content otherwise.
+func TestTextDoneWithoutDeltasOpensItsPart(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventTextDone), "output_index", 0, "content_index", 0, "text", "hi"),
+		ev(string(wire.EventSummaryTextDone), "output_index", 1, "summary_index", 0, "text", "sum"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i, want := range []string{
+		`"content":[{"type":"output_text","text":"hi","annotations":[],"logprobs":[]}]`,
+		`"summary":[{"type":"summary_text","text":"sum"}]`,
+	} {
+		if !bytes.Contains(res.Output[i].JSON, []byte(want)) {
+			t.Errorf("item %d\ngot  %s\nwant %s", i, res.Output[i].JSON, want)
+		}
+	}
+	if bytes.Contains(res.Output[1].JSON, []byte(`"content":[{`)) {
+		t.Errorf("the summary text is in the content: %s", res.Output[1].JSON)
+	}
+}
+
+// A text done replaces its part's deltas: the item's size counts the text once, so an item whose
+// deltas and done text each fill most of MaxItemBytes still has room for the rest.
+func TestATextDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
+	o := testOptions()
+	o.MaxItemBytes = 64
+	text, more := strings.Repeat("x", 40), strings.Repeat("y", 24)
+	evs := []wire.Event{
+		textDelta(0, 0, text[:20]), textDelta(0, 0, text[20:]),
+		ev(string(wire.EventTextDone), "output_index", 0, "content_index", 0, "text", text),
+		textDelta(0, 1, more),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("status %s, error %+v", res.Status, res.Error)
+	}
+	want := `"content":[{"type":"output_text","text":"` + text + `","annotations":[],"logprobs":[]},{"type":"output_text","text":"` + more + `","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
+// A content_part.done's text wins over its part's deltas, and the item's size counts it once (in
+// place of the deltas).
+func TestAPartDoneReplacesItsDeltasInTheItemSize(t *testing.T) {
+	o := testOptions()
+	o.MaxItemBytes = 64
+	text, more := strings.Repeat("x", 40), strings.Repeat("y", 24)
+	evs := []wire.Event{
+		textDelta(0, 0, strings.Repeat("s", 20)), textDelta(0, 0, strings.Repeat("t", 20)),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": text, "annotations": []any{}}),
+		textDelta(0, 1, more),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("status %s, error %+v", res.Status, res.Error)
+	}
+	want := `"content":[{"type":"output_text","text":"` + text + `","annotations":[],"logprobs":[]},{"type":"output_text","text":"` + more + `","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+}
+
+// A content_part.done without a usable part still closes the part it names: the client sees the
+// part's done there, and a delta for it after that is late and dropped.
+func TestAPartDoneWithoutAUsablePartClosesItsPart(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "x"),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "mystery"}),
+		textDelta(0, 0, "late"),
+		textDelta(0, 1, "y"),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	want := `"content":[{"type":"output_text","text":"x","annotations":[],"logprobs":[]},{"type":"output_text","text":"y","annotations":[],"logprobs":[]}]`
+	if !bytes.Contains(res.Output[0].JSON, []byte(want)) {
+		t.Errorf("got  %s\nwant %s", res.Output[0].JSON, want)
+	}
+	done := bytes.Index(stream, []byte(`"type":"response.content_part.done"`))
+	next := bytes.Index(stream, []byte(`"delta":"y"`))
+	if done < 0 || next < 0 || done > next {
+		t.Errorf("part 0 is not closed before part 1's delta:\n%s", stream)
+	}
+}
+
+// A content_part.done whose annotations are empty keeps the annotations streamed for the part; one
+// that states annotations replaces them.
+func TestAPartDoneKeepsStreamedAnnotationsUnlessItStatesSome(t *testing.T) {
+	ann := func(oi int, file string) wire.Event {
+		return ev(string(wire.EventAnnotation), "output_index", oi, "content_index", 0, "annotation_index", 0, "annotation", obj{"type": "file_path", "file_id": file, "index": 0})
+	}
+	evs := []wire.Event{
+		textDelta(0, 0, "x"), ann(0, "streamed"),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "x", "annotations": []any{}}),
+		textDelta(1, 0, "y"), ann(1, "streamed"),
+		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "y", "annotations": []obj{{"type": "file_path", "file_id": "stated", "index": 0}}}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i, want := range []string{"streamed", "stated"} {
+		if got := res.Output[i].JSON; !bytes.Contains(got, []byte(`"file_id":"`+want+`"`)) || bytes.Count(got, []byte(`"file_id"`)) != 1 {
+			t.Errorf("item %d: %s, want only the %s annotation", i, got, want)
+		}
+	}
+}
+
+// function_call_arguments.done: its arguments replace the deltas (counted once in the item's and
+// the response's size: both limits are set to what the output holds exactly), its name, when it has one,
+// names a call that had none; without a name (or with null) the call keeps the name it has.
+func TestArgumentsDoneReplacesTheDeltasAndNamesTheCall(t *testing.T) {
+	args := `{"q":"` + strings.Repeat("x", 82) + `"}`
+	evs := []wire.Event{
+		ev(string(wire.EventArgsDelta), "output_index", 0, "delta", strings.Repeat("s", 40)),
+		ev(string(wire.EventArgsDelta), "output_index", 0, "delta", strings.Repeat("t", 40)),
+		ev(string(wire.EventArgsDone), "output_index", 0, "arguments", args, "name", "lookup"),
+		ev(string(wire.EventItemAdded), "output_index", 1, "item", obj{"id": "g", "type": "function_call", "name": "plain", "arguments": "", "call_id": "c1"}),
+		ev(string(wire.EventArgsDone), "output_index", 1, "arguments", "{}"),
+		ev(string(wire.EventItemAdded), "output_index", 2, "item", obj{"id": "h", "type": "function_call", "name": "other", "arguments": "", "call_id": "c2"}),
+		rawEv(string(wire.EventArgsDone), `{"output_index":2,"arguments":"{}","name":null}`),
+		completed("completed"),
+	}
+	o := testOptions()
+	o.MaxItemBytes, o.MaxTotalBytes = len(args), len(args)+2*len("{}") // the three calls' arguments
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted || len(res.Output) != 3 {
+		t.Fatalf("status %s, %d items, error %+v", res.Status, len(res.Output), res.Error)
+	}
+	argsJSON, _ := json.Marshal(args)
+	for i, want := range [][]string{{`"arguments":` + string(argsJSON), `"name":"lookup"`}, {`"name":"plain"`}, {`"name":"other"`}} {
+		for _, w := range want {
+			if !bytes.Contains(res.Output[i].JSON, []byte(w)) {
+				t.Errorf("item %d: want %s in %s", i, w, res.Output[i].JSON)
+			}
+		}
+	}
+}
+
+// Annotations count toward the item's size: one that would take the item one byte past
+// MaxItemBytes is ErrLimit, and two that fill it exactly (with the comma between them) leave the
+// response exactly at MaxTotalBytes for one more byte elsewhere.
+func TestAnnotationsCountTowardTheLimits(t *testing.T) {
+	ann := obj{"type": "file_path", "file_id": "f", "index": 0}
+	annLen := len(mustJSON(ann))
+	annEv := func(oi int) wire.Event {
+		return ev(string(wire.EventAnnotation), "output_index", oi, "content_index", 0, "annotation", ann)
+	}
+
+	o := testOptions()
+	o.MaxItemBytes = 64
+	_, res, _, ferr := replay([]wire.Event{textDelta(0, 0, strings.Repeat("x", 64-annLen+1)), annEv(0), completed("completed")}, o)
+	if !errors.Is(ferr, ErrLimit) || res.Status != wire.StatusFailed {
+		t.Errorf("an annotation one byte past the item limit: error %v, status %s", ferr, res.Status)
+	}
+
+	o = testOptions()
+	o.MaxItemBytes = 1 + 2*annLen + 1
+	o.MaxTotalBytes = o.MaxItemBytes + 1
+	_, res, _ = runChecked(t, []wire.Event{textDelta(0, 0, "x"), annEv(0), annEv(0), textDelta(1, 0, "y"), completed("completed")}, o)
+	if res.Status != wire.StatusCompleted || bytes.Count(res.Output[0].JSON, []byte(`"file_id":"f"`)) != 2 {
+		t.Errorf("two annotations that fit: status %s, error %+v, %s", res.Status, res.Error, res.Output[0].JSON)
+	}
+}
+
+// An annotation may be the first sight of its part (the part is opened); one for a part already
+// closed is late and dropped.
+func TestAnnotationsOpenTheirPartAndAreDroppedOnceItIsClosed(t *testing.T) {
+	ann := func(file string) wire.Event {
+		return ev(string(wire.EventAnnotation), "output_index", 0, "content_index", 0, "annotation", obj{"type": "file_path", "file_id": file, "index": 0})
+	}
+	evs := []wire.Event{
+		ann("first"),
+		textDelta(0, 0, "x"),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "x", "annotations": []any{}}),
+		ann("late"),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	got := res.Output[0].JSON
+	if !bytes.Contains(got, []byte(`"text":"x","annotations":[{"file_id":"first","index":0,"type":"file_path"}]`)) || bytes.Contains(got, []byte("late")) || res.Dropped != 1 {
+		t.Errorf("dropped %d, %s", res.Dropped, got)
+	}
+}
+
+// An output item event whose item JSON is exactly MaxItemBytes long is accepted.
+func TestAnItemOfExactlyMaxItemBytesIsAccepted(t *testing.T) {
+	item := obj{"id": "m", "type": "message", "role": "assistant", "content": []obj{{"type": "output_text", "text": "hello", "annotations": []any{}}}}
+	o := testOptions()
+	o.MaxItemBytes = len(mustJSON(item))
+	_, res, _ := runChecked(t, []wire.Event{ev(string(wire.EventItemAdded), "output_index", 0, "item", item), itemDone(0, item), completed("completed")}, o)
+	if res.Status != wire.StatusCompleted || !bytes.Contains(res.Output[0].JSON, []byte(`"text":"hello"`)) {
+		t.Errorf("status %s, error %+v", res.Status, res.Error)
+	}
+}
+
+// output_item.added with item:null (Open Responses allows it) is dropped, and counted: the item's
+// later events create it.
+func TestAnItemAddedWithANullItemIsDropped(t *testing.T) {
+	evs := []wire.Event{rawEv(string(wire.EventItemAdded), `{"output_index":0,"item":null}`), textDelta(0, 0, "x"), completed("completed")}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if res.Dropped != 1 || len(res.Output) != 1 || !bytes.Contains(res.Output[0].JSON, []byte(`"text":"x"`)) {
+		t.Errorf("dropped %d, %d items", res.Dropped, len(res.Output))
+	}
+}
+
+// A malformed output_item.done closes the item it names with the streamed state (later events for
+// it are late); one for an item never seen is dropped.
+func TestAMalformedItemDoneClosesWithTheStreamedState(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "x"),
+		rawEv(string(wire.EventItemDone), `{"output_index":0,"item":{"type":"message","content":5}}`),
+		textDelta(0, 0, "late"),
+		rawEv(string(wire.EventItemDone), `{"output_index":1,"item":{"type":"message","content":5}}`),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 1 || !bytes.Contains(res.Output[0].JSON, []byte(`"text":"x",`)) || res.Dropped != 2 {
+		t.Errorf("dropped %d, %d items, first %s", res.Dropped, len(res.Output), res.Output[0].JSON)
+	}
+}
+
+// The done of an item of a type respgate passes through is its truth only if it has the type the
+// item was announced with; a done alone creates the item.
+func TestAPassThroughItemDoneMustKeepItsType(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventItemAdded), "output_index", 0, "item", obj{"type": "mcp_call", "id": "a", "name": "t", "status": "in_progress"}),
+		itemDone(0, obj{"type": "code_interpreter_call", "id": "a", "code": "c", "status": "completed"}),
+		itemDone(1, obj{"type": "mcp_call", "id": "b", "name": "u", "status": "completed"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	if len(res.Output) != 2 || !bytes.Contains(res.Output[0].JSON, []byte(`"type":"mcp_call"`)) || bytes.Contains(res.Output[0].JSON, []byte(`"code"`)) ||
+		!bytes.Contains(res.Output[1].JSON, []byte(`"name":"u"`)) {
+		for _, it := range res.Output {
+			t.Errorf("item %s", it.JSON)
+		}
+	}
+}
+
+// A message's output_item.done is authoritative for its role when it states one; an empty role
+// states nothing.
+func TestAMessageDoneStatesItsRole(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "x"), itemDone(0, obj{"type": "message", "role": "system"}),
+		ev(string(wire.EventItemAdded), "output_index", 1, "item", obj{"type": "message", "role": "system", "content": []any{}}),
+		itemDone(1, obj{"type": "message", "role": ""}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i := range 2 {
+		if !bytes.Contains(res.Output[i].JSON, []byte(`"role":"system"`)) {
+			t.Errorf("item %d: %s", i, res.Output[i].JSON)
+		}
+	}
+}
+
+// A done item that states more parts than were streamed announces each of them to the client at
+// the next content_index, in order.
+func TestADoneItemsFurtherPartsGetTheNextContentIndices(t *testing.T) {
+	evs := []wire.Event{
+		textDelta(0, 0, "a"),
+		itemDone(0, obj{"type": "message", "content": []obj{
+			{"type": "output_text", "text": "a", "annotations": []any{}},
+			{"type": "output_text", "text": "b", "annotations": []any{}},
+			{"type": "output_text", "text": "c", "annotations": []any{}}}}),
+		completed("completed"),
+	}
+	stream, _, _ := runChecked(t, evs, testOptions())
+	for _, w := range []string{`"content_index":1,"delta":"b"`, `"content_index":2,"delta":"c"`} {
+		if !bytes.Contains(stream, []byte(w)) {
+			t.Errorf("no %s in\n%s", w, stream)
+		}
+	}
+}
+
+// A done item's size for MaxTotalBytes counts its parts' text, annotations and, for parts of types
+// respgate passes through, their whole JSON: the limit set to exactly that passes, one byte less
+// is ErrLimit.
+func TestADoneItemsPartsCountTowardTheResponseLimit(t *testing.T) {
+	ann := obj{"type": "file_path", "file_id": "f", "index": 0}
+	other := obj{"type": "mystery", "v": "vvvvvvvv"}
+	evs := []wire.Event{
+		itemDone(0, obj{"type": "message", "content": []any{obj{"type": "output_text", "text": "ab", "annotations": []obj{ann}}, other}}),
+		completed("completed"),
+	}
+	size := len("ab") + len(mustJSON(ann)) + len(mustJSON(other))
+	o := testOptions()
+	o.MaxTotalBytes = size
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("at the limit: status %s, error %+v", res.Status, res.Error)
+	}
+	o = testOptions()
+	o.MaxTotalBytes = size - 1
+	if _, _, _, ferr := replay(evs, o); !errors.Is(ferr, ErrLimit) {
+		t.Errorf("one byte under: error %v, want ErrLimit", ferr)
+	}
+}
+
+// A message done with a refusal part (never streamed) tells the client the refusal with the refusal
+// events; a part type messages cannot hold stays in the item without events.
+func TestADoneMessagesRefusalReachesTheClient(t *testing.T) {
+	evs := []wire.Event{
+		itemDone(0, obj{"type": "message", "content": []obj{{"type": "refusal", "refusal": "no"}, {"type": "reasoning_text", "text": "hidden"}}}),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	if !bytes.Contains(stream, []byte(`"type":"response.refusal.done"`)) || !bytes.Contains(stream, []byte(`"refusal":"no"`)) {
+		t.Errorf("no refusal events:\n%s", stream)
+	}
+	if bytes.Contains(stream, []byte(`"part":{"type":"reasoning_text"`)) {
+		t.Errorf("a reasoning_text part of a message reached the client:\n%s", stream)
+	}
+	if !bytes.Contains(res.Output[0].JSON, []byte(`{"type":"refusal","refusal":"no"}`)) {
+		t.Errorf("item %s", res.Output[0].JSON)
+	}
+}
+
+// A part event can be the first sight of its item: a content_part opens a message, vLLM's
+// reasoning_part and a reasoning_summary_part open reasoning.
+func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
+	evs := []wire.Event{
+		ev(string(wire.EventPartAdded), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "", "annotations": []any{}}),
+		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "b", "annotations": []any{}}),
+		ev(string(wire.EventVLLMReasoningPartDone), "output_index", 2, "content_index", 0, "part", obj{"type": "reasoning_text", "text": "r"}),
+		ev(string(wire.EventSummaryDone), "output_index", 3, "summary_index", 0, "part", obj{"type": "summary_text", "text": "s"}),
+		completed("completed"),
+	}
+	_, res, _ := runChecked(t, evs, testOptions())
+	for i, want := range []string{`"type":"message"`, `"type":"message"`, `"type":"reasoning"`, `"type":"reasoning"`} {
+		if !bytes.Contains(res.Output[i].JSON, []byte(want)) {
+			t.Errorf("item %d: %s, want %s", i, res.Output[i].JSON, want)
+		}
+	}
+}
+
+// A part event whose part is of a type the SDK unions do not know is dropped, on a message and on
+// reasoning alike: the part never reaches the client and the item keeps its other parts.
+func TestPartEventsOfUnknownPartTypesAreDropped(t *testing.T) {
+	mystery := obj{"type": "mystery", "text": "m"}
+	evs := []wire.Event{
+		textDelta(0, 0, "x"),
+		ev(string(wire.EventPartAdded), "output_index", 0, "content_index", 1, "part", mystery),
+		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 1, "part", mystery),
+		reasonDelta(1, 0, "r"),
+		ev(string(wire.EventPartAdded), "output_index", 1, "content_index", 1, "part", mystery),
+		completed("completed"),
+	}
+	stream, res, _ := runChecked(t, evs, testOptions())
+	if bytes.Contains(stream, []byte("mystery")) {
+		t.Errorf("an unknown part reached the client:\n%s", stream)
+	}
+	if !bytes.Contains(res.Output[0].JSON, []byte(`"content":[{"type":"output_text","text":"x","annotations":[],"logprobs":[]}]`)) ||
+		!bytes.Contains(res.Output[1].JSON, []byte(`"content":[{"type":"reasoning_text","text":"r"}]`)) {
+		t.Errorf("output\n%s\n%s", res.Output[0].JSON, res.Output[1].JSON)
 	}
 }
 
