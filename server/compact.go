@@ -91,31 +91,15 @@ func (s *Server) compactResponse(c echo.Context) error {
 // checked as a turn would check them (an encrypted-only reasoning item is a 400 here too).
 // Compaction items stay as they are.
 func (s *Server) sessionItems(ctx context.Context, tn string, req *createRequest) ([]wire.Item, error) {
-	input, err := rehydrate.ParseInput(req.Input)
+	src, err := s.loadSources(ctx, tn, req, nil)
 	if err != nil {
 		return nil, err
 	}
-	if len(input) > s.cfg.MaxInputItems {
-		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
-	}
-	history, _, err := s.loadHistory(ctx, tn, req, nil)
+	res, err := s.rehydrate(tn, req, src)
 	if err != nil {
 		return nil, err
 	}
-	lookup, err := s.resolveReferences(ctx, tn, input)
-	if err != nil {
-		return nil, err
-	}
-	ex, err := s.expandCompactions(tn, history, input, "previous_response_id")
-	if err != nil {
-		return nil, err
-	}
-	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, Input: ex.input, Request: req.body,
-		Lookup: lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
-	if err != nil {
-		return nil, err
-	}
-	return append(append([]wire.Item(nil), history...), ex.restore(res.Input)...), nil
+	return append(append([]wire.Item(nil), src.history...), res.Input...), nil
 }
 
 // compactItems plans items and, when the plan compacts something, asks the model for the

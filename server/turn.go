@@ -129,29 +129,11 @@ func (s *Server) holdStream(t *turn) (release func(), err error) {
 // lease. Nothing is written and nothing is sent upstream unless it succeeds. local, when not nil,
 // is a WebSocket connection's cache of its store:false responses (socketCache).
 func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest, local *socketCache) (*turn, error) {
-	input, err := rehydrate.ParseInput(req.Input)
+	src, err := s.loadSources(ctx, tn, req, local)
 	if err != nil {
 		return nil, err
 	}
-	if len(input) > s.cfg.MaxInputItems {
-		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
-	}
-	history, gen, err := s.loadHistory(ctx, tn, req, local)
-	if err != nil {
-		return nil, err
-	}
-	lookup, err := s.resolveReferences(ctx, tn, input)
-	if err != nil {
-		return nil, err
-	}
-	historyParam := "previous_response_id"
-	if req.ConversationID != "" {
-		historyParam = "conversation"
-	}
-	ex, err := s.expandCompactions(tn, history, input, historyParam) // compaction items → summaries (server/compact.go)
-	if err != nil {
-		return nil, err
-	}
+	history, gen, ex := src.history, src.info, src.ex
 	// The previous response's usage sizes the turn (server/tokens.go); the id is minted before
 	// compaction, whose archive record names the turn.
 	ex.prevUsage = gen.usage
@@ -159,15 +141,13 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err := s.manageContext(ctx, tn, req, ex, respID); err != nil { // compaction, truncation (server/context.go)
 		return nil, err
 	}
-	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, HistoryParam: historyParam, Input: ex.input, Request: req.body,
-		Lookup: lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
+	res, err := s.rehydrate(tn, req, src)
 	if err != nil {
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
 			s.tel.idConflicts.Add(ctx, 1)
 		}
 		return nil, err
 	}
-	res.Input = ex.restore(res.Input)
 	s.tel.rehydrated(ctx, res.Stats, res.DroppedTools)
 	if len(res.DroppedTools) > 0 {
 		if s.cfg.ToolPolicy == ToolPolicyReject {
@@ -196,6 +176,54 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 		}
 	}
 	return t, nil
+}
+
+// turnSources is what a turn (or a compaction) is built from: the request's parsed input, the
+// history it continues, the items its references name, and both with compaction items expanded.
+type turnSources struct {
+	history []wire.Item
+	info    historyInfo
+	lookup  rehydrate.MapLookup
+	param   string // the member that named the history: previous_response_id or conversation
+	ex      *expanded
+}
+
+// loadSources parses and bounds the input, loads the history and the referenced items, and
+// expands compaction items (server/compact.go). Nothing is written.
+func (s *Server) loadSources(ctx context.Context, tn string, req *createRequest, local *socketCache) (*turnSources, error) {
+	input, err := rehydrate.ParseInput(req.Input)
+	if err != nil {
+		return nil, err
+	}
+	if len(input) > s.cfg.MaxInputItems {
+		return nil, wire.Invalid("input", "array_above_max_length", "'input' may have at most %d items.", s.cfg.MaxInputItems)
+	}
+	src := &turnSources{param: "previous_response_id"}
+	if req.ConversationID != "" {
+		src.param = "conversation"
+	}
+	if src.history, src.info, err = s.loadHistory(ctx, tn, req, local); err != nil {
+		return nil, err
+	}
+	if src.lookup, err = s.resolveReferences(ctx, tn, input); err != nil {
+		return nil, err
+	}
+	if src.ex, err = s.expandCompactions(tn, src.history, input, src.param); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+// rehydrate builds the vLLM-bound request from the (expanded) sources; its input is returned
+// with compaction items restored.
+func (s *Server) rehydrate(tn string, req *createRequest, src *turnSources) (*rehydrate.Result, error) {
+	res, err := rehydrate.Build(&rehydrate.Params{History: src.ex.history, HistoryParam: src.param, Input: src.ex.input, Request: req.body,
+		Lookup: src.lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
+	if err != nil {
+		return nil, err
+	}
+	res.Input = src.ex.restore(res.Input)
+	return res, nil
 }
 
 // loadHistory loads the history a turn continues, in one round trip: a previous_response_id
