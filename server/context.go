@@ -3,10 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"path"
 	"strconv"
-	"strings"
 
 	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/seal"
@@ -16,45 +15,24 @@ import (
 // Context management (docs/compaction.md): the model's context window, truncation:"auto", and
 // automatic compaction before a turn whose input nears the window.
 
-// windowByModel is one entry of the --context-window setting.
-type windowByModel struct {
-	pattern string
-	tokens  int
-}
-
 // ParseContextWindows reads the --context-window setting: comma-separated "pattern=tokens" pairs
 // (path.Match patterns; a bare number applies to every model). Models no pattern matches use the
 // max_model_len vLLM's /v1/models reports.
-func ParseContextWindows(spec string) ([]windowByModel, error) {
-	var out []windowByModel
-	for _, ent := range strings.Split(spec, ",") {
-		ent = strings.TrimSpace(ent)
-		if ent == "" {
-			continue
-		}
-		pat, val, ok := strings.Cut(ent, "=")
-		if !ok {
-			pat, val = "*", ent
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(val))
+func ParseContextWindows(spec string) ([]byModel[int], error) {
+	return parseByModel("context window", spec, func(v string) (int, error) {
+		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("context window %q: the value must be a positive number of tokens", ent)
+			return 0, errors.New("the value must be a positive number of tokens")
 		}
-		if _, err := path.Match(strings.TrimSpace(pat), ""); err != nil {
-			return nil, fmt.Errorf("context window %q: bad model pattern: %w", ent, err)
-		}
-		out = append(out, windowByModel{strings.TrimSpace(pat), n})
-	}
-	return out, nil
+		return n, nil
+	})
 }
 
 // contextWindow is the model's context window in tokens: the configured one, else vLLM's
 // max_model_len from /v1/models (asked once per model and remembered); 0 when unknown.
 func (s *Server) contextWindow(ctx context.Context, model string) int {
-	for _, w := range s.windows {
-		if ok, _ := path.Match(w.pattern, model); ok {
-			return w.tokens
-		}
+	if n, ok := lookupByModel(s.windows, model); ok {
+		return n
 	}
 	if v, ok := s.modelWindows.Load(model); ok {
 		return v.(int)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
 	"slices"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -62,34 +60,17 @@ func loadRing(ctx context.Context, st store.Store, cfg *Config) (*seal.Ring, err
 	return ring, nil
 }
 
-// contextByModel is one entry of the default reasoning.context map.
-type contextByModel struct{ pattern, value string }
-
 // ParseReasoningContext reads the --reasoning-context setting: a value (all_turns or
 // current_turn) for every model, or comma-separated "pattern=value" pairs whose first pattern
 // matching the model (path.Match: "openai/gpt-oss-*") decides; models no pattern matches get
 // all_turns.
-func ParseReasoningContext(spec string) ([]contextByModel, error) {
-	var out []contextByModel
-	for _, ent := range strings.Split(spec, ",") {
-		ent = strings.TrimSpace(ent)
-		if ent == "" {
-			continue
+func ParseReasoningContext(spec string) ([]byModel[string], error) {
+	return parseByModel("reasoning context", spec, func(v string) (string, error) {
+		if v != wire.ContextAllTurns && v != wire.ContextCurrentTurn {
+			return "", fmt.Errorf("the value must be %s or %s", wire.ContextAllTurns, wire.ContextCurrentTurn)
 		}
-		pat, val, ok := strings.Cut(ent, "=")
-		if !ok {
-			pat, val = "*", ent
-		}
-		pat, val = strings.TrimSpace(pat), strings.TrimSpace(val)
-		if val != wire.ContextAllTurns && val != wire.ContextCurrentTurn {
-			return nil, fmt.Errorf("reasoning context %q: the value must be %s or %s", ent, wire.ContextAllTurns, wire.ContextCurrentTurn)
-		}
-		if _, err := path.Match(pat, ""); err != nil {
-			return nil, fmt.Errorf("reasoning context %q: bad model pattern: %w", ent, err)
-		}
-		out = append(out, contextByModel{pat, val})
-	}
-	return out, nil
+		return v, nil
+	})
 }
 
 // reasoningContext is the reasoning.context a request gets: its own, else the default for its
@@ -98,10 +79,8 @@ func (s *Server) reasoningContext(r *wire.CreateRequest) string {
 	if r.Reasoning != nil && r.Reasoning.Context != nil {
 		return *r.Reasoning.Context
 	}
-	for _, c := range s.contexts {
-		if ok, _ := path.Match(c.pattern, r.Model.Value); ok {
-			return c.value
-		}
+	if v, ok := lookupByModel(s.contexts, r.Model.Value); ok {
+		return v
 	}
 	return wire.ContextAllTurns
 }

@@ -225,14 +225,14 @@ type Server struct {
 	echo     *echo.Echo
 	secret   []byte
 	ring     *seal.Ring       // seals and opens respgate's encrypted_content (reasoning.go)
-	contexts []contextByModel // the default reasoning.context per model pattern
+	contexts []byModel[string] // the default reasoning.context per model pattern
 	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 	owner    string           // lease owner id of this process
 	chains   *chainCache      // histories of recent chain heads (chaincache.go)
 
 	// windows are the configured context windows, modelWindows caches vLLM's max_model_len per
 	// model (context.go).
-	windows      []windowByModel
+	windows      []byModel[int]
 	modelWindows sync.Map
 	// noTokenize: the upstream has no /tokenize route (404), so sizes are estimated (tokens.go).
 	noTokenize atomic.Bool

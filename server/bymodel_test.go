@@ -1,0 +1,50 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPerModelSettingsParseAndMatchTheFirstPattern(t *testing.T) {
+	ws, err := ParseContextWindows(" openai/gpt-oss-* = 4096 , 32768 ,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for model, want := range map[string]int{"openai/gpt-oss-20b": 4096, "Qwen/Qwen3-8B": 32768} {
+		if got, ok := lookupByModel(ws, model); !ok || got != want {
+			t.Errorf("window of %s = %d, %v; want %d", model, got, ok, want)
+		}
+	}
+	cs, err := ParseReasoningContext("a/*=current_turn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := lookupByModel(cs, "a/b"); !ok || v != "current_turn" {
+		t.Errorf("a/b: %q, %v", v, ok)
+	}
+	if _, ok := lookupByModel(cs, "b/c"); ok {
+		t.Error("b/c matched a/*")
+	}
+	if ws, err := ParseContextWindows(""); err != nil || len(ws) != 0 {
+		t.Errorf("empty setting: %v, %v", ws, err)
+	}
+}
+
+func TestPerModelSettingsRejectBadValuesAndPatterns(t *testing.T) {
+	for _, c := range []struct {
+		parse func(string) error
+		spec  string
+		want  string
+	}{
+		{func(s string) error { _, err := ParseContextWindows(s); return err }, "m=0", `context window "m=0": the value must be a positive number of tokens`},
+		{func(s string) error { _, err := ParseContextWindows(s); return err }, "lots", `context window "lots": the value must be`},
+		{func(s string) error { _, err := ParseContextWindows(s); return err }, "[=10", `context window "[=10": bad model pattern`},
+		{func(s string) error { _, err := ParseReasoningContext(s); return err }, "x=some_turns", `reasoning context "x=some_turns": the value must be all_turns or current_turn`},
+		{func(s string) error { _, err := ParseReasoningContext(s); return err }, "[=all_turns", `reasoning context "[=all_turns": bad model pattern`},
+	} {
+		err := c.parse(c.spec)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.spec, err, c.want)
+		}
+	}
+}
