@@ -133,7 +133,7 @@ type Result struct {
 // response. Not safe for concurrent use. The zero value is ready (with default Options).
 //
 // The client stream it writes: response.created (sequence_number 0) and response.in_progress from
-// Start; from Feed, every item announced (output_item.added, content_part.added — synthesised
+// Start, then the added and done events of Options.Prepend's items; from Feed, every item announced (output_item.added, content_part.added — synthesised
 // where vLLM skipped them) before its deltas, with dense 0-based output_index and per-item
 // content_index; from Close, the done events of whatever upstream left open; from Terminal,
 // exactly one terminal event. sequence_number runs 0..n without gaps across all four.
