@@ -224,11 +224,11 @@ type Server struct {
 	tel      *telemetry
 	echo     *echo.Echo
 	secret   []byte
-	ring     *seal.Ring       // seals and opens respgate's encrypted_content (reasoning.go)
+	ring     *seal.Ring        // seals and opens respgate's encrypted_content (reasoning.go)
 	contexts []byModel[string] // the default reasoning.context per model pattern
-	keys     []string         // tenant fingerprints of the allowlisted keys (nil: every key accepted)
-	owner    string           // lease owner id of this process
-	chains   *chainCache      // histories of recent chain heads (chaincache.go)
+	keys     []string          // tenant fingerprints of the allowlisted keys (nil: every key accepted)
+	owner    string            // lease owner id of this process
+	chains   *chainCache       // histories of recent chain heads (chaincache.go)
 
 	// windows are the configured context windows, modelWindows caches vLLM's max_model_len per
 	// model (context.go).
