@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/respgate/respgate/wire"
 )
@@ -65,6 +66,18 @@ type ResponseEnqueueBackgroundParams struct {
 	MaxPerTenant int
 }
 
+// Bounds is the enqueue's answer given the tenant's unfinished background responses and the
+// queued ones of every tenant, counted in its transaction: ErrTenantBusy, ErrQueueFull or nil.
+func (p *ResponseEnqueueBackgroundParams) Bounds(tenantUnfinished, queued int) error {
+	if p.MaxPerTenant > 0 && tenantUnfinished >= p.MaxPerTenant {
+		return ErrTenantBusy
+	}
+	if p.MaxQueued > 0 && queued >= p.MaxQueued {
+		return ErrQueueFull
+	}
+	return nil
+}
+
 type BackgroundTurnGetParams struct {
 	Tenant     string
 	ResponseID string
@@ -94,6 +107,22 @@ const (
 	// CancelFinished: it had already ended; nothing changed.
 	CancelFinished
 )
+
+// CancelDecision is what a cancel does to a background response in status whose River job
+// River's cancel left in state: nothing once the response ended (CancelFinished; River is not
+// asked); CancelQueued when it is still queued and River will never run it, so the cancel is its
+// end (the backend stores it cancelled and frees its conversation in the same transaction);
+// otherwise CancelRunning, the run's context is cancelled wherever it runs.
+func CancelDecision(status wire.Status, state rivertype.JobState) CancelOutcome {
+	switch {
+	case status.Terminal():
+		return CancelFinished
+	case status == wire.StatusQueued && state != rivertype.JobStateRunning:
+		return CancelQueued
+	default:
+		return CancelRunning
+	}
+}
 
 // Jobs is implemented by the backends that run River in their database (both do). The background
 // package hands in River's configuration (workers, queues, periodic jobs); the backend builds the

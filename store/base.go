@@ -37,6 +37,10 @@ type Queries struct {
 	ConversationTurnExtend  string // (tenant, conversation, response, expires_at)
 	ConversationTurnRelease string // (tenant, conversation, response)
 
+	// BackgroundTurnGet (tenant, response) → job_id, body, state; BackgroundClaim (tenant, id,
+	// owner, expires_at) moves a queued response to in_progress; ResponseExists (tenant, id) → 1.
+	BackgroundTurnGet, BackgroundClaim, ResponseExists string
+
 	Replay ReplayQueries
 }
 
@@ -238,4 +242,31 @@ func (b *Base) ConversationTurnRelease(ctx context.Context, p *ConversationTurnR
 	_, err := exec(ctx, b.Driver, "release conversation turn", nil, b.Queries.ConversationTurnRelease,
 		p.Tenant, p.ConversationID, p.ResponseID)
 	return err
+}
+
+// BackgroundTurnGet returns a background response's turn; see Store.
+func (b *Base) BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams) (*BackgroundTurn, error) {
+	var t BackgroundTurn
+	var state string
+	if err := b.Driver.QueryRow(ctx, b.Queries.BackgroundTurnGet, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
+		return nil, fmt.Errorf("get background turn: %w", b.Driver.InterpretError(err))
+	}
+	t.State = []byte(state)
+	return &t, nil
+}
+
+// ResponseBackgroundClaim moves a queued response to in_progress under a lease; see Store. A
+// response that exists but is no longer queued is ErrConflict.
+func (b *Base) ResponseBackgroundClaim(ctx context.Context, p *ResponseBackgroundClaimParams) error {
+	d := b.Driver
+	n, err := exec(ctx, d, "claim background response", nil, b.Queries.BackgroundClaim, p.Tenant, p.ID, p.LeaseOwner, d.Time(p.LeaseExpiresAt))
+	if err != nil || n == 1 {
+		return err
+	}
+	var one int
+	err = d.InterpretError(d.QueryRow(ctx, b.Queries.ResponseExists, p.Tenant, p.ID).Scan(&one))
+	if err == nil {
+		err = ErrConflict
+	}
+	return fmt.Errorf("claim background response: %w", err)
 }

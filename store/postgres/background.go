@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/jobq"
@@ -64,10 +63,12 @@ func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
 func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
 
 const (
-	bgQueuedCountSQL = `SELECT count(*) FROM responses WHERE status = 'queued'`
-	bgTenantCountSQL = `
-SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
-WHERE b.tenant = $1 AND r.status IN ('queued', 'in_progress')`
+	// bgBoundsSQL counts the tenant's unfinished background responses and every tenant's
+	// queued ones (store.ResponseEnqueueBackgroundParams.Bounds).
+	bgBoundsSQL = `
+SELECT (SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+        WHERE b.tenant = $1 AND r.status IN ('queued', 'in_progress')),
+       (SELECT count(*) FROM responses WHERE status = 'queued')`
 	// bgResponseInsertSQL inserts the queued record with its lineage, as any new response
 	// (lineageCTE, migrations/postgres/006).
 	bgResponseInsertSQL = lineageCTE + `
@@ -121,53 +122,16 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 	return nil
 }
 
+// checkBounds answers ErrTenantBusy or ErrQueueFull when the enqueue would pass a bound.
 func checkBounds(ctx context.Context, tx pgx.Tx, p *store.ResponseEnqueueBackgroundParams) error {
-	var n int
-	if p.MaxPerTenant > 0 {
-		if err := tx.QueryRow(ctx, bgTenantCountSQL, p.Response.Tenant).Scan(&n); err != nil {
-			return err
-		}
-		if n >= p.MaxPerTenant {
-			return store.ErrTenantBusy
-		}
-	}
-	if p.MaxQueued > 0 {
-		if err := tx.QueryRow(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
-			return err
-		}
-		if n >= p.MaxQueued {
-			return store.ErrQueueFull
-		}
-	}
-	return nil
-}
-
-// BackgroundTurnGet returns a background response's turn; see store.Store.
-func (s *Store) BackgroundTurnGet(ctx context.Context, p *store.BackgroundTurnGetParams) (*store.BackgroundTurn, error) {
-	var t store.BackgroundTurn
-	var state string
-	if err := s.pool.QueryRow(ctx, bgTurnGetSQL, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
-		return nil, fmt.Errorf("get background turn: %w", interpretError(err))
-	}
-	t.State = []byte(state)
-	return &t, nil
-}
-
-// ResponseBackgroundClaim moves a queued response to in_progress under a lease; see store.Store.
-func (s *Store) ResponseBackgroundClaim(ctx context.Context, p *store.ResponseBackgroundClaimParams) error {
-	tag, err := s.pool.Exec(ctx, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, p.LeaseExpiresAt.UTC())
-	if err != nil {
-		return fmt.Errorf("claim background response: %w", interpretError(err))
-	}
-	if tag.RowsAffected() == 1 {
+	if p.MaxPerTenant <= 0 && p.MaxQueued <= 0 {
 		return nil
 	}
-	var one int
-	err = interpretError(s.pool.QueryRow(ctx, bgExistsSQL, p.Tenant, p.ID).Scan(&one))
-	if err == nil {
-		err = store.ErrConflict
+	var tenant, queued int
+	if err := tx.QueryRow(ctx, bgBoundsSQL, p.Response.Tenant).Scan(&tenant, &queued); err != nil {
+		return err
 	}
-	return fmt.Errorf("claim background response: %w", err)
+	return p.Bounds(tenant, queued)
 }
 
 // ResponseCancelBackground cancels a background response's job; see store.Store.
@@ -188,12 +152,9 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 		if err != nil {
 			return err
 		}
-		out = store.CancelRunning
-		if status != wire.StatusQueued || state == rivertype.JobStateRunning {
+		if out = store.CancelDecision(status, state); out != store.CancelQueued {
 			return nil
 		}
-		// Still queued and River will never run it: the cancel is the response's end.
-		out = store.CancelQueued
 		if _, err := tx.Exec(ctx, bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/jobq"
@@ -46,10 +45,12 @@ func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
 func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
 
 const (
-	bgQueuedCountSQL = `SELECT count(*) FROM responses WHERE status = 'queued'`
-	bgTenantCountSQL = `
-SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
-WHERE b.tenant = ?1 AND r.status IN ('queued', 'in_progress')`
+	// bgBoundsSQL counts the tenant's unfinished background responses and every tenant's
+	// queued ones (store.ResponseEnqueueBackgroundParams.Bounds).
+	bgBoundsSQL = `
+SELECT (SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+        WHERE b.tenant = ?1 AND r.status IN ('queued', 'in_progress')),
+       (SELECT count(*) FROM responses WHERE status = 'queued')`
 	bgTurnInsertSQL = `
 INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
 	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = ?1 AND response_id = ?2`
@@ -70,21 +71,13 @@ WHERE tenant = ?1 AND id = ?2 AND status = 'queued'`
 func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.ResponseEnqueueBackgroundParams) error {
 	r := &p.Response
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var n int
-		if p.MaxPerTenant > 0 {
-			if err := tx.QueryRowContext(ctx, bgTenantCountSQL, r.Tenant).Scan(&n); err != nil {
+		if p.MaxPerTenant > 0 || p.MaxQueued > 0 {
+			var tenant, queued int
+			if err := tx.QueryRowContext(ctx, bgBoundsSQL, r.Tenant).Scan(&tenant, &queued); err != nil {
 				return err
 			}
-			if n >= p.MaxPerTenant {
-				return store.ErrTenantBusy
-			}
-		}
-		if p.MaxQueued > 0 {
-			if err := tx.QueryRowContext(ctx, bgQueuedCountSQL).Scan(&n); err != nil {
+			if err := p.Bounds(tenant, queued); err != nil {
 				return err
-			}
-			if n >= p.MaxQueued {
-				return store.ErrQueueFull
 			}
 		}
 		l, err := lineage(ctx, tx, r.Tenant, r.PreviousResponseID)
@@ -110,34 +103,6 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 	return nil
 }
 
-// BackgroundTurnGet returns a background response's turn; see store.Store.
-func (s *Store) BackgroundTurnGet(ctx context.Context, p *store.BackgroundTurnGetParams) (*store.BackgroundTurn, error) {
-	var t store.BackgroundTurn
-	var state string
-	if err := s.db.QueryRowContext(ctx, bgTurnGetSQL, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
-		return nil, fmt.Errorf("get background turn: %w", interpretError(err))
-	}
-	t.State = []byte(state)
-	return &t, nil
-}
-
-// ResponseBackgroundClaim moves a queued response to in_progress under a lease; see store.Store.
-func (s *Store) ResponseBackgroundClaim(ctx context.Context, p *store.ResponseBackgroundClaimParams) error {
-	res, err := s.db.ExecContext(ctx, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, p.LeaseExpiresAt.UnixMicro())
-	if err != nil {
-		return fmt.Errorf("claim background response: %w", interpretError(err))
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return nil
-	}
-	var one int
-	err = interpretError(s.db.QueryRowContext(ctx, responseExistsSQL, p.Tenant, p.ID).Scan(&one))
-	if err == nil {
-		err = store.ErrConflict
-	}
-	return fmt.Errorf("claim background response: %w", err)
-}
-
 // ResponseCancelBackground cancels a background response's job; see store.Store.
 func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseCancelBackgroundParams) (store.CancelOutcome, error) {
 	var out store.CancelOutcome
@@ -156,11 +121,9 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 		if err != nil {
 			return err
 		}
-		out = store.CancelRunning
-		if status != wire.StatusQueued || state == rivertype.JobStateRunning {
+		if out = store.CancelDecision(status, state); out != store.CancelQueued {
 			return nil
 		}
-		out = store.CancelQueued
 		if _, err := tx.ExecContext(ctx, bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
 			return err
 		}

@@ -31,6 +31,10 @@ var queries = store.Queries{
 	ConversationTurnExtend:  turnExtendSQL,
 	ConversationTurnRelease: turnReleaseSQL,
 
+	BackgroundTurnGet: bgTurnGetSQL,
+	BackgroundClaim:   bgClaimSQL,
+	ResponseExists:    responseExistsSQL,
+
 	Replay: replayQueries,
 }
 
