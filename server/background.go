@@ -384,11 +384,11 @@ func (s *Server) StartBackground(ctx context.Context) error {
 // wakeFromStore is this server's store.EventWatchParams.Wake: a response's event log grew or it
 // ended, in any process ("": anything may have; wake every follower).
 func (s *Server) wakeFromStore(id string) {
-	s.tel.followWakes.Add(context.Background(), 1)
 	if id == "" {
 		s.bgWake.wakeAll()
 		return
 	}
+	s.tel.followWakes.Add(context.Background(), 1)
 	s.bgWake.wake(id)
 }
 

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -92,4 +93,56 @@ func newStoreAt(tb testing.TB, dsn string) *postgres.Store {
 	}
 	tb.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// BenchmarkEventAppend measures a background turn's event append with and without its
+// notification (the writer's cost), and with it until another store's watcher is woken (the
+// follower's latency on another replica, apart from its read).
+func BenchmarkEventAppend(b *testing.B) {
+	dsn := pgtest.DSN(b)
+	writer := newStoreAt(b, dsn)
+	reader := newStoreAt(b, dsn)
+	wakes := make(chan string, 1024)
+	p := &store.EventWatchParams{Wake: func(id string) {
+		if id != "" {
+			wakes <- id
+		}
+	}}
+	if err := reader.EventWatchStart(b.Context(), p); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = reader.EventWatchStop(context.Background(), p) })
+	r := store.Response{ID: "resp_1", Tenant: "t", Status: wire.StatusInProgress, Model: "m", CreatedAt: time.Now(), Echo: json.RawMessage(`{}`)}
+	if err := writer.ResponseBegin(b.Context(), &store.ResponseBeginParams{Response: r, LeaseOwner: "gw", LeaseExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		b.Fatal(err)
+	}
+	var seq int64
+	appendOne := func(notify bool) {
+		seq++
+		err := writer.ResponseEventAppend(b.Context(), &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_1", Notify: notify,
+			Events: []store.Event{{Seq: seq, Type: "response.output_text.delta", Data: []byte("event: response.output_text.delta\ndata: {}\n\n")}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("plain", func(b *testing.B) {
+		for b.Loop() {
+			appendOne(false)
+		}
+	})
+	b.Run("notify", func(b *testing.B) {
+		for b.Loop() {
+			appendOne(true)
+		}
+		b.StopTimer()
+		for range b.N {
+			<-wakes
+		}
+	})
+	b.Run("notify-until-woken", func(b *testing.B) {
+		for b.Loop() {
+			appendOne(true)
+			<-wakes
+		}
+	})
 }
