@@ -21,7 +21,8 @@ import (
 	"github.com/respgate/respgate/store"
 )
 
-// Causes of a background turn's context ending (context.Cause), so the turn stores the truth.
+// Causes of a background turn's context ending (context.Cause), so the turn stores the truth;
+// the defaults of Config's Cancelled, TimedOut and Stopping.
 var (
 	// ErrCancelled: POST /v1/responses/{id}/cancel cancelled the run (River's remote cancel).
 	ErrCancelled = errors.New("background: the response was cancelled")
@@ -34,7 +35,7 @@ var (
 // TurnFunc runs the turn of the stored queued background response (tenant, responseID) to its
 // end and stores it, writing its client events to the response's event log. It returns nil when
 // the response needs no more work (done, cancelled, already claimed by another run, deleted); an
-// error makes River retry the job later. ctx ends with one of the causes above.
+// error makes River retry the job later. ctx ends with one of Config's causes.
 type TurnFunc func(ctx context.Context, tenant, responseID string) error
 
 // Config configures Start. Turn is required.
@@ -58,6 +59,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Meter, when set, records the job metrics (docs/background.md, "Metrics").
 	Meter metric.Meter
+	// The causes a turn's context ends with (context.Cause), so the turn can store the truth:
+	// Cancelled when POST /v1/responses/{id}/cancel cancelled it (River's remote cancel),
+	// TimedOut past Timeout, Stopping at shutdown. Defaults: ErrCancelled, ErrTimedOut,
+	// ErrStopping.
+	Cancelled, TimedOut, Stopping error
 }
 
 func (c *Config) defaults() {
@@ -72,6 +78,14 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	for _, d := range []struct {
+		cause *error
+		def   error
+	}{{&c.Cancelled, ErrCancelled}, {&c.TimedOut, ErrTimedOut}, {&c.Stopping, ErrStopping}} {
+		if *d.cause == nil {
+			*d.cause = d.def
+		}
 	}
 }
 
@@ -147,11 +161,11 @@ func (w *turnWorker) Work(ctx context.Context, job *river.Job[store.BackgroundJo
 	stop := context.AfterFunc(ctx, func() {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, river.ErrJobCancelledRemotely):
-			cancel(ErrCancelled)
+			cancel(w.cfg.Cancelled)
 		case errors.Is(cause, context.DeadlineExceeded):
-			cancel(ErrTimedOut)
+			cancel(w.cfg.TimedOut)
 		default:
-			cancel(ErrStopping)
+			cancel(w.cfg.Stopping)
 		}
 	})
 	defer stop()

@@ -155,24 +155,7 @@ func (s *Server) runBackground(ctx context.Context, tn, id string) error {
 	}
 	t.convTurn.Store(rec.ConversationID != "") // taken when it was queued
 	s.log.Info("background response running", "response_id", id)
-	return s.streamTurn(bgContext(ctx), t, func() eventSink { return &bgSink{t: t} })
-}
-
-// bgContext maps the worker's causes to the turn lifecycle's: a cancel is errCancelRequested
-// (stored cancelled), the time limit and shutdown are errShutdown with their own message.
-func bgContext(ctx context.Context) context.Context {
-	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	context.AfterFunc(ctx, func() {
-		switch cause := context.Cause(ctx); {
-		case errors.Is(cause, background.ErrCancelled):
-			cancel(errCancelRequested)
-		case errors.Is(cause, background.ErrTimedOut):
-			cancel(errBackgroundTimeout)
-		default:
-			cancel(errShutdown)
-		}
-	})
-	return out
+	return s.streamTurn(ctx, t, func() eventSink { return &bgSink{t: t} })
 }
 
 var (
@@ -369,6 +352,9 @@ func (s *Server) StartBackground(ctx context.Context) error {
 		Workers: s.cfg.BackgroundWorkers, Timeout: s.cfg.BackgroundTimeout, Turn: s.runBackground,
 		Housekeeping: s.Purge, HousekeepingInterval: s.cfg.SweepInterval,
 		FetchPollInterval: s.cfg.BackgroundPoll, Logger: s.log, Meter: s.tel.meter,
+		// The turn lifecycle's own causes: a cancel is stored cancelled, the time limit and
+		// shutdown failed with their own message.
+		Cancelled: errCancelRequested, TimedOut: errBackgroundTimeout, Stopping: errShutdown,
 	})
 	if err != nil {
 		// The workers of a store shared by several servers serve them all (ErrJobsStarted); the
