@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/riverqueue/river/rivertype"
@@ -39,7 +40,7 @@ func TestEnqueueBoundsAreInclusiveLimitsAndZeroIsUnbounded(t *testing.T) {
 	}{
 		{0, 0, nil}, {1, 9, nil}, {2, 0, ErrTenantBusy}, {0, 10, ErrQueueFull}, {5, 50, ErrTenantBusy},
 	} {
-		if got := p.Bounds(c.tenant, c.queued); got != c.want {
+		if got := p.Bounds(c.tenant, c.queued); !errors.Is(got, c.want) {
 			t.Errorf("tenant %d, queued %d: %v, want %v", c.tenant, c.queued, got, c.want)
 		}
 	}
