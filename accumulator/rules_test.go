@@ -831,14 +831,16 @@ func TestAPartDoneKeepsStreamedAnnotationsUnlessItStatesSome(t *testing.T) {
 		textDelta(0, 0, "x"), ann(0, "streamed"),
 		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "x", "annotations": []any{}}),
 		textDelta(1, 0, "y"), ann(1, "streamed"),
-		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "y", "annotations": []obj{{"type": "file_path", "file_id": "stated", "index": 0}}}),
+		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "y", "annotations": []obj{
+			{"type": "file_path", "file_id": "stated", "index": 0}, {"type": "file_path", "file_id": "stated", "index": 1}}}),
 		completed("completed"),
 	}
 	_, res, _ := runChecked(t, evs, testOptions())
-	for i, want := range []string{"streamed", "stated"} {
-		if got := res.Output[i].JSON; !bytes.Contains(got, []byte(`"file_id":"`+want+`"`)) || bytes.Count(got, []byte(`"file_id"`)) != 1 {
-			t.Errorf("item %d: %s, want only the %s annotation", i, got, want)
-		}
+	if got := res.Output[0].JSON; !bytes.Contains(got, []byte(`"annotations":[{"file_id":"streamed","index":0,"type":"file_path"}]`)) {
+		t.Errorf("item 0: %s, want only the streamed annotation", got)
+	}
+	if got := res.Output[1].JSON; !bytes.Contains(got, []byte(`"annotations":[{"file_id":"stated","index":0,"type":"file_path"},{"file_id":"stated","index":1,"type":"file_path"}]`)) {
+		t.Errorf("item 1: %s, want only the two stated annotations", got)
 	}
 }
 
@@ -1050,6 +1052,44 @@ func TestADoneMessagesRefusalReachesTheClient(t *testing.T) {
 	}
 	if !bytes.Contains(res.Output[0].JSON, []byte(`{"type":"refusal","refusal":"no"}`)) {
 		t.Errorf("item %s", res.Output[0].JSON)
+	}
+}
+
+// Every kind of done item counts what it holds toward MaxTotalBytes: reasoning its content, summary
+// and encrypted_content, a call its arguments, a pass-through item its whole JSON. The limit set
+// to exactly the sum passes; one byte less is ErrLimit.
+func TestEveryDoneItemKindCountsTowardTheResponseLimit(t *testing.T) {
+	other := obj{"type": "mcp_call", "id": "x", "name": "t", "status": "completed"}
+	evs := []wire.Event{
+		itemDone(0, obj{"type": "reasoning", "content": []obj{{"type": "reasoning_text", "text": "rr"}}, "summary": []obj{{"type": "summary_text", "text": "sss"}}, "encrypted_content": "eeeee"}),
+		itemDone(1, obj{"type": "function_call", "name": "f", "call_id": "c", "arguments": `{"a":1}`}),
+		itemDone(2, other),
+		completed("completed"),
+	}
+	size := len("rr") + len("sss") + len("eeeee") + len(`{"a":1}`) + len(mustJSON(other))
+	o := testOptions()
+	o.MaxTotalBytes = size
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("at the limit: status %s, error %+v", res.Status, res.Error)
+	}
+	o = testOptions()
+	o.MaxTotalBytes = size - 1
+	if _, _, _, ferr := replay(evs, o); !errors.Is(ferr, ErrLimit) {
+		t.Errorf("one byte under: error %v, want ErrLimit", ferr)
+	}
+}
+
+// An error in a terminal response names where it was found: the event for a stream, "response" for
+// a non-streamed body.
+func TestTerminalErrorsNameTheirSource(t *testing.T) {
+	body := `{"id":"r","status":"completed","output":5}`
+	_, _, _, ferr := replay([]wire.Event{rawEv(string(wire.EventCompleted), `{"type":"response.completed","response":`+body+`}`)}, testOptions())
+	if !errors.Is(ferr, ErrMalformed) || !strings.HasPrefix(ferr.Error(), "accumulator: response.completed: ") {
+		t.Errorf("streamed: %v", ferr)
+	}
+	if _, err := FromResponse(testOptions(), []byte(body)); !errors.Is(err, ErrMalformed) || !strings.HasPrefix(err.Error(), "accumulator: response: ") {
+		t.Errorf("non-streamed: %v", err)
 	}
 }
 
