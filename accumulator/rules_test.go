@@ -1093,6 +1093,18 @@ func TestTerminalErrorsNameTheirSource(t *testing.T) {
 	}
 }
 
+// A terminal response whose output array is exactly MaxTotalBytes long, with an item of exactly
+// MaxItemBytes, is accepted.
+func TestATerminalOutputAtTheLimitsIsAccepted(t *testing.T) {
+	item := mustJSON(obj{"type": "message", "role": "assistant", "content": []obj{{"type": "output_text", "text": "hello", "annotations": []any{}}}})
+	o := testOptions()
+	o.MaxItemBytes, o.MaxTotalBytes = len(item), len(item)+2
+	r, err := FromResponse(o, []byte(`{"id":"r","status":"completed","output":[`+item+`]}`))
+	if err != nil || r.Status != wire.StatusCompleted || len(r.Output) != 1 {
+		t.Fatalf("error %v, result %v", err, r)
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
