@@ -1105,6 +1105,18 @@ func TestATerminalOutputAtTheLimitsIsAccepted(t *testing.T) {
 	}
 }
 
+// A response.incomplete event makes the response incomplete whatever status its body states,
+// except failed, which stays failed.
+func TestAResponseIncompleteEventIsIncompleteUnlessItSaysFailed(t *testing.T) {
+	for status, want := range map[string]wire.Status{"completed": wire.StatusIncomplete, "incomplete": wire.StatusIncomplete, "failed": wire.StatusFailed} {
+		e := rawEv(string(wire.EventIncomplete), `{"type":"response.incomplete","response":{"id":"r","status":"`+status+`","output":[]}}`)
+		_, res, _, _ := replay([]wire.Event{textDelta(0, 0, "x"), e}, testOptions())
+		if res.Status != want {
+			t.Errorf("response.incomplete with status %s: %s, want %s", status, res.Status, want)
+		}
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
