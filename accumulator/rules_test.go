@@ -1117,6 +1117,43 @@ func TestAResponseIncompleteEventIsIncompleteUnlessItSaysFailed(t *testing.T) {
 	}
 }
 
+// Upstream error codes pass through only when they look like codes: [a-z0-9_.], 1 to 64 bytes.
+func TestUpstreamErrorCodesMustLookLikeCodes(t *testing.T) {
+	for code, want := range map[string]bool{
+		"a": true, "z": true, "0": true, "9": true, "_": true, ".": true, "bad_thing.v2": true,
+		strings.Repeat("x", 64): true, strings.Repeat("x", 65): false, "": false,
+		"A": false, "`": false, "{": false, "/": false, ":": false, "-": false, "a b": false,
+	} {
+		if got := isCode(code); got != want {
+			t.Errorf("isCode(%q) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// Upstream error messages are cut to 512 bytes, never inside a rune.
+func TestUpstreamErrorMessagesAreCutAt512Bytes(t *testing.T) {
+	a := func(n int) string { return strings.Repeat("a", n) }
+	for in, want := range map[string]string{
+		a(512): a(512), a(513): a(512), a(511) + "é": a(511), a(510) + "é": a(510) + "é",
+	} {
+		if got := sanitizeMessage(in); got != want {
+			t.Errorf("sanitizeMessage of %d bytes: %d bytes, want %d", len(in), len(got), len(want))
+		}
+	}
+}
+
+// Token counts are non-negative integers below 2^53 (an integral float is accepted); anything else
+// counts 0.
+func TestTokenCounts(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "7": 7, "-1": 0, "7.0": 7, "9007199254740991.0": 1<<53 - 1, "9007199254740992.0": 0, "-0.5": 0, `"7"`: 0,
+	} {
+		if got := count([]byte(in)); got != want {
+			t.Errorf("count(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
 // A part event can be the first sight of its item: a content_part opens a message, vLLM's
 // reasoning_part and a reasoning_summary_part open reasoning.
 func TestAPartEventOpensItsItemOfTheRightType(t *testing.T) {
