@@ -1094,14 +1094,19 @@ func TestTerminalErrorsNameTheirSource(t *testing.T) {
 }
 
 // A terminal response whose output array is exactly MaxTotalBytes long, with an item of exactly
-// MaxItemBytes, is accepted.
+// MaxItemBytes, is accepted (a message, and an item of a type respgate passes through, whose size
+// is its whole JSON).
 func TestATerminalOutputAtTheLimitsIsAccepted(t *testing.T) {
-	item := mustJSON(obj{"type": "message", "role": "assistant", "content": []obj{{"type": "output_text", "text": "hello", "annotations": []any{}}}})
-	o := testOptions()
-	o.MaxItemBytes, o.MaxTotalBytes = len(item), len(item)+2
-	r, err := FromResponse(o, []byte(`{"id":"r","status":"completed","output":[`+item+`]}`))
-	if err != nil || r.Status != wire.StatusCompleted || len(r.Output) != 1 {
-		t.Fatalf("error %v, result %v", err, r)
+	for _, item := range []string{
+		mustJSON(obj{"type": "message", "role": "assistant", "content": []obj{{"type": "output_text", "text": "hello", "annotations": []any{}}}}),
+		mustJSON(obj{"type": "mcp_call", "id": "x", "name": "t", "status": "completed"}),
+	} {
+		o := testOptions()
+		o.MaxItemBytes, o.MaxTotalBytes = len(item), len(item)+2
+		r, err := FromResponse(o, []byte(`{"id":"r","status":"completed","output":[`+item+`]}`))
+		if err != nil || r.Status != wire.StatusCompleted || len(r.Output) != 1 {
+			t.Errorf("%s: error %v, result %v", item, err, r)
+		}
 	}
 }
 
