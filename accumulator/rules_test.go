@@ -603,6 +603,7 @@ func TestUntrustedIndices(t *testing.T) {
 		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(string(wire.EventRefusalDelta), "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
 		{"a text delta for a function call", []wire.Event{ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
 		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{")}, ErrMalformed},
+		{"an escaped key is read as what it spells", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"content_index":0,"d\u0065lta":"x"}`)}, nil},
 		{"a text delta for a reasoning item", []wire.Event{reasonDelta(0, 0, "r"), textDelta(0, 1, "y")}, ErrMalformed},
 		{"a text done whose text is not a string", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0,"text":5}`)}, ErrMalformed},
 		{"a text done without text keeps the deltas", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0}`)}, nil},
@@ -1155,6 +1156,15 @@ func TestTokenCounts(t *testing.T) {
 	} {
 		if got := count([]byte(in)); got != want {
 			t.Errorf("count(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// A string value is unescaped wherever its escapes are, the first byte included.
+func TestStringValuesAreUnescaped(t *testing.T) {
+	for in, want := range map[string]string{`"\u0041b"`: "Ab", `"a\"b"`: `a"b`, `"ab"`: "ab"} {
+		if got, ok := strValue([]byte(in)); !ok || got != want {
+			t.Errorf("strValue(%s) = %q, %v; want %q", in, got, ok, want)
 		}
 	}
 }
