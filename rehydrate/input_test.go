@@ -182,3 +182,17 @@ func TestScanItemRefusesEmptyInput(t *testing.T) {
 		}
 	}
 }
+
+// scanItem refuses every truncation of a valid item (as an item cut short in storage would be),
+// wherever the cut falls: in a key, before a colon, in a content array or between its parts.
+func TestScanItemRefusesEveryTruncation(t *testing.T) {
+	item := `{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"} , {"type":"input_image","image_url":"u","detail":"low"} ],"output":[ ]}`
+	if _, _, err := scanItem([]byte(item), nil); err != nil {
+		t.Fatalf("the whole item: %v", err)
+	}
+	for n := range len(item) {
+		if _, _, err := scanItem([]byte(item[:n]), nil); err == nil {
+			t.Errorf("scanItem accepted the first %d bytes: %s", n, item[:n])
+		}
+	}
+}
