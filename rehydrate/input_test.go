@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -193,6 +194,25 @@ func TestScanItemRefusesEveryTruncation(t *testing.T) {
 	for n := range len(item) {
 		if _, _, err := scanItem([]byte(item[:n]), nil); err == nil {
 			t.Errorf("scanItem accepted the first %d bytes: %s", n, item[:n])
+		}
+	}
+}
+
+// clip quotes a value of up to 64 bytes whole, and cuts a longer one at a rune boundary.
+func TestClipKeepsUpTo64Bytes(t *testing.T) {
+	x64 := strings.Repeat("x", 64)
+	for in, want := range map[string]string{x64: x64, x64 + "y": x64 + "…", strings.Repeat("x", 63) + "é": strings.Repeat("x", 63) + "…"} {
+		if got := clip(in); got != want {
+			t.Errorf("clip(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A sealed reasoning payload that is empty or only whitespace is refused, not read past its end.
+func TestScanSealedRefusesAnEmptyPayload(t *testing.T) {
+	for _, in := range []string{"", "  "} {
+		if _, _, err := scanSealed([]byte(in)); err == nil {
+			t.Errorf("scanSealed(%q) accepted it", in)
 		}
 	}
 }
