@@ -216,3 +216,11 @@ func TestScanSealedRefusesAnEmptyPayload(t *testing.T) {
 		}
 	}
 }
+
+// A function_call_output without a call_id is refused with param naming the member.
+func TestFunctionCallOutputWithoutCallIDNamesTheMember(t *testing.T) {
+	ae := buildErr(t, &Params{Input: mustInput(t, `[{"type":"function_call_output","output":"x"}]`)})
+	if ae.Param != "input[0].call_id" {
+		t.Errorf("param %q, want input[0].call_id (%+v)", ae.Param, ae)
+	}
+}
