@@ -603,6 +603,7 @@ func TestUntrustedIndices(t *testing.T) {
 		{"a refusal delta for an output_text part", []wire.Event{textDelta(0, 0, "x"), ev(string(wire.EventRefusalDelta), "output_index", 0, "content_index", 0, "delta", "y")}, ErrMalformed},
 		{"a text delta for a function call", []wire.Event{ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{"), textDelta(0, 0, "y")}, ErrMalformed},
 		{"arguments for a message", []wire.Event{textDelta(0, 0, "y"), ev(string(wire.EventArgsDelta), "output_index", 0, "delta", "{")}, ErrMalformed},
+		{"an escaped key is read as what it spells", []wire.Event{rawEv(string(wire.EventTextDelta), `{"output_index":0,"content_index":0,"d\u0065lta":"x"}`)}, nil},
 		{"a text delta for a reasoning item", []wire.Event{reasonDelta(0, 0, "r"), textDelta(0, 1, "y")}, ErrMalformed},
 		{"a text done whose text is not a string", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0,"text":5}`)}, ErrMalformed},
 		{"a text done without text keeps the deltas", []wire.Event{textDelta(0, 0, "x"), rawEv(string(wire.EventTextDone), `{"output_index":0,"content_index":0}`)}, nil},
@@ -831,14 +832,16 @@ func TestAPartDoneKeepsStreamedAnnotationsUnlessItStatesSome(t *testing.T) {
 		textDelta(0, 0, "x"), ann(0, "streamed"),
 		ev(string(wire.EventPartDone), "output_index", 0, "content_index", 0, "part", obj{"type": "output_text", "text": "x", "annotations": []any{}}),
 		textDelta(1, 0, "y"), ann(1, "streamed"),
-		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "y", "annotations": []obj{{"type": "file_path", "file_id": "stated", "index": 0}}}),
+		ev(string(wire.EventPartDone), "output_index", 1, "content_index", 0, "part", obj{"type": "output_text", "text": "y", "annotations": []obj{
+			{"type": "file_path", "file_id": "stated", "index": 0}, {"type": "file_path", "file_id": "stated", "index": 1}}}),
 		completed("completed"),
 	}
 	_, res, _ := runChecked(t, evs, testOptions())
-	for i, want := range []string{"streamed", "stated"} {
-		if got := res.Output[i].JSON; !bytes.Contains(got, []byte(`"file_id":"`+want+`"`)) || bytes.Count(got, []byte(`"file_id"`)) != 1 {
-			t.Errorf("item %d: %s, want only the %s annotation", i, got, want)
-		}
+	if got := res.Output[0].JSON; !bytes.Contains(got, []byte(`"annotations":[{"file_id":"streamed","index":0,"type":"file_path"}]`)) {
+		t.Errorf("item 0: %s, want only the streamed annotation", got)
+	}
+	if got := res.Output[1].JSON; !bytes.Contains(got, []byte(`"annotations":[{"file_id":"stated","index":0,"type":"file_path"},{"file_id":"stated","index":1,"type":"file_path"}]`)) {
+		t.Errorf("item 1: %s, want only the two stated annotations", got)
 	}
 }
 
@@ -1050,6 +1053,119 @@ func TestADoneMessagesRefusalReachesTheClient(t *testing.T) {
 	}
 	if !bytes.Contains(res.Output[0].JSON, []byte(`{"type":"refusal","refusal":"no"}`)) {
 		t.Errorf("item %s", res.Output[0].JSON)
+	}
+}
+
+// Every kind of done item counts what it holds toward MaxTotalBytes: reasoning its content, summary
+// and encrypted_content, a call its arguments, a pass-through item its whole JSON. The limit set
+// to exactly the sum passes; one byte less is ErrLimit.
+func TestEveryDoneItemKindCountsTowardTheResponseLimit(t *testing.T) {
+	other := obj{"type": "mcp_call", "id": "x", "name": "t", "status": "completed"}
+	evs := []wire.Event{
+		itemDone(0, obj{"type": "reasoning", "content": []obj{{"type": "reasoning_text", "text": "rr"}}, "summary": []obj{{"type": "summary_text", "text": "sss"}}, "encrypted_content": "eeeee"}),
+		itemDone(1, obj{"type": "function_call", "name": "f", "call_id": "c", "arguments": `{"a":1}`}),
+		itemDone(2, other),
+		completed("completed"),
+	}
+	size := len("rr") + len("sss") + len("eeeee") + len(`{"a":1}`) + len(mustJSON(other))
+	o := testOptions()
+	o.MaxTotalBytes = size
+	_, res, _ := runChecked(t, evs, o)
+	if res.Status != wire.StatusCompleted {
+		t.Fatalf("at the limit: status %s, error %+v", res.Status, res.Error)
+	}
+	o = testOptions()
+	o.MaxTotalBytes = size - 1
+	if _, _, _, ferr := replay(evs, o); !errors.Is(ferr, ErrLimit) {
+		t.Errorf("one byte under: error %v, want ErrLimit", ferr)
+	}
+}
+
+// An error in a terminal response names where it was found: the event for a stream, "response" for
+// a non-streamed body.
+func TestTerminalErrorsNameTheirSource(t *testing.T) {
+	body := `{"id":"r","status":"completed","output":5}`
+	_, _, _, ferr := replay([]wire.Event{rawEv(string(wire.EventCompleted), `{"type":"response.completed","response":`+body+`}`)}, testOptions())
+	if !errors.Is(ferr, ErrMalformed) || !strings.HasPrefix(ferr.Error(), "accumulator: response.completed: ") {
+		t.Errorf("streamed: %v", ferr)
+	}
+	if _, err := FromResponse(testOptions(), []byte(body)); !errors.Is(err, ErrMalformed) || !strings.HasPrefix(err.Error(), "accumulator: response: ") {
+		t.Errorf("non-streamed: %v", err)
+	}
+}
+
+// A terminal response whose output array is exactly MaxTotalBytes long, with an item of exactly
+// MaxItemBytes, is accepted (a message, and an item of a type respgate passes through, whose size
+// is its whole JSON).
+func TestATerminalOutputAtTheLimitsIsAccepted(t *testing.T) {
+	for _, item := range []string{
+		mustJSON(obj{"type": "message", "role": "assistant", "content": []obj{{"type": "output_text", "text": "hello", "annotations": []any{}}}}),
+		mustJSON(obj{"type": "mcp_call", "id": "x", "name": "t", "status": "completed"}),
+	} {
+		o := testOptions()
+		o.MaxItemBytes, o.MaxTotalBytes = len(item), len(item)+2
+		r, err := FromResponse(o, []byte(`{"id":"r","status":"completed","output":[`+item+`]}`))
+		if err != nil || r.Status != wire.StatusCompleted || len(r.Output) != 1 {
+			t.Errorf("%s: error %v, result %v", item, err, r)
+		}
+	}
+}
+
+// A response.incomplete event makes the response incomplete whatever status its body states,
+// except failed, which stays failed.
+func TestAResponseIncompleteEventIsIncompleteUnlessItSaysFailed(t *testing.T) {
+	for status, want := range map[string]wire.Status{"completed": wire.StatusIncomplete, "incomplete": wire.StatusIncomplete, "failed": wire.StatusFailed} {
+		e := rawEv(string(wire.EventIncomplete), `{"type":"response.incomplete","response":{"id":"r","status":"`+status+`","output":[]}}`)
+		_, res, _, _ := replay([]wire.Event{textDelta(0, 0, "x"), e}, testOptions())
+		if res.Status != want {
+			t.Errorf("response.incomplete with status %s: %s, want %s", status, res.Status, want)
+		}
+	}
+}
+
+// Upstream error codes pass through only when they look like codes: [a-z0-9_.], 1 to 64 bytes.
+func TestUpstreamErrorCodesMustLookLikeCodes(t *testing.T) {
+	for code, want := range map[string]bool{
+		"a": true, "z": true, "0": true, "9": true, "_": true, ".": true, "bad_thing.v2": true,
+		strings.Repeat("x", 64): true, strings.Repeat("x", 65): false, "": false,
+		"A": false, "`": false, "{": false, "/": false, ":": false, "-": false, "a b": false,
+	} {
+		if got := isCode(code); got != want {
+			t.Errorf("isCode(%q) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// Upstream error messages are cut to 512 bytes, never inside a rune.
+func TestUpstreamErrorMessagesAreCutAt512Bytes(t *testing.T) {
+	a := func(n int) string { return strings.Repeat("a", n) }
+	for in, want := range map[string]string{
+		a(512): a(512), a(513): a(512), a(511) + "é": a(511), a(510) + "é": a(510) + "é",
+	} {
+		if got := sanitizeMessage(in); got != want {
+			t.Errorf("sanitizeMessage of %d bytes: %d bytes, want %d", len(in), len(got), len(want))
+		}
+	}
+}
+
+// Token counts are non-negative integers below 2^53 (an integral float is accepted); anything else
+// counts 0.
+func TestTokenCounts(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "7": 7, "-1": 0, "7.0": 7, "9007199254740991.0": 1<<53 - 1, "9007199254740992.0": 0, "-0.5": 0, `"7"`: 0,
+	} {
+		if got := count([]byte(in)); got != want {
+			t.Errorf("count(%s) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// A string value is unescaped wherever its escapes are, the first byte included.
+func TestStringValuesAreUnescaped(t *testing.T) {
+	for in, want := range map[string]string{`"\u0041b"`: "Ab", `"a\"b"`: `a"b`, `"ab"`: "ab"} {
+		if got, ok := strValue([]byte(in)); !ok || got != want {
+			t.Errorf("strValue(%s) = %q, %v; want %q", in, got, ok, want)
+		}
 	}
 }
 

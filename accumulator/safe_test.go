@@ -47,3 +47,30 @@ func TestNothingSecretIsPrinted(t *testing.T) {
 		}
 	}
 }
+
+// The safe summaries themselves: what they say, and that a nil value prints as nil (a log line of a
+// turn that failed before its result existed).
+func TestSafeSummaries(t *testing.T) {
+	a := New(testOptions())
+	out, _ := a.Feed(nil, textDelta(0, 0, "x"))
+	out, _ = a.Feed(out, completed("completed"))
+	_, res := a.Close(out, nil)
+	s := a.snapshot(res.Status, res.Output)
+	failed := &Result{Status: wire.StatusFailed, Error: &wire.ErrorObject{Code: "server_error"}}
+	for _, c := range []struct {
+		v    fmt.Stringer
+		want string
+	}{
+		{(*Result)(nil), "accumulator.Result(nil)"},
+		{(*Snapshot)(nil), "accumulator.Snapshot(nil)"},
+		{(*Accumulator)(nil), "accumulator.Accumulator(nil)"},
+		{res, "accumulator.Result{status=completed items=1 dropped=0 error=}"},
+		{failed, "accumulator.Result{status=failed items=0 dropped=0 error=server_error}"},
+		{&s, "accumulator.Snapshot{id=resp_test status=completed items=1}"},
+		{a, "accumulator.Accumulator{id=resp_test items=1 seq=8 done=true dropped=0}"},
+	} {
+		if got := c.v.String(); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -180,5 +181,46 @@ func TestScanItemRefusesEmptyInput(t *testing.T) {
 		if _, _, err := scanItem([]byte(in), nil); err == nil {
 			t.Errorf("scanItem(%q) accepted it", in)
 		}
+	}
+}
+
+// scanItem refuses every truncation of a valid item (as an item cut short in storage would be),
+// wherever the cut falls: in a key, before a colon, in a content array or between its parts.
+func TestScanItemRefusesEveryTruncation(t *testing.T) {
+	item := `{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"} , {"type":"input_image","image_url":"u","detail":"low"} ],"output":[ ]}`
+	if _, _, err := scanItem([]byte(item), nil); err != nil {
+		t.Fatalf("the whole item: %v", err)
+	}
+	for n := range len(item) {
+		if _, _, err := scanItem([]byte(item[:n]), nil); err == nil {
+			t.Errorf("scanItem accepted the first %d bytes: %s", n, item[:n])
+		}
+	}
+}
+
+// clip quotes a value of up to 64 bytes whole, and cuts a longer one at a rune boundary.
+func TestClipKeepsUpTo64Bytes(t *testing.T) {
+	x64 := strings.Repeat("x", 64)
+	for in, want := range map[string]string{x64: x64, x64 + "y": x64 + "…", strings.Repeat("x", 63) + "é": strings.Repeat("x", 63) + "…"} {
+		if got := clip(in); got != want {
+			t.Errorf("clip(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A sealed reasoning payload that is empty or only whitespace is refused, not read past its end.
+func TestScanSealedRefusesAnEmptyPayload(t *testing.T) {
+	for _, in := range []string{"", "  "} {
+		if _, _, err := scanSealed([]byte(in)); err == nil {
+			t.Errorf("scanSealed(%q) accepted it", in)
+		}
+	}
+}
+
+// A function_call_output without a call_id is refused with param naming the member.
+func TestFunctionCallOutputWithoutCallIDNamesTheMember(t *testing.T) {
+	ae := buildErr(t, &Params{Input: mustInput(t, `[{"type":"function_call_output","output":"x"}]`)})
+	if ae.Param != "input[0].call_id" {
+		t.Errorf("param %q, want input[0].call_id (%+v)", ae.Param, ae)
 	}
 }

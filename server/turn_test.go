@@ -52,12 +52,15 @@ func (s *steps) snapshot() []string {
 func index(list []string, step string) int { return slices.Index(list, step) }
 
 // turnStore is the real SQLite store; it logs the lifecycle's writes and records every commit.
-// commitErr makes every ResponseCommit fail with it (nothing is stored); with release set, the
-// first ResponseCommit closes entered and waits for release before doing anything.
+// commitErr makes every ResponseCommit fail with it (nothing is stored); lostErr makes every
+// ResponseCommit store its record and then return lostErr (the answer lost on the way back); with
+// release set, the first ResponseCommit closes entered and waits for release before doing
+// anything.
 type turnStore struct {
 	store.Store
 	steps     *steps
 	commitErr error
+	lostErr   error
 	entered   chan struct{}
 	release   chan struct{}
 	once      sync.Once
@@ -89,6 +92,9 @@ func (s *turnStore) ResponseCommit(ctx context.Context, p *store.ResponseCommitP
 	}
 	err := s.Store.ResponseCommit(ctx, p)
 	s.steps.add("store: commit returned")
+	if err == nil && s.lostErr != nil {
+		return s.lostErr
+	}
 	return err
 }
 
@@ -288,6 +294,22 @@ func TestStreamCommitsBeforeItsTerminalEvent(t *testing.T) {
 	if begin < 0 || created < begin || commit < created || committed < commit || completed < committed || done != completed+1 ||
 		done != len(got)-1 {
 		t.Fatalf("steps %q\nwant: begin, response.created (after begin), ..., commit, commit returned, response.completed, [DONE]", got)
+	}
+	if r := h.stored(t, h.st.firstCommit(t)); r.Status != wire.StatusCompleted {
+		t.Fatalf("stored %s, want completed", r.Status)
+	}
+}
+
+// A commit whose outcome is unknown (the store took it, every answer was lost, retries included)
+// is read back: found stored, it is the turn's commit, and the stream ends response.completed.
+func TestACommitThatLandedDespiteItsErrorIsTheTurnsCommit(t *testing.T) {
+	h := newTurnHarness(t, func(st *turnStore, _ *upstreamGate) {
+		st.lostErr = errors.New("connection reset after COMMIT (injected)")
+	})
+	h.serve(t.Context(), h.newClient(), streamBody)
+	got := h.steps.snapshot()
+	if index(got, "client: response.completed") < 0 || index(got, "client: response.failed") >= 0 {
+		t.Fatalf("steps %q, want response.completed", got)
 	}
 	if r := h.stored(t, h.st.firstCommit(t)); r.Status != wire.StatusCompleted {
 		t.Fatalf("stored %s, want completed", r.Status)
