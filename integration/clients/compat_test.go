@@ -504,9 +504,9 @@ func tail(g *gateway) string {
 	return s
 }
 
-func TestOpenAINode7(t *testing.T) { runNode(t, 8, "openai-node.mjs", "openai") }
+func TestOpenAINode7(t *testing.T) { runNode(t, 9, "openai-node.mjs", "openai") }
 
-func TestOpenAINode6(t *testing.T) { runNode(t, 8, "openai-node.mjs", "openai-v6") }
+func TestOpenAINode6(t *testing.T) { runNode(t, 9, "openai-node.mjs", "openai-v6") }
 
 func TestOpenAINodeChat(t *testing.T) { runNode(t, 2, "chat.mjs", "openai") }
 
