@@ -49,30 +49,15 @@ func (h *heldBeginStore) ResponseCommit(ctx context.Context, p *store.ResponseCo
 // headerClient records a response; headers tells once the status line was flushed before any
 // body byte.
 type headerClient struct {
-	mu      sync.Mutex
-	header  http.Header
-	code    int
-	body    strings.Builder
+	recorder
 	headers chan struct{}
 	once    sync.Once
-}
-
-func (c *headerClient) Header() http.Header { return c.header }
-
-func (c *headerClient) WriteHeader(code int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.code == 0 {
-		c.code = code
-	}
 }
 
 func (c *headerClient) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.code == 0 {
-		c.code = http.StatusOK
-	}
+	c.started()
 	return c.body.Write(b)
 }
 
@@ -127,7 +112,7 @@ func serveHeld(t *testing.T, s *Server, c *headerClient) <-chan struct{} {
 
 func TestAStreamOpensBeforeItsInProgressRecordIsWrittenAndNamesItsIdOnlyAfter(t *testing.T) {
 	s, st := newHeldBeginServer(t, nil)
-	c := &headerClient{header: http.Header{}, headers: make(chan struct{})}
+	c := &headerClient{recorder: recorder{header: http.Header{}}, headers: make(chan struct{})}
 	done := serveHeld(t, s, c)
 	<-st.entered
 	<-c.headers // upstream answered: the status line went out while the record is not written
@@ -145,7 +130,7 @@ func TestAStreamOpensBeforeItsInProgressRecordIsWrittenAndNamesItsIdOnlyAfter(t 
 
 func TestAStreamWhoseInProgressRecordFailsAfterItOpenedEndsWithAnErrorEvent(t *testing.T) {
 	s, st := newHeldBeginServer(t, errors.New("store unreachable (injected)"))
-	c := &headerClient{header: http.Header{}, headers: make(chan struct{})}
+	c := &headerClient{recorder: recorder{header: http.Header{}}, headers: make(chan struct{})}
 	done := serveHeld(t, s, c)
 	<-st.entered
 	<-c.headers

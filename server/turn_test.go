@@ -109,35 +109,47 @@ func (s *turnStore) firstCommit(t *testing.T) store.ResponseCommitParams {
 	return s.commits[0]
 }
 
+// recorder is the status line and body of a response, safe for the turn's goroutines (the
+// client and headerClient test writers share it).
+type recorder struct {
+	mu     sync.Mutex
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+// started sets the implicit 200 of a first write without WriteHeader, as net/http does; the
+// caller holds mu.
+func (r *recorder) started() {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+}
+
 // client is the client's end of one request: it logs each write as the SSE events it carries
 // (or "client: body" for a plain answer). failAfter > 0 makes every write after that many fail,
 // as for a client that has gone away.
 type client struct {
+	recorder
 	steps     *steps
-	header    http.Header
-	mu        sync.Mutex
-	code      int
-	body      bytes.Buffer
 	writes    int
 	failAfter int
-}
-
-func (c *client) Header() http.Header { return c.header }
-
-func (c *client) WriteHeader(code int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.code == 0 {
-		c.code = code
-	}
 }
 
 func (c *client) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.code == 0 {
-		c.code = http.StatusOK
-	}
+	c.started()
 	c.writes++
 	if c.failAfter > 0 && c.writes > c.failAfter {
 		return 0, errors.New("broken pipe (the client left)")
@@ -240,7 +252,9 @@ func (h *turnHarness) serve(ctx context.Context, c *client, body string) {
 	h.s.ServeHTTP(c, req)
 }
 
-func (h *turnHarness) newClient() *client { return &client{steps: h.steps, header: http.Header{}} }
+func (h *turnHarness) newClient() *client {
+	return &client{steps: h.steps, recorder: recorder{header: http.Header{}}}
+}
 
 // leaveWhileUpstreamHolds serves body on a held upstream and cancels the client's request once
 // the upstream call is in flight, before the upstream answered anything.
