@@ -87,7 +87,8 @@ type Trigger struct {
 	relOnce  sync.Once
 }
 
-// Fired is closed when the trigger has fired (its fault took effect).
+// Fired is closed when the trigger has fired: before either side can see its fault, so a client
+// whose request failed because of it always finds it closed.
 func (tr *Trigger) Fired() <-chan struct{} { return tr.fired }
 
 // Release lets a StallAt trigger's connection go on (a no-op for the other actions).
@@ -428,8 +429,8 @@ func (p *Proxy) fire(l *link, d Direction, dst net.Conn, tail *[]byte, chunk []b
 			}
 			upto = max(0, min(upto, len(chunk)))
 			_, _ = dst.Write(chunk[:upto])
+			close(tr.fired) // before the reset: whoever sees the reset must find the trigger fired
 			l.reset()
-			close(tr.fired)
 			return false, true
 		case StallAt:
 			upto := max(0, start)
@@ -457,8 +458,8 @@ func (p *Proxy) fire(l *link, d Direction, dst net.Conn, tail *[]byte, chunk []b
 			l.loseReply[1-d] = true
 			l.mu.Unlock()
 			p.keepTail(tail, chunk)
+			close(tr.fired) // before the request goes on, as for a cut
 			_, err := dst.Write(chunk)
-			close(tr.fired)
 			if err != nil {
 				l.reset()
 				return false, true

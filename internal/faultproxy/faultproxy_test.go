@@ -155,3 +155,24 @@ func TestCutAfterSetOnABusyConnectionCutsAtOnce(t *testing.T) {
 		t.Fatalf("got %q, %v; want an immediate reset", b, err)
 	}
 }
+
+// A client that saw the cut must find its trigger fired: Fired is closed before the reset. (When
+// it was closed after, a chaos scenario that checked Fired once its request had failed found it
+// open about once in four runs under -race.)
+func TestTriggerHasFiredBeforeItsCutIsSeen(t *testing.T) {
+	p := New(t, echoServer(t))
+	for i := range 200 {
+		tr := p.Arm(ToServer, Spec{Match: []byte("boom"), Action: CutBefore})
+		c := dial(t, p)
+		_, _ = c.Write([]byte("boom\n"))
+		if _, err := io.ReadAll(c); !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("run %d: read %v, want a reset", i, err)
+		}
+		select {
+		case <-tr.Fired():
+		default:
+			t.Fatalf("run %d: the client saw the reset before the trigger was marked fired", i)
+		}
+		_ = c.Close()
+	}
+}
