@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/respgate/respgate/accumulator"
+	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
@@ -79,6 +80,11 @@ func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
 	}
 	if errors.Is(err, context.Canceled) {
 		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
+	}
+	if store.Unreachable(err) {
+		// Upstream failures were matched above (upstream.Error), so this is the store's connection.
+		s.log.Warn("store unreachable", "request_id", requestID(c), "error", err)
+		return errStoreUnavailable
 	}
 	s.log.Error("internal error", "request_id", requestID(c), "error", err)
 	return &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}

@@ -72,11 +72,15 @@ func (s *Server) Routes() []string {
 	return out
 }
 
+// errStoreUnavailable answers readiness while the store does not answer, and any request whose
+// store connection failed (store.Unreachable); the 503 brings Retry-After: 1.
+var errStoreUnavailable = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "store_unavailable",
+	Message: "The store is not reachable; retry the request."}
+
 func (s *Server) readyz(c echo.Context) error {
 	if err := s.store.Ping(c.Request().Context()); err != nil {
 		s.log.Warn("readiness: store unreachable", "error", err)
-		return &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "store_unavailable",
-			Message: "The store is not reachable."}
+		return errStoreUnavailable
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/respgate/respgate/store"
@@ -61,6 +64,7 @@ type turnStore struct {
 	steps     *steps
 	commitErr error
 	lostErr   error
+	chainErr  error // ResponseChainGet fails with it
 	entered   chan struct{}
 	release   chan struct{}
 	once      sync.Once
@@ -72,6 +76,13 @@ type turnStore struct {
 func (s *turnStore) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams) error {
 	s.steps.add("store: begin")
 	return s.Store.ResponseBegin(ctx, p)
+}
+
+func (s *turnStore) ResponseChainGet(ctx context.Context, p *store.ResponseChainGetParams) (*store.Chain, error) {
+	if s.chainErr != nil {
+		return nil, s.chainErr
+	}
+	return s.Store.ResponseChainGet(ctx, p)
 }
 
 func (s *turnStore) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
@@ -498,5 +509,50 @@ func TestStreamRefusedByUpstreamIsAnEnvelopeAndAFailedRecord(t *testing.T) {
 	}
 	if r := h.stored(t, p); r.Status != wire.StatusFailed {
 		t.Fatalf("stored %s, want failed", r.Status)
+	}
+}
+
+// A request whose store connection fails is a 503 store_unavailable with Retry-After, which the
+// SDKs retry, not a 500 internal error; a store that answers with an error is still a 500.
+func TestStoreConnectionFailureIs503StoreUnavailable(t *testing.T) {
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	for _, c := range []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"connection reset", fmt.Errorf("get response chain: %w", reset), http.StatusServiceUnavailable, "store_unavailable"},
+		{"connection cut", fmt.Errorf("get response chain: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable, "store_unavailable"},
+		{"database error", errors.New("get response chain: ERROR: out of shared memory (SQLSTATE 53200)"), http.StatusInternalServerError, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTurnHarness(t, nil)
+			base := h.newClient()
+			h.serve(t.Context(), base, syncBody)
+			var r struct{ ID string }
+			if err := json.Unmarshal(base.body.Bytes(), &r); err != nil || r.ID == "" {
+				t.Fatalf("base turn: %d %s", base.code, base.body.String())
+			}
+			h.st.chainErr = c.err
+			for _, body := range []string{syncBody, streamBody} {
+				cl := h.newClient()
+				h.serve(t.Context(), cl, strings.Replace(body, `"input"`, `"previous_response_id":"`+r.ID+`","input"`, 1))
+				var env struct{ Error struct{ Code *string } }
+				if err := json.Unmarshal(cl.body.Bytes(), &env); err != nil {
+					t.Fatalf("%s: body %q: %v", body, cl.body.String(), err)
+				}
+				code := ""
+				if env.Error.Code != nil {
+					code = *env.Error.Code
+				}
+				if cl.code != c.status || code != c.code {
+					t.Fatalf("%s: %d %q, want %d %q", body, cl.code, code, c.status, c.code)
+				}
+				if ra := cl.header.Get("Retry-After"); (c.status == http.StatusServiceUnavailable) != (ra == "1") {
+					t.Fatalf("%s: Retry-After %q", body, ra)
+				}
+			}
+		})
 	}
 }
