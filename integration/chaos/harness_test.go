@@ -78,7 +78,17 @@ type env struct {
 	audits int // continuation counter
 }
 
+// pgEnvs bounds the Postgres runs open at once. A run holds up to about 12 connections (its
+// gateway's pool of 4 and listener, the auditor's gateway's, River's, the auditor's reads; a
+// process scenario's respgate holds its own), and CI's Postgres allows 100 clients: with the
+// matrix's 16 parallel runs the full matrix was refused "too many clients already".
+var pgEnvs = make(chan struct{}, 6)
+
 func newEnv(t *testing.T, name, backend string, seed int64) *env {
+	if backend == "postgres" {
+		pgEnvs <- struct{}{}
+		t.Cleanup(func() { <-pgEnvs }) // registered first, so it runs after every other cleanup
+	}
 	e := &env{t: t, backend: backend, seed: seed, name: name}
 	e.sim = vllmsim.New(vllmsim.Options{})
 	simHTTP := httptest.NewServer(e.sim)

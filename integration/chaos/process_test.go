@@ -68,7 +68,11 @@ func (e *env) startProcess(extra ...string) *proc {
 	}
 	args := append([]string{"--listen", addr, "--database-url", db, "--lease-ttl", leaseTTL.String(),
 		"--write-timeout", "300ms", "--sweep-interval", "200ms", "--upstream-idle-timeout", "10s",
-		"--upstream-connect-timeout", "10s"}, extra...)
+		"--upstream-connect-timeout", "10s",
+		// A pool of 4 like the in-process gateways' (pgxpool's default on 2 cores): at the default
+		// of 32, the matrix's parallel processes passed Postgres's max_connections (100 in CI)
+		// and were refused at start ("too many clients already"). Later flags in extra win.
+		"--database-max-conns", "4"}, extra...)
 	cmd := exec.Command(binary(e.t), args...)
 	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=http://"+e.up.Addr()+"/v1")
 	stderr, _ := cmd.StderrPipe()
