@@ -224,3 +224,26 @@ func TestFunctionCallOutputWithoutCallIDNamesTheMember(t *testing.T) {
 		t.Errorf("param %q, want input[0].call_id (%+v)", ae.Param, ae)
 	}
 }
+
+// A call_id is matched by its value, not its spelling: a function_call_output whose call_id is
+// written with JSON escapes answers the call that wrote it plainly, and the other way round.
+func TestFunctionCallOutputMatchesItsCallWhateverTheEscapes(t *testing.T) {
+	for _, c := range []struct{ call, output string }{
+		{`call_1`, `call_\u0031`},
+		{`call_\u0031`, `call_1`},
+		{`call_\u0031`, `call_\u0031`},
+	} {
+		in := mustInput(t, `[{"role":"user","content":"q"},`+
+			`{"type":"function_call","call_id":"`+c.call+`","name":"f","arguments":"{}"},`+
+			`{"type":"function_call_output","call_id":"`+c.output+`","output":"42"}]`)
+		got := upstreamInput(t, mustBuild(t, &Params{Input: in}).Body)
+		if len(got) != 3 || !strings.Contains(got[2], `"function_call_output"`) {
+			t.Fatalf("call %s, output %s: upstream input %v", c.call, c.output, got)
+		}
+	}
+	ae := buildErr(t, &Params{Input: mustInput(t, `[{"type":"function_call","call_id":"call_1","name":"f","arguments":"{}"},`+
+		`{"type":"function_call_output","call_id":"call_\u0032","output":"42"}]`)})
+	if ae.Code != CodeOutputWithoutCall {
+		t.Fatalf("another id: %+v", ae)
+	}
+}

@@ -2,6 +2,7 @@ package rehydrate
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -174,5 +175,31 @@ func TestCurrentTurnDropsReasoningAnAssistantMessageFollows(t *testing.T) {
 	res := mustBuild(t, &Params{History: hist, Input: mustInput(t, `"next"`), ReasoningContext: wire.ContextCurrentTurn})
 	if got := upstreamInput(t, res.Body); len(got) != 2 || res.Stats.Items != 2 {
 		t.Fatalf("upstream %v stats %+v", got, res.Stats)
+	}
+}
+
+// OpenSealed (the Conversations API's items route, server/conversations.go) returns a sealed
+// reasoning item with the plaintext beside its blob, leaves other items alone, and names the
+// item by exactly the param it was given when the blob does not open.
+func TestOpenSealedOpensOwnBlobsAndNamesTheItemItWasGiven(t *testing.T) {
+	r := testRing(t)
+	blob := sealFor(t, r, "tenant-a", "rs_1", sealedParts)
+	it := mustInput(t, `[{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"`+blob+`"}]`)[0]
+	out, opened, err := OpenSealed(it, r, "tenant-a", "items[3]")
+	if err != nil || !opened {
+		t.Fatalf("opened %v, err %v", opened, err)
+	}
+	m := members(t, out.JSON)
+	if compact(t, m["content"]) != sealedParts || !strings.Contains(string(m["encrypted_content"]), blob) {
+		t.Fatalf("opened item %s", out.JSON)
+	}
+	plain := mustInput(t, `[{"type":"reasoning","id":"rs_2","summary":[],"content":[{"type":"reasoning_text","text":"t"}]}]`)[0]
+	if out, opened, err := OpenSealed(plain, r, "tenant-a", "items[0]"); err != nil || opened || string(out.JSON) != string(plain.JSON) {
+		t.Fatalf("an item without a blob: opened %v, err %v, %s", opened, err, out.JSON)
+	}
+	_, opened, err = OpenSealed(it, r, "tenant-b", "items[3]")
+	var ae *wire.APIError
+	if opened || !errors.As(err, &ae) || ae.Code != CodeInvalidEncryptedContent || ae.Param != "items[3]" {
+		t.Fatalf("another tenant's blob: opened %v, err %v", opened, err)
 	}
 }
