@@ -124,6 +124,50 @@ func CancelDecision(status wire.Status, state rivertype.JobState) CancelOutcome 
 	}
 }
 
+// CancelTx is a backend's transaction as CancelBackgroundTx runs it.
+type CancelTx struct {
+	QueryRow func(sql string, args ...any) Row
+	Exec     func(sql string, args ...any) error
+	// CancelJob cancels the River job in the transaction and returns the state River left it in.
+	CancelJob func(jobID int64) (rivertype.JobState, error)
+}
+
+// CancelBackgroundTx is ResponseCancelBackground's transaction, the same in every backend: it
+// reads the response and its job; once the response ended it changes nothing (River is not
+// asked); otherwise River cancels the job, and a response River will never run is stored
+// cancelled and frees its conversation (CancelDecision). It returns the outcome and the job; the
+// backend wakes a running job's worker after the commit. Errors are the driver's, uninterpreted.
+func CancelBackgroundTx(tx CancelTx, q *Queries, p *ResponseCancelBackgroundParams) (CancelOutcome, int64, error) {
+	var (
+		jobID  int64
+		status wire.Status
+		conv   string
+	)
+	if err := tx.QueryRow(q.BackgroundCancelRead, p.Tenant, p.ID).Scan(&jobID, &status, &conv); err != nil {
+		return 0, 0, err
+	}
+	if status.Terminal() {
+		return CancelFinished, jobID, nil
+	}
+	state, err := tx.CancelJob(jobID)
+	if err != nil {
+		return 0, 0, err
+	}
+	out := CancelDecision(status, state)
+	if out != CancelQueued {
+		return out, jobID, nil
+	}
+	if err := tx.Exec(q.BackgroundCancelQueued, p.Tenant, p.ID); err != nil {
+		return 0, 0, err
+	}
+	if conv != "" {
+		if err := tx.Exec(q.ConversationTurnRelease, p.Tenant, conv, p.ID); err != nil {
+			return 0, 0, err
+		}
+	}
+	return out, jobID, nil
+}
+
 // Jobs is implemented by the backends that run River in their database (both do). The background
 // package hands in River's configuration (workers, queues, periodic jobs); the backend builds the
 // client on its own driver, so no driver type crosses this interface.

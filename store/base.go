@@ -40,6 +40,10 @@ type Queries struct {
 	// BackgroundTurnGet (tenant, response) → job_id, body, state; BackgroundClaim (tenant, id,
 	// owner, expires_at) moves a queued response to in_progress; ResponseExists (tenant, id) → 1.
 	BackgroundTurnGet, BackgroundClaim, ResponseExists string
+	// BackgroundCancelRead (tenant, response) → job_id, status, conversation ("" for none),
+	// locking the response where the backend can; BackgroundCancelQueued (tenant, response)
+	// stores a queued response cancelled (CancelBackgroundTx).
+	BackgroundCancelRead, BackgroundCancelQueued string
 
 	Replay ReplayQueries
 }

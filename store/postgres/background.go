@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/jobq"
@@ -81,8 +82,9 @@ INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_
 	bgClaimSQL   = `
 UPDATE responses SET status = 'in_progress', lease_owner = $3, lease_expires_at = $4
 WHERE tenant = $1 AND id = $2 AND status = 'queued'`
-	bgExistsSQL     = `SELECT 1 FROM responses WHERE tenant = $1 AND id = $2`
-	bgCancelLockSQL = `
+	bgExistsSQL = `SELECT 1 FROM responses WHERE tenant = $1 AND id = $2`
+	// bgCancelReadSQL locks the response row, so a commit or a second cancel waits for this one.
+	bgCancelReadSQL = `
 SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
 FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
 WHERE b.tenant = $1 AND b.response_id = $2 FOR UPDATE OF r`
@@ -139,29 +141,17 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	var out store.CancelOutcome
 	var jobID int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var status wire.Status
-		var conv string
-		if err := tx.QueryRow(ctx, bgCancelLockSQL, p.Tenant, p.ID).Scan(&jobID, &status, &conv); err != nil {
-			return interpretError(err)
-		}
-		if status.Terminal() {
-			out = store.CancelFinished
-			return nil
-		}
-		state, err := s.jobs.CancelTx(ctx, tx, jobID)
-		if err != nil {
-			return err
-		}
-		if out = store.CancelDecision(status, state); out != store.CancelQueued {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
-			return err
-		}
-		if conv != "" {
-			if _, err := tx.Exec(ctx, turnReleaseSQL, p.Tenant, conv, p.ID); err != nil {
+		var err error
+		out, jobID, err = store.CancelBackgroundTx(store.CancelTx{
+			QueryRow: func(q string, args ...any) store.Row { return tx.QueryRow(ctx, q, args...) },
+			Exec: func(q string, args ...any) error {
+				_, err := tx.Exec(ctx, q, args...)
 				return err
-			}
+			},
+			CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
+		}, &queries, p)
+		if err != nil || out != store.CancelQueued {
+			return err
 		}
 		// Its followers on other replicas see the end at once (notify.go).
 		_, err = tx.Exec(ctx, notifySQL, s.channel, p.ID)

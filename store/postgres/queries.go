@@ -31,9 +31,11 @@ var queries = store.Queries{
 	ConversationTurnExtend:  turnExtendSQL,
 	ConversationTurnRelease: turnReleaseSQL,
 
-	BackgroundTurnGet: bgTurnGetSQL,
-	BackgroundClaim:   bgClaimSQL,
-	ResponseExists:    bgExistsSQL,
+	BackgroundTurnGet:      bgTurnGetSQL,
+	BackgroundClaim:        bgClaimSQL,
+	ResponseExists:         bgExistsSQL,
+	BackgroundCancelRead:   bgCancelReadSQL,
+	BackgroundCancelQueued: bgCancelQueuedSQL,
 
 	Replay: replayQueries,
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/jobq"
@@ -108,31 +109,16 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	var out store.CancelOutcome
 	var jobID int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var status wire.Status
-		var conv string
-		if err := tx.QueryRowContext(ctx, bgCancelReadSQL, p.Tenant, p.ID).Scan(&jobID, &status, &conv); err != nil {
-			return interpretError(err)
-		}
-		if status.Terminal() {
-			out = store.CancelFinished
-			return nil
-		}
-		state, err := s.jobs.CancelTx(ctx, tx, jobID)
-		if err != nil {
-			return err
-		}
-		if out = store.CancelDecision(status, state); out != store.CancelQueued {
-			return nil
-		}
-		if _, err := tx.ExecContext(ctx, bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
-			return err
-		}
-		if conv != "" {
-			if _, err := tx.ExecContext(ctx, turnReleaseSQL, p.Tenant, conv, p.ID); err != nil {
+		var err error
+		out, jobID, err = store.CancelBackgroundTx(store.CancelTx{
+			QueryRow: func(q string, args ...any) store.Row { return tx.QueryRowContext(ctx, q, args...) },
+			Exec: func(q string, args ...any) error {
+				_, err := tx.ExecContext(ctx, q, args...)
 				return err
-			}
-		}
-		return nil
+			},
+			CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
+		}, &queries, p)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel background response: %w", interpretError(err))

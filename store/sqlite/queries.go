@@ -31,9 +31,11 @@ var queries = store.Queries{
 	ConversationTurnExtend:  turnExtendSQL,
 	ConversationTurnRelease: turnReleaseSQL,
 
-	BackgroundTurnGet: bgTurnGetSQL,
-	BackgroundClaim:   bgClaimSQL,
-	ResponseExists:    responseExistsSQL,
+	BackgroundTurnGet:      bgTurnGetSQL,
+	BackgroundClaim:        bgClaimSQL,
+	ResponseExists:         responseExistsSQL,
+	BackgroundCancelRead:   bgCancelReadSQL,
+	BackgroundCancelQueued: bgCancelQueuedSQL,
 
 	Replay: replayQueries,
 }
