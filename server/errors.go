@@ -81,14 +81,24 @@ func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
 	if errors.Is(err, context.Canceled) {
 		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
 	}
+	return s.unexpected(err, "request_id", requestID(c))
+}
+
+// unexpected is the API error of an err that carries none (knownAPIError is nil): 503
+// store_unavailable when the store's connection failed (upstream failures carry their own), else
+// a 500 whose cause is logged with attrs and never sent. Every error writer uses it: the HTTP
+// handler, a stream's error event, a WebSocket error event.
+func (s *Server) unexpected(err error, attrs ...any) *wire.APIError {
 	if store.Unreachable(err) {
-		// Upstream failures were matched above (upstream.Error), so this is the store's connection.
-		s.log.Warn("store unreachable", "request_id", requestID(c), "error", err)
+		s.log.Warn("store unreachable", append(attrs, "error", err)...)
 		return errStoreUnavailable
 	}
-	s.log.Error("internal error", "request_id", requestID(c), "error", err)
-	return &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+	s.log.Error("internal error", append(attrs, "error", err)...)
+	return errInternal
 }
+
+// errInternal never says more than this; the log has the cause.
+var errInternal = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
 
 // failureObject is the error object of a response that failed for cause (response.failed and
 // the stored record): the code and message of the envelope a non-streamed call gets for the same

@@ -186,7 +186,7 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 				}
 				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path(),
 					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = &wire.APIError{Status: 500, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+				err = errInternal
 			}
 		}()
 		return next(c)

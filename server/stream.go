@@ -227,8 +227,7 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*
 func (s *Server) failOpenStream(w *sseWriter, err error) error {
 	ae := knownAPIError(err)
 	if ae == nil {
-		s.log.Error("internal error", "error", err)
-		ae = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+		ae = s.unexpected(err)
 	}
 	code := ae.Code
 	if code == "" {

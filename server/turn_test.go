@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,9 +66,12 @@ type turnStore struct {
 	commitErr error
 	lostErr   error
 	chainErr  error // ResponseChainGet fails with it
-	entered   chan struct{}
-	release   chan struct{}
-	once      sync.Once
+	beginErr  error // ResponseBegin fails with it
+	// beginAfter, when set, holds the failing ResponseBegin until it is closed.
+	beginAfter chan struct{}
+	entered    chan struct{}
+	release    chan struct{}
+	once       sync.Once
 
 	mu      sync.Mutex
 	commits []store.ResponseCommitParams
@@ -75,6 +79,12 @@ type turnStore struct {
 
 func (s *turnStore) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams) error {
 	s.steps.add("store: begin")
+	if s.beginErr != nil {
+		if s.beginAfter != nil {
+			<-s.beginAfter
+		}
+		return s.beginErr
+	}
 	return s.Store.ResponseBegin(ctx, p)
 }
 
@@ -205,11 +215,17 @@ type upstreamGate struct {
 	next    *http.Transport
 	hold    bool
 	arrived chan struct{}
+	// answered, when set, is closed once an upstream request has its answer's headers.
+	answered chan struct{}
 }
 
 func (g *upstreamGate) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !g.hold {
-		return g.next.RoundTrip(req)
+		resp, err := g.next.RoundTrip(req)
+		if g.answered != nil {
+			close(g.answered)
+		}
+		return resp, err
 	}
 	g.arrived <- struct{}{}
 	<-req.Context().Done()
@@ -513,7 +529,9 @@ func TestStreamRefusedByUpstreamIsAnEnvelopeAndAFailedRecord(t *testing.T) {
 }
 
 // A request whose store connection fails is a 503 store_unavailable with Retry-After, which the
-// SDKs retry, not a 500 internal error; a store that answers with an error is still a 500.
+// SDKs retry, not a 500 internal error, whether the history load or the in-progress write failed;
+// a stream that had already opened says store_unavailable in its error event. A store that
+// answers with an error is still a 500.
 func TestStoreConnectionFailureIs503StoreUnavailable(t *testing.T) {
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
 	for _, c := range []struct {
@@ -522,37 +540,58 @@ func TestStoreConnectionFailureIs503StoreUnavailable(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"connection reset", fmt.Errorf("get response chain: %w", reset), http.StatusServiceUnavailable, "store_unavailable"},
-		{"connection cut", fmt.Errorf("get response chain: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable, "store_unavailable"},
-		{"database error", errors.New("get response chain: ERROR: out of shared memory (SQLSTATE 53200)"), http.StatusInternalServerError, ""},
+		{"connection reset", fmt.Errorf("store: %w", reset), http.StatusServiceUnavailable, "store_unavailable"},
+		{"connection cut", fmt.Errorf("store: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable, "store_unavailable"},
+		{"database error", errors.New("store: ERROR: out of shared memory (SQLSTATE 53200)"), http.StatusInternalServerError, ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			h := newTurnHarness(t, nil)
-			base := h.newClient()
-			h.serve(t.Context(), base, syncBody)
-			var r struct{ ID string }
-			if err := json.Unmarshal(base.body.Bytes(), &r); err != nil || r.ID == "" {
-				t.Fatalf("base turn: %d %s", base.code, base.body.String())
-			}
-			h.st.chainErr = c.err
-			for _, body := range []string{syncBody, streamBody} {
-				cl := h.newClient()
-				h.serve(t.Context(), cl, strings.Replace(body, `"input"`, `"previous_response_id":"`+r.ID+`","input"`, 1))
-				var env struct{ Error struct{ Code *string } }
-				if err := json.Unmarshal(cl.body.Bytes(), &env); err != nil {
-					t.Fatalf("%s: body %q: %v", body, cl.body.String(), err)
+		for _, step := range []string{"history load", "in-progress write", "in-progress write after upstream answered"} {
+			t.Run(c.name+"/"+step, func(t *testing.T) {
+				h := newTurnHarness(t, nil)
+				base := h.newClient()
+				h.serve(t.Context(), base, syncBody)
+				var r struct{ ID string }
+				if err := json.Unmarshal(base.body.Bytes(), &r); err != nil || r.ID == "" {
+					t.Fatalf("base turn: %d %s", base.code, base.body.String())
 				}
-				code := ""
-				if env.Error.Code != nil {
-					code = *env.Error.Code
+				switch step {
+				case "history load":
+					h.st.chainErr = c.err
+				case "in-progress write":
+					h.st.beginErr = c.err
+				default: // the stream has opened when the write fails: an error event says it
+					h.st.beginErr, h.st.beginAfter = c.err, make(chan struct{})
+					h.gate.answered = h.st.beginAfter
 				}
-				if cl.code != c.status || code != c.code {
-					t.Fatalf("%s: %d %q, want %d %q", body, cl.code, code, c.status, c.code)
+				bodies := []string{syncBody, streamBody}
+				if step != "history load" {
+					bodies = bodies[1:] // a non-streamed turn writes no in-progress record (syncTurn)
 				}
-				if ra := cl.header.Get("Retry-After"); (c.status == http.StatusServiceUnavailable) != (ra == "1") {
-					t.Fatalf("%s: Retry-After %q", body, ra)
+				for _, body := range bodies {
+					cl := h.newClient()
+					h.serve(t.Context(), cl, strings.Replace(body, `"input"`, `"previous_response_id":"`+r.ID+`","input"`, 1))
+					opened := step == "in-progress write after upstream answered"
+					if ev := cl.events("error"); opened || cl.code == http.StatusOK && len(ev) == 1 {
+						if cl.code != http.StatusOK || len(ev) != 1 {
+							t.Fatalf("%s: %d %q, want an opened stream with one error event", body, cl.code, cl.body.String())
+						}
+						var e struct{ Code string }
+						if err := json.Unmarshal([]byte(ev[0]), &e); err != nil || e.Code != cmp.Or(c.code, "server_error") {
+							t.Fatalf("%s: error event %s", body, ev[0])
+						}
+						continue
+					}
+					var env struct{ Error struct{ Code *string } }
+					if err := json.Unmarshal(cl.body.Bytes(), &env); err != nil {
+						t.Fatalf("%s: %d %q: %v", body, cl.code, cl.body.String(), err)
+					}
+					if code := deref(env.Error.Code); cl.code != c.status || code != c.code {
+						t.Fatalf("%s: %d %q, want %d %q", body, cl.code, code, c.status, c.code)
+					}
+					if ra := cl.header.Get("Retry-After"); (c.status == http.StatusServiceUnavailable) != (ra == "1") {
+						t.Fatalf("%s: Retry-After %q", body, ra)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -255,9 +255,7 @@ func (k *socket) send(msg []byte) error {
 func (k *socket) sendError(err error) error {
 	ae := knownAPIError(err)
 	if ae == nil {
-		// Internal: logged (never sent) and reported as a 500, as the HTTP error handler does.
-		k.s.log.Error("internal error", "error", err)
-		ae = &wire.APIError{Status: http.StatusInternalServerError, Type: wire.ErrServer, Message: "The gateway had an internal error."}
+		ae = k.s.unexpected(err) // as the HTTP error handler answers it
 	}
 	b := append(make([]byte, 0, 256), `{"type":"error","status":`...)
 	b = strconv.AppendInt(b, int64(ae.Status), 10)
