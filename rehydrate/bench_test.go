@@ -93,6 +93,26 @@ func BenchmarkBuild300Turns(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/items, "ns/item")
 			b.ReportMetric(allocs/items, "allocs/item")
 		})
+		// A continuation of a cached chain head: the history's projection comes from an earlier
+		// Build (Params.Prepared; server/chaincache.go), so only the new input is projected.
+		b.Run(size.name+"/prepared", func(b *testing.B) {
+			first, err := Build(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			warm := *p
+			warm.Prepared = first.History
+			b.SetBytes(int64(total))
+			b.ReportAllocs()
+			cpu := cpuNanos()
+			for b.Loop() {
+				if _, err := Build(&warm); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuNanos()-cpu)/float64(b.N)/items, "cpu-ns/item")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/items, "ns/item")
+		})
 		b.Run(size.name+"/copy", func(b *testing.B) {
 			b.SetBytes(int64(total))
 			b.ReportAllocs()

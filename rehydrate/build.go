@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/respgate/respgate/seal"
@@ -37,6 +39,11 @@ type Params struct {
 	// leaves out every reasoning item an assistant message follows (docs/reasoning.md); anything
 	// else replays all reasoning.
 	ReasoningContext string
+	// Prepared is the projection of the first Prepared.Len() items of History, as an earlier
+	// Build returned it (Result.History) for a history that began with the same items: Build
+	// then projects only the rest. One made for another HistoryParam, Keys or Tenant, or longer
+	// than History, is not used. Nil: every item of History is projected.
+	Prepared *History
 }
 
 // Stats are telemetry counters of one Build. They never hold content.
@@ -71,10 +78,81 @@ type Result struct {
 	// name, so function calls can be answered in the client's terms. Nil without namespace tools.
 	ToolNames map[string]wire.ToolName
 	Stats     Stats
+	// History is the projection of Params.History, for a later Build of a history that begins
+	// with the same items (Params.Prepared); nil when History is empty.
+	History *History
+}
+
+// History is stored history projected once: the vLLM-bound form of its items, and what Build
+// needs to know of them to add more (their ids and projections, the function calls, the
+// reasoning a current_turn request leaves out). A chain cache keeps one per chain head, so a
+// continuation projects only what is new (docs/scaling.md, "The chain cache"). It is immutable:
+// a Build that needs a longer one makes a copy.
+type History struct {
+	n      int // items of Params.History it covers
+	param  string
+	keys   *seal.Ring
+	tenant string
+	// The state of a builder that has projected those items, positions relative to the start of
+	// the input array (prior, sentReasoning, drop).
+	buf                 []byte
+	ids                 map[string]prior
+	calls               map[string]struct{}
+	items               int
+	stats               Stats
+	sentReasoning, drop []prior
+}
+
+// Len is the number of history items h covers (0 for nil).
+func (h *History) Len() int {
+	if h == nil {
+		return 0
+	}
+	return h.n
+}
+
+// Size is about the bytes h holds: its projection and its indexes.
+func (h *History) Size() int64 {
+	if h == nil {
+		return 0
+	}
+	return int64(cap(h.buf) + (len(h.ids)+len(h.calls))*historyEntryOverhead + (len(h.sentReasoning)+len(h.drop))*16)
+}
+
+// historyEntryOverhead is counted per id and call id on top of the projection (map entry, key).
+const historyEntryOverhead = 64
+
+// prepare returns the projection of all of p.History: p.Prepared when it covers it, else a copy
+// of p.Prepared (when usable) or a new one, with the rest of the items projected.
+func prepare(p *Params, param string, newID func(string) string) (*History, error) {
+	h := p.Prepared
+	if h == nil || h.n > len(p.History) || h.param != param || h.keys != p.Keys || h.tenant != p.Tenant {
+		h = &History{param: param, keys: p.Keys, tenant: p.Tenant}
+	}
+	if h.n == len(p.History) {
+		return h, nil
+	}
+	size := len(h.buf)
+	for i := h.n; i < len(p.History); i++ {
+		size += len(p.History[i].JSON)
+	}
+	bd := &builder{newID: newID, keys: p.Keys, tenant: p.Tenant, items: h.items, stats: h.stats,
+		buf: append(make([]byte, 0, size), h.buf...), ids: make(map[string]prior, len(h.ids)+len(p.History)-h.n),
+		calls: make(map[string]struct{}, len(h.calls)), sentReasoning: slices.Clone(h.sentReasoning), drop: slices.Clone(h.drop)}
+	maps.Copy(bd.ids, h.ids)
+	maps.Copy(bd.calls, h.calls)
+	for i := h.n; i < len(p.History); i++ {
+		if err := bd.addHistory(&p.History[i], param); err != nil {
+			return nil, err
+		}
+	}
+	return &History{n: len(p.History), param: param, keys: p.Keys, tenant: p.Tenant, buf: bd.buf, ids: bd.ids, calls: bd.calls,
+		items: bd.items, stats: bd.stats, sentReasoning: bd.sentReasoning, drop: bd.drop}, nil
 }
 
 // Build turns stored history plus a new request into the vLLM-bound request body (docs/design.md §5,
-// docs/wire.md §1.1 and §6.4). It is pure: no I/O, nothing cached across calls, its inputs untouched.
+// docs/wire.md §1.1 and §6.4). It is pure: no I/O, nothing cached across calls, its inputs untouched
+// (a caller may keep Result.History and hand it back as Params.Prepared).
 //
 // Upstream input is History in order, then Input, each item projected to the allowlisted shape
 // vLLM accepts (see project.go). Reasoning is replayed from its plaintext content; encrypted_content
@@ -119,27 +197,24 @@ func Build(p *Params) (*Result, error) {
 		return nil, wire.Invalid("input", CodeEmptyInput,
 			"The request has no input: send at least one input item, or continue a response or conversation that has items.")
 	}
-	bd := &builder{newID: p.NewID, lookup: p.Lookup, keys: p.Keys, tenant: p.Tenant,
-		currentTurn: p.ReasoningContext == wire.ContextCurrentTurn}
-	if bd.newID == nil {
-		bd.newID = wire.NewID
+	newID := p.NewID
+	if newID == nil {
+		newID = wire.NewID
 	}
 	histParam := p.HistoryParam
 	if histParam == "" {
 		histParam = defaultHistoryParam
 	}
-	size := 256
+	bd := &builder{newID: newID, lookup: p.Lookup, keys: p.Keys, tenant: p.Tenant,
+		currentTurn: p.ReasoningContext == wire.ContextCurrentTurn}
+	size := 256 + requestSize(p.Request)
 	for i := range p.History {
 		size += len(p.History[i].JSON)
 	}
 	for i := range p.Input {
 		size += len(p.Input[i].JSON) + 96
 	}
-	size += requestSize(p.Request)
 	bd.buf = make([]byte, 0, size)
-	n := len(p.History) + len(p.Input)
-	bd.ids = make(map[string]prior, n)
-	bd.calls = make(map[string]struct{})
 	res := &Result{}
 
 	bd.buf = append(bd.buf, '{')
@@ -148,11 +223,14 @@ func Build(p *Params) (*Result, error) {
 	}
 	bd.buf = append(bd.buf, `,"input":[`...)
 	bd.inputStart = len(bd.buf)
-	for i := range p.History {
-		if err := bd.addHistory(&p.History[i], histParam); err != nil {
-			return nil, err
-		}
+	hist, err := prepare(p, histParam, newID)
+	if err != nil {
+		return nil, err
 	}
+	if len(p.History) > 0 {
+		res.History = hist
+	}
+	bd.continueFrom(hist, len(p.Input))
 	for i := range p.Input {
 		if err := bd.addInput(&p.Input[i], i, res); err != nil {
 			return nil, err
@@ -188,10 +266,59 @@ type builder struct {
 	currentTurn         bool
 	sentReasoning, drop []prior
 	inputStart          int
+	// base is the projected history buf began with (continueFrom), at baseOff.
+	base    *History
+	baseOff int
 }
 
 // prior is where an item's projection sits in buf (empty for an item that was skipped).
 type prior struct{ s, e int }
+
+// continueFrom appends the projected history h at the end of buf (the start of the input array)
+// and takes on its state; its ids and calls are read through base (prior, knownCall), so the
+// items added now go to maps of their own and h is left unchanged.
+func (bd *builder) continueFrom(h *History, inputs int) {
+	bd.base, bd.baseOff = h, len(bd.buf)
+	bd.buf = append(bd.buf, h.buf...)
+	bd.ids = make(map[string]prior, inputs)
+	bd.calls = make(map[string]struct{})
+	bd.items, bd.stats = h.items, h.stats
+	bd.sentReasoning = shifted(h.sentReasoning, bd.baseOff)
+	bd.drop = shifted(h.drop, bd.baseOff)
+}
+
+func shifted(ps []prior, off int) []prior {
+	out := make([]prior, len(ps))
+	for i, p := range ps {
+		out[i] = prior{p.s + off, p.e + off}
+	}
+	return out
+}
+
+// prior returns where the item with the id was projected, if one was.
+func (bd *builder) prior(id string) (prior, bool) {
+	if p, ok := bd.ids[id]; ok {
+		return p, true
+	}
+	if bd.base != nil {
+		if p, ok := bd.base.ids[id]; ok {
+			return prior{p.s + bd.baseOff, p.e + bd.baseOff}, true
+		}
+	}
+	return prior{}, false
+}
+
+// knownCall reports whether a function_call with the call_id was projected.
+func (bd *builder) knownCall(id []byte) bool {
+	if _, ok := bd.calls[string(id)]; ok {
+		return true
+	}
+	if bd.base != nil {
+		_, ok := bd.base.calls[string(id)]
+		return ok
+	}
+	return false
+}
 
 func (bd *builder) addHistory(it *wire.Item, param string) error {
 	var v view
@@ -234,7 +361,7 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 			return err
 		}
 		id := str(b, v.id)
-		if _, ok := bd.ids[id]; ok {
+		if _, ok := bd.prior(id); ok {
 			// Already sent (history, or earlier in this input): a duplicate by definition.
 			bd.stats.DuplicatesDropped++
 			return nil
@@ -253,7 +380,7 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 		// An item carrying respgate's own encrypted_content is opened instead (project.go).
 		if v.id.IsStr(b) && !hasPlaintext(&v) && !ownBlob(&v) {
 			id := str(b, v.id)
-			if _, ok := bd.ids[id]; ok {
+			if _, ok := bd.prior(id); ok {
 				bd.stats.DuplicatesDropped++
 				return nil
 			}
@@ -347,7 +474,7 @@ func (bd *builder) add(v *view, w where, id string) (dup bool, err error) {
 	}
 	end := len(bd.buf)
 	if id != "" {
-		if p, ok := bd.ids[id]; ok {
+		if p, ok := bd.prior(id); ok {
 			if bytes.Equal(bd.buf[p.s:p.e], bd.buf[start:end]) {
 				bd.buf = bd.buf[:mark]
 				bd.stats.DuplicatesDropped++

@@ -1,10 +1,13 @@
 package rehydrate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"unicode/utf8"
@@ -91,6 +94,7 @@ func FuzzBuild(f *testing.F) {
 			mustBe400(t, err)
 			return
 		}
+		samePrepared(t, &Params{History: hist, Input: in, Request: req, Lookup: lookup})
 		res, err := Build(&Params{History: hist, Input: in, Request: req, Lookup: lookup, NewID: seqIDs()})
 		if err != nil {
 			mustBe400(t, err)
@@ -138,5 +142,60 @@ func mustBe400(t *testing.T, err error) {
 	}
 	if !utf8.ValidString(ae.Message) {
 		t.Fatalf("message is not UTF-8: %q", ae.Message)
+	}
+}
+
+func fixedID(prefix string) string { return prefix + "_fixed" }
+
+// samePrepared checks that a Build that starts from a prepared prefix of the history (Params.
+// Prepared) answers exactly what the Build of the whole history answers: the same body, stored
+// input, stats and errors, and that the projection it returns is the whole history's.
+func samePrepared(t testing.TB, p *Params) {
+	t.Helper()
+	full := *p
+	full.NewID = fixedID // a generator of p's would mint other ids in each Build
+	want, werr := Build(&full)
+	splits := []int{0, len(full.History) / 2, len(full.History)}
+	if len(full.History) <= 64 {
+		splits = splits[:0]
+		for k := range len(full.History) + 1 {
+			splits = append(splits, k)
+		}
+	}
+	histParam := full.HistoryParam
+	if histParam == "" {
+		histParam = defaultHistoryParam
+	}
+	for _, k := range splits {
+		pre, err := prepare(&Params{History: full.History[:k], Keys: full.Keys, Tenant: full.Tenant}, histParam, fixedID)
+		if err != nil {
+			if werr == nil {
+				t.Fatalf("the first %d history items fail (%v), the whole history does not", k, err)
+			}
+			continue
+		}
+		withPre := full
+		withPre.Prepared = pre
+		before := pre.clone()
+		got, gerr := Build(&withPre)
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) {
+			t.Fatalf("prepared at %d: error %v, want %v", k, gerr, werr)
+		}
+		if !reflect.DeepEqual(pre, before) {
+			t.Fatalf("prepared at %d: Build changed the History it was given", k)
+		}
+		if werr != nil {
+			continue
+		}
+		if !bytes.Equal(got.Body, want.Body) {
+			t.Fatalf("prepared at %d: body\n%s\nwant\n%s", k, got.Body, want.Body)
+		}
+		if !reflect.DeepEqual(got.Input, want.Input) || got.Stats != want.Stats ||
+			!reflect.DeepEqual(got.DroppedTools, want.DroppedTools) || !reflect.DeepEqual(got.ToolNames, want.ToolNames) {
+			t.Fatalf("prepared at %d: result %+v, want %+v", k, got, want)
+		}
+		if got.History.Len() != len(full.History) || !reflect.DeepEqual(got.History, want.History) {
+			t.Fatalf("prepared at %d: History covers %d items, want the %d of the whole history", k, got.History.Len(), len(full.History))
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -76,6 +78,7 @@ func mustBuild(t testing.TB, p *Params) *Result {
 	if p.Request == nil {
 		p.Request = mustRequest(t, `{"model":"m"}`)
 	}
+	samePrepared(t, p)
 	res, err := Build(p)
 	if err != nil {
 		t.Fatalf("Build: %v", err)
@@ -95,6 +98,7 @@ func buildErr(t testing.TB, p *Params) *wire.APIError {
 	if p.Request == nil {
 		p.Request = mustRequest(t, `{"model":"m"}`)
 	}
+	samePrepared(t, p)
 	res, err := Build(p)
 	if err == nil {
 		t.Fatalf("Build succeeded, want an error; body %s", res.Body)
@@ -167,4 +171,15 @@ func checkErr(t testing.TB, got *wire.APIError, code, param, message string) {
 	if message != "" && got.Message != message {
 		t.Errorf("message:\n got %s\nwant %s", got.Message, message)
 	}
+}
+
+// clone is a deep copy of h, to check that Build leaves the History it was given unchanged.
+func (h *History) clone() *History {
+	c := *h
+	c.buf = slices.Clone(h.buf)
+	c.ids = maps.Clone(h.ids)
+	c.calls = maps.Clone(h.calls)
+	c.sentReasoning = slices.Clone(h.sentReasoning)
+	c.drop = slices.Clone(h.drop)
+	return &c
 }

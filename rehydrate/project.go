@@ -478,10 +478,8 @@ func (bd *builder) functionCall(v *view, w where) (itemStats, error) {
 	bd.buf = append(bd.buf, `,"arguments":`...)
 	bd.buf = appendStr(bd.buf, b, v.arguments)
 	bd.buf = append(bd.buf, '}')
-	if v.callID.F == 0 {
-		if _, ok := bd.calls[string(v.callID.Inner(b))]; ok {
-			return itemStats{}, nil
-		}
+	if v.callID.F == 0 && bd.knownCall(v.callID.Inner(b)) {
+		return itemStats{}, nil
 	}
 	bd.calls[str(b, v.callID)] = struct{}{}
 	return itemStats{}, nil
@@ -494,9 +492,9 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 	}
 	var known bool
 	if v.callID.F == 0 {
-		_, known = bd.calls[string(v.callID.Inner(b))]
+		known = bd.knownCall(v.callID.Inner(b))
 	} else {
-		_, known = bd.calls[str(b, v.callID)]
+		known = bd.knownCall([]byte(str(b, v.callID)))
 	}
 	if !known {
 		return itemStats{}, wire.Invalid(w.param(""), CodeOutputWithoutCall,
