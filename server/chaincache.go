@@ -8,6 +8,7 @@ import (
 	"github.com/maypok86/otter/v2"
 
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -31,6 +32,10 @@ type chainKey struct{ tenant, id string }
 type chainEntry struct {
 	gen   int64
 	items []wire.Item
+	// prep is the projection of the first prep.Len() items (rehydrate.History), so a
+	// continuation projects only the rest: the previous turn's history when the entry is put at
+	// a commit, all of items once a continuation has been built.
+	prep  *rehydrate.History
 	bytes int64
 	// usage is the response's own usage (JSON), which sizes its continuation for automatic
 	// compaction (server/tokens.go).
@@ -64,20 +69,34 @@ func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string)
 		c.c.Invalidate(chainKey{tenant, id})
 		return nil, historyInfo{}, false
 	}
-	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage}, true // a caller's append copies
+	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage, prep: e.prep}, true // a caller's append copies
 }
 
 // put remembers the history a continuation of the response replays, read at generation gen,
-// and the response's usage. An entry heavier than a quarter of the cache is not kept.
-func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item, usage json.RawMessage) {
-	var n int64
+// the response's usage, and the projection of a prefix of the history (nil if none). An entry
+// heavier than a quarter of the cache is not kept.
+func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item, usage json.RawMessage, prep *rehydrate.History) {
+	e := &chainEntry{gen: gen, items: items, usage: usage, prep: prep}
 	for _, it := range items {
-		n += int64(len(it.JSON)) + chainEntryOverhead
+		e.bytes += int64(len(it.JSON)) + chainEntryOverhead
 	}
-	if uint64(n) > c.c.GetMaximum()/4 {
+	e.bytes += prep.Size()
+	if uint64(e.bytes) > c.c.GetMaximum()/4 { //nolint:gosec // G115: a sum of lengths and sizes, not negative
 		return
 	}
-	c.c.Set(chainKey{tenant, id}, &chainEntry{gen: gen, items: items, bytes: n, usage: usage})
+	c.c.Set(chainKey{tenant, id}, e)
+}
+
+// keepProjection records in the response's entry the projection of its whole history that a
+// continuation built (rehydrate.Result.History), if the entry is still the one read at
+// generation gen and held less of it: the next continuation of the same head (a retry, a
+// fork, another replica's client) then projects nothing again.
+func (c *chainCache) keepProjection(tenant, id string, gen int64, prep *rehydrate.History) {
+	e, ok := c.c.GetIfPresent(chainKey{tenant, id})
+	if !ok || e.gen != gen || prep.Len() != len(e.items) || e.prep.Len() >= prep.Len() {
+		return
+	}
+	c.put(tenant, id, gen, e.items, e.usage, prep)
 }
 
 // appendTurnHistory appends what a continuation replays of one turn: its input, then its output,

@@ -61,7 +61,7 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 			// Its continuation replays this history: keep it (chainCache), right while the
 			// generation the turn's history was read at holds.
 			s.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), p.Response.Status, t.input, p.Output),
-				p.Response.Usage)
+				p.Response.Usage, t.projected)
 		}
 		if t.claimed {
 			s.bgWake.wake(t.rec.ID)

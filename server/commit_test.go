@@ -56,12 +56,21 @@ func (f *flakyCommits) ConversationTurnRelease(ctx context.Context, p *store.Con
 // simulator as upstream. Cleanup shuts it down.
 func newSimServer(t *testing.T, cfg Config, wrap func(store.Store) store.Store) *Server {
 	t.Helper()
+	s, _ := newSimServerAndSim(t, cfg, wrap)
+	return s
+}
+
+// newSimServerAndSim is newSimServer that also returns the simulator, whose log holds what the
+// server sent upstream.
+func newSimServerAndSim(t *testing.T, cfg Config, wrap func(store.Store) store.Store) (*Server, *vllmsim.Sim) {
+	t.Helper()
 	sq, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "respgate.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sq.Close() })
-	sim := httptest.NewServer(vllmsim.New(vllmsim.Options{}))
+	simulator := vllmsim.New(vllmsim.Options{})
+	sim := httptest.NewServer(simulator)
 	t.Cleanup(sim.Close)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
@@ -79,7 +88,7 @@ func newSimServer(t *testing.T, cfg Config, wrap func(store.Store) store.Store) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Shutdown(context.Background()) })
-	return s
+	return s, simulator
 }
 
 // call serves one request as tenant "k" and returns the status and body.

@@ -27,6 +27,9 @@ type turn struct {
 	// history is what the turn continues (previous turns' items or the conversation's), and
 	// output the response's items once it has ended: a WebSocket connection caches both.
 	history, output []wire.Item
+	// projected is the history's projection (rehydrate.Result.History; nil if none), which the
+	// chain cache keeps with the committed turn's history for its continuation.
+	projected *rehydrate.History
 	// droppedTools names the request tools the model cannot be given (ToolPolicyDrop).
 	droppedTools []string
 	body         []byte // the vLLM-bound request
@@ -149,6 +152,9 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 		return nil, err
 	}
 	s.tel.rehydrated(ctx, res.Stats, res.DroppedTools)
+	if gen.ok && res.History != nil {
+		s.chains.keepProjection(tn, req.PreviousResponseID, gen.gen, res.History)
+	}
 	if len(res.DroppedTools) > 0 {
 		if s.cfg.ToolPolicy == ToolPolicyReject {
 			return nil, wire.Invalid("tools", "unsupported_tool_type",
@@ -159,7 +165,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, projected: res.History, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
 			ID:                 respID,
 			Tenant:             tn,
@@ -216,14 +222,29 @@ func (s *Server) loadSources(ctx context.Context, tn string, req *createRequest,
 
 // rehydrate builds the vLLM-bound request from the (expanded) sources; its input is returned
 // with compaction items restored.
+// Its History is the projection of the loaded history (src.history), or nil when compaction or
+// truncation replayed another one.
 func (s *Server) rehydrate(tn string, req *createRequest, src *turnSources) (*rehydrate.Result, error) {
-	res, err := rehydrate.Build(&rehydrate.Params{History: src.ex.history, HistoryParam: src.param, Input: src.ex.input, Request: req.body,
-		Lookup: src.lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
+	p := &rehydrate.Params{History: src.ex.history, HistoryParam: src.param, Input: src.ex.input, Request: req.body,
+		Lookup: src.lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)}
+	loaded := sameItems(src.ex.history, src.history)
+	if loaded {
+		p.Prepared = src.info.prep
+	}
+	res, err := rehydrate.Build(p)
 	if err != nil {
 		return nil, err
 	}
+	if !loaded {
+		res.History = nil
+	}
 	res.Input = src.ex.restore(res.Input)
 	return res, nil
+}
+
+// sameItems reports whether a and b are the same slice of items (not merely equal ones).
+func sameItems(a, b []wire.Item) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // loadHistory loads the history a turn continues, in one round trip: a previous_response_id
@@ -234,8 +255,8 @@ func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest,
 		return nil, historyInfo{}, nil
 	}
 	if !req.Store && req.PreviousResponseID != "" {
-		if history, usage, ok := local.get(req.PreviousResponseID); ok {
-			return history, historyInfo{usage: usage}, nil
+		if history, info, ok := local.get(req.PreviousResponseID); ok {
+			return history, info, nil
 		}
 	}
 	hctx, span := s.tel.tracer.Start(ctx, "history.load")
@@ -260,7 +281,7 @@ func (s *Server) loadHistory(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, historyInfo{}, err
 	}
-	s.chains.put(tn, req.PreviousResponseID, info.gen, history, info.usage)
+	s.chains.put(tn, req.PreviousResponseID, info.gen, history, info.usage, nil)
 	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
 	return history, info, nil
 }
@@ -273,6 +294,8 @@ type historyInfo struct {
 	gen   int64
 	ok    bool
 	usage json.RawMessage
+	// prep is the projection of a prefix of the history, from the chain cache (chainEntry.prep).
+	prep *rehydrate.History
 }
 
 // loadChain loads the history a continuation of id replays from the store, with the lineage

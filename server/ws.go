@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
+	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -207,7 +208,7 @@ func (k *socket) remember(req *createRequest, t *turn, err error) {
 		return
 	}
 	if !req.Store {
-		k.cache.put(t.rec.ID, t.history, t.input, t.output, t.rec.Usage)
+		k.cache.put(t.rec.ID, t.history, t.input, t.output, t.rec.Usage, t.projected)
 	}
 }
 
@@ -332,33 +333,36 @@ type cachedResponse struct {
 	items []wire.Item
 	bytes int64
 	usage json.RawMessage // the response's usage (sizes its continuation, server/tokens.go)
+	// prep is the projection of the history the turn replayed, a prefix of items (as in
+	// chainEntry.prep): a continuation projects only the turn's input and output.
+	prep *rehydrate.History
 }
 
-func (c *socketCache) get(id string) ([]wire.Item, json.RawMessage, bool) {
+func (c *socketCache) get(id string) ([]wire.Item, historyInfo, bool) {
 	if c == nil {
-		return nil, nil, false
+		return nil, historyInfo{}, false
 	}
 	for _, e := range c.entries {
 		if e.id == id {
-			return slices.Clip(e.items), e.usage, true // a caller's append copies
+			return slices.Clip(e.items), historyInfo{usage: e.usage, prep: e.prep}, true // a caller's append copies
 		}
 	}
-	return nil, nil, false
+	return nil, historyInfo{}, false
 }
 
-// put remembers response id with its context (history, then the turn's input and output) and
-// its usage.
-func (c *socketCache) put(id string, history, input, output []wire.Item, usage json.RawMessage) {
+// put remembers response id with its context (history, then the turn's input and output), its
+// usage and the projection of its history (nil if none).
+func (c *socketCache) put(id string, history, input, output []wire.Item, usage json.RawMessage, prep *rehydrate.History) {
 	items := make([]wire.Item, 0, len(history)+len(input)+len(output))
 	items = append(append(append(items, history...), input...), output...)
-	var n int64
+	n := prep.Size()
 	for _, it := range items {
 		n += int64(len(it.JSON))
 	}
 	if n > c.maxBytes {
 		return
 	}
-	c.entries = append(c.entries, cachedResponse{id: id, items: items, bytes: n, usage: usage})
+	c.entries = append(c.entries, cachedResponse{id: id, items: items, bytes: n, usage: usage, prep: prep})
 	c.bytes += n
 	for len(c.entries) > socketCacheEntries || c.bytes > c.maxBytes {
 		c.bytes -= c.entries[0].bytes

@@ -18,19 +18,19 @@ func items(ids ...string) []wire.Item {
 
 func TestSocketCacheKeepsContextsAndStaysBounded(t *testing.T) {
 	c := &socketCache{maxBytes: 1 << 20}
-	c.put("r1", nil, items("a"), items("b"), nil)
+	c.put("r1", nil, items("a"), items("b"), nil, nil)
 	h, _, ok := c.get("r1")
 	if !ok || len(h) != 2 || h[0].ID != "a" || h[1].ID != "b" {
 		t.Fatalf("r1: %v %v", h, ok)
 	}
 	// A continuation's context is its history, then its input and output.
-	c.put("r2", h, items("c"), items("d"), nil)
+	c.put("r2", h, items("c"), items("d"), nil, nil)
 	if h, _, _ := c.get("r2"); len(h) != 4 || h[3].ID != "d" {
 		t.Fatalf("r2: %v", h)
 	}
 	// At most socketCacheEntries responses: the oldest go first.
 	for i := range socketCacheEntries {
-		c.put("n"+string(rune('a'+i)), nil, items("e"), nil, nil)
+		c.put("n"+string(rune('a'+i)), nil, items("e"), nil, nil, nil)
 	}
 	if _, _, ok := c.get("r1"); ok {
 		t.Fatal("the oldest response outlived the entry bound")
@@ -50,13 +50,13 @@ func TestSocketCacheKeepsContextsAndStaysBounded(t *testing.T) {
 
 func TestSocketCacheBoundsBytes(t *testing.T) {
 	c := &socketCache{maxBytes: 40}
-	c.put("big", nil, items(strings.Repeat("x", 40)), nil, nil) // larger than the whole cache: not kept
+	c.put("big", nil, items(strings.Repeat("x", 40)), nil, nil, nil) // larger than the whole cache: not kept
 	if _, _, ok := c.get("big"); ok {
 		t.Fatal("a response larger than the cache was kept")
 	}
-	c.put("r1", nil, items("aaaaaaaaaaa"), nil, nil) // 20 bytes
-	c.put("r2", nil, items("bbbbbbbbbbb"), nil, nil) // 20 bytes: 40 in all, still fits
-	c.put("r3", nil, items("ccccccccccc"), nil, nil) // 60: r1 goes
+	c.put("r1", nil, items("aaaaaaaaaaa"), nil, nil, nil) // 20 bytes
+	c.put("r2", nil, items("bbbbbbbbbbb"), nil, nil, nil) // 20 bytes: 40 in all, still fits
+	c.put("r3", nil, items("ccccccccccc"), nil, nil, nil) // 60: r1 goes
 	if _, _, ok := c.get("r1"); ok {
 		t.Fatal("the byte bound did not evict the oldest")
 	}

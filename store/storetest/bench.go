@@ -41,12 +41,7 @@ func BenchmarkCommit(b *testing.B, s store.Store) {
 // each response holding one input and one output item of about 400 bytes. The chain is built
 // before the timer starts; s must be empty.
 func BenchmarkChainGet(b *testing.B, s store.Store, depth int) {
-	prev := ""
-	for i := range depth {
-		id := fmt.Sprintf("resp_%d", i)
-		commitTurn(b, s, tenantA, id, prev, "", benchItems(b, fmt.Sprintf("in%d", i), 1), benchItems(b, fmt.Sprintf("out%d", i), 1))
-		prev = id
-	}
+	prev := BenchChain(b, s, tenantA, depth)
 	ctx := b.Context()
 	for b.Loop() {
 		chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: prev})
@@ -63,18 +58,27 @@ func BenchmarkChainGet(b *testing.B, s store.Store, depth int) {
 // head of a chain of the given depth: the generation check (ChainGeneration), whatever the depth.
 // The chain is built before the timer starts; s must be empty.
 func BenchmarkChainWarm(b *testing.B, s store.Store, depth int) {
-	prev := ""
-	for i := range depth {
-		id := fmt.Sprintf("resp_%d", i)
-		commitTurn(b, s, tenantA, id, prev, "", benchItems(b, fmt.Sprintf("in%d", i), 1), benchItems(b, fmt.Sprintf("out%d", i), 1))
-		prev = id
-	}
+	BenchChain(b, s, tenantA, depth)
 	ctx := b.Context()
 	for b.Loop() {
 		if _, err := s.ChainGeneration(ctx, &store.ChainGenerationParams{Tenant: tenantA}); err != nil {
 			b.Fatalf("chain generation: %v", err)
 		}
 	}
+}
+
+// BenchChain commits a previous_response_id chain of the given depth for tenant, each response
+// holding one input and one output item of about 400 bytes (ids resp_0 … resp_{depth-1}), and
+// returns its head's id.
+func BenchChain(b testing.TB, s store.Store, tenant string, depth int) string {
+	b.Helper()
+	prev := ""
+	for i := range depth {
+		id := fmt.Sprintf("resp_%d", i)
+		commitTurn(b, s, tenant, id, prev, "", benchItems(b, fmt.Sprintf("in%d", i), 1), benchItems(b, fmt.Sprintf("out%d", i), 1))
+		prev = id
+	}
+	return prev
 }
 
 // BenchmarkChainForked measures ResponseChainGet of a chain of the given depth that forks every
