@@ -63,7 +63,7 @@ golden: ## rewrite golden files (review the diff!)
 # `bench-micro` runs the testing.B benchmarks of the hot paths; `bench-compare` runs them for
 # BENCH_BASE and the working tree, interleaved, and compares them with benchstat.
 BENCH_ARGS  ?=
-BENCH_PKGS  ?= ./accumulator/ ./rehydrate/ ./upstream/ ./store/...
+BENCH_PKGS  ?= ./accumulator/ ./rehydrate/ ./upstream/ ./store/... ./server/
 BENCH       ?= .
 BENCH_BASE  ?= HEAD
 BENCH_COUNT ?= 6

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -151,4 +152,37 @@ func (s *Sampler) Stop() map[int]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak
+}
+
+// ProcsCPU returns the CPU time used so far by every process whose command name (/proc/PID/comm)
+// is name, by pid: for example the Postgres server's backends, which are separate processes.
+// Processes that end between two calls take their time with them; a database's pooled
+// connections do not end during a run.
+func ProcsCPU(name string) map[int]time.Duration {
+	out := map[int]time.Duration{}
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, c := range comms {
+		b, err := os.ReadFile(c)
+		if err != nil || strings.TrimSpace(string(b)) != name {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+		if err != nil {
+			continue
+		}
+		if st, err := ReadProc(pid); err == nil {
+			out[pid] = st.CPU
+		}
+	}
+	return out
+}
+
+// CPUSince is the CPU time the processes of now used since before (a process new in now counts
+// from zero).
+func CPUSince(before, now map[int]time.Duration) time.Duration {
+	var d time.Duration
+	for pid, t := range now {
+		d += t - before[pid]
+	}
+	return d
 }

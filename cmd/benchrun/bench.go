@@ -62,6 +62,9 @@ func defaultParams(o *options) params {
 		p.Depths, p.ChainN, p.AgentTurns, p.AgentProbes, p.ColdChains = []int{1, 10, 100}, 5, 20, 3, 2
 		p.NSDur, p.AllocN = 500*time.Millisecond, 8
 	}
+	if len(o.depths) > 0 {
+		p.Depths = o.depths
+	}
 	return p
 }
 
@@ -358,6 +361,9 @@ type runStats struct {
 	GatewayCPU float64 `json:"gateway_cpu_us"`
 	SimCPU     float64 `json:"sim_cpu_us"`
 	ClientCPU  float64 `json:"client_cpu_us"`
+	// DBCPU is the CPU of every local Postgres process (server and backends) during the run:
+	// the database's share of a turn, which Postgres arms add on the same cores.
+	DBCPU float64 `json:"db_cpu_us"`
 	// RSS of the arm's process just before the run and its peak during it (bytes).
 	RSSBefore int64 `json:"rss_before"`
 	RSSPeak   int64 `json:"rss_peak"`
@@ -398,9 +404,11 @@ func (b *bench) measure(ctx context.Context, a *arm, cfg loadgen.Config) (*runSt
 		}
 		before[p] = st
 	}
+	dbBefore := loadgen.ProcsCPU("postgres")
 	sampler := loadgen.StartSampler(pids[2:], 50*time.Millisecond)
 	res, err := loadgen.Run(ctx, cfg)
 	peaks := sampler.Stop()
+	dbCPU := loadgen.CPUSince(dbBefore, loadgen.ProcsCPU("postgres"))
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +420,7 @@ func (b *bench) measure(ctx context.Context, a *arm, cfg loadgen.Config) (*runSt
 		}
 		return float64(st.CPU-before[p].CPU) / 1e3
 	}
-	rs.SimCPU, rs.ClientCPU = cpu(b.simPID), cpu(os.Getpid())
+	rs.SimCPU, rs.ClientCPU, rs.DBCPU = cpu(b.simPID), cpu(os.Getpid()), float64(dbCPU.Microseconds())
 	if a.proc != nil {
 		rs.GatewayCPU = cpu(a.proc.pid())
 		rs.RSSBefore, rs.RSSPeak = before[a.proc.pid()].RSS, peaks[a.proc.pid()]

@@ -328,6 +328,13 @@ func (b *bench) scenarioChain(ctx context.Context) error {
 		if err := cr.measureLevel(ctx, lv, cd); err != nil {
 			return err
 		}
+		if b.opt.profile && lv.label == fmt.Sprint(maxDepth) { // not the 2 MB chain
+			d := cr.bk["D"]
+			b.profileTwin(ctx, fmt.Sprintf("twin-pg-chain%d-warm", lv.depth),
+				fmt.Sprintf("one warm continuation at a time of D's depth-%d chain (history from the chain cache)", lv.depth), profileSeconds, true,
+				loadgen.Config{Stream: true, Concurrency: 1, Requests: 20,
+					Body: constBody(d.a.body(cr.mdl, cr.input, true, map[string]any{"previous_response_id": lv.tip(d)}))})
+		}
 	}
 	return nil
 }

@@ -82,6 +82,7 @@ type options struct {
 	only     map[string]bool
 	rampArms []string
 	ramp     []int
+	depths   []int
 	profile  bool
 	keepLogs bool
 }
@@ -105,7 +106,8 @@ func runBench(args []string) error {
 	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(scenarioNames, ","))
 	rampArms := fs.String("ramp-arms", "A,B,D,D*", "arms of the capacity ramp (B the bare proxy, whose last step D should reach; D* is the diagnostic: D with synchronous_commit=off)")
 	ramp := fs.String("ramp", "256,512,1024,2048", "concurrent streams of the capacity ramp's steps")
-	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles of the gateway twin under c=256 load in the log folder")
+	depths := fs.String("depths", "", "chain depths of the chain scenario (default 1,10,100,1000; -quick 1,10,100)")
+	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles of the gateway twin (c=1, c=256, non-streamed, the deepest warm chain) in the log folder")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs even when the run succeeds")
 	_ = fs.Parse(args)
 	if *only != "" {
@@ -125,6 +127,16 @@ func runBench(args []string) error {
 			return fmt.Errorf("-ramp: bad step %q", s)
 		}
 		o.ramp = append(o.ramp, n)
+	}
+	for _, s := range strings.Split(*depths, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-depths: bad depth %q", s)
+		}
+		o.depths = append(o.depths, n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

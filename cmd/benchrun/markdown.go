@@ -166,6 +166,7 @@ func (r *report) markdown() string {
 	r.chainMD(w)
 	r.agentMD(w)
 	r.capacityMD(w)
+	r.profilesMD(w)
 	if len(r.Problems) > 0 {
 		w("## Failed requests\n\n")
 		for _, p := range r.Problems {
@@ -254,9 +255,6 @@ func (r *report) c256MD(w writer) {
 			fmtStat(t.stat(a, "rss_kib_per_stream_from_idle"), "%.1f")+" / "+fmtStat(t.stat(a, "rss_kib_per_stream"), "%.1f"), fmtStat(t.stat(a, "rss_peak_mib"), "%.0f"), c.Failed[a])
 	}
 	w("\nRSS per stream: (peak RSS during the wave − the process's RSS right after it started) / streams, and (peak − RSS just before the wave) / streams; the second undercounts, since a Go process keeps the heap it grew in earlier waves. A stream accumulates %.1f KiB of output text.\n", c.PerRound.stat("D", "output_bytes").Median/1024)
-	for _, prof := range c.Profiles {
-		w("CPU profile of the Postgres twin under this load: `%s`.\n", prof)
-	}
 	w("\n")
 }
 
@@ -294,14 +292,15 @@ func (r *report) nonStreamMD(w writer) {
 	}
 	w("## Scenario 6: non-streaming requests\n\n")
 	w("Closed loop at c=%d for %s per arm and round; 16-token answers without pacing.\n\n", r.Params.NSConc, time.Duration(r.Params.NSDur))
-	w("| arm | req/s | × A | p50 | p99 | gateway CPU µs / request | simulator CPU µs / request | failed |\n|---|---|---|---|---|---|---|---|\n")
+	w("| arm | req/s | × A | p50 | p99 | gateway CPU µs / request | Postgres CPU µs / request | simulator CPU µs / request | failed |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Arms {
 		a := x.Name
 		t := n.PerRound
-		w("| %s | %s | %s | %s | %s | %s | %s | %d |\n", a, fmtStat(t.stat(a, "rps"), "%.0f"), fmtStat(t.ratio(a, "A", "rps"), "%.2f"),
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", a, fmtStat(t.stat(a, "rps"), "%.0f"), fmtStat(t.ratio(a, "A", "rps"), "%.2f"),
 			fmtStatUS(t.stat(a, "p50")), fmtStatUS(t.stat(a, "p99")), fmtStat(t.stat(a, "cpu_us_per_request"), "%.0f"),
-			fmtStat(t.stat(a, "sim_cpu_us_per_request"), "%.0f"), n.Failed[a])
+			fmtStat(t.stat(a, "db_cpu_us_per_request"), "%.0f"), fmtStat(t.stat(a, "sim_cpu_us_per_request"), "%.0f"), n.Failed[a])
 	}
+	w("\nPostgres CPU: every local process named `postgres` (server and backends), so only where the database runs on this machine; the arms that do not use it show what else it did meanwhile (checkpoints, autovacuum).\n")
 	w("\nBest rate with p99 ≤ 10 ms (searching down from c=%d):", r.Params.NSConc)
 	for _, a := range []string{"A", "D"} {
 		if b := n.Best[a]; b != nil {
@@ -470,6 +469,20 @@ func (r *report) capacityMD(w writer) {
 			w("; failures: %s", strings.Join(s.Problems, "; "))
 		}
 		w("\n")
+	}
+	w("\n")
+}
+
+func (r *report) profilesMD(w writer) {
+	if len(r.Profiles) == 0 {
+		return
+	}
+	w("## CPU profiles\n\nOf the Postgres twin (the gateway with pprof, on arm D's database), for `go tool pprof -top`:\n\n")
+	for _, p := range r.Profiles {
+		w("- `%s`: %s\n", p.Path, p.What)
+		if p.Trace != "" {
+			w("  (execution trace: `%s`, for `go tool trace -pprof=net|sync|syscall|sched`)\n", p.Trace)
+		}
 	}
 	w("\n")
 }

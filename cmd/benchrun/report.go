@@ -33,7 +33,16 @@ type report struct {
 	Capacity  *capResult         `json:"capacity,omitempty"`
 	Targets   []target           `json:"targets"`
 	Problems  []string           `json:"problems,omitempty"`
-	Errors    []string           `json:"errors,omitempty"`
+	// Profiles are the CPU profiles -profile took (profileTwin).
+	Profiles []profileRef `json:"profiles,omitempty"`
+	Errors   []string     `json:"errors,omitempty"`
+}
+
+// profileRef is a saved CPU profile and the load it was taken under.
+type profileRef struct {
+	Path  string `json:"path"`
+	Trace string `json:"trace,omitempty"` // an execution trace of the first 2 s
+	What  string `json:"what"`
 }
 
 type target struct {

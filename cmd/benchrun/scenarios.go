@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,8 +83,16 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
 		}
 	}
+	if b.opt.profile {
+		b.profileTwin(ctx, "twin-pg-c1", "one streamed turn at a time, no history, unpaced (what a turn costs on its way to the first byte)",
+			profileSeconds, true, loadgen.Config{Stream: true, Concurrency: 1, Requests: 50,
+				Body: constBody((&arm{}).body(model(0, p.ProbeTokens, "reasoning=0"), benchInput, true, nil))})
+	}
 	return nil
 }
+
+// profileSeconds is how long -profile samples each load but c=256's.
+const profileSeconds = 10
 
 // c256Result: Conc concurrent streams of Tokens tokens at the pace, one wave per arm and round.
 type c256Result struct {
@@ -91,7 +100,6 @@ type c256Result struct {
 	Added    map[string]map[string]stats.Spread `json:"added"`
 	CPURatio map[string]stats.Spread            `json:"cpu_ratio_to_b"`
 	Failed   map[string]int                     `json:"failed"`
-	Profiles []string                           `json:"profiles,omitempty"`
 }
 
 func (b *bench) scenarioC256(ctx context.Context) error {
@@ -148,39 +156,83 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 		res.CPURatio[a.Name] = res.PerRound.ratio(a.Name, "B", "cpu_us_per_event")
 	}
 	if b.opt.profile {
-		b.profileTwin(ctx, res)
+		tw := &arm{done: true}
+		b.profileTwin(ctx, "twin-pg-c256", fmt.Sprintf("%d concurrent streams of %d tokens (CPU per relayed event)", p.Conc, p.Tokens),
+			int(p.Spread.Seconds())+p.Tokens*p.PaceMS/1000, false,
+			loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
+				Body: constBody(tw.body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
 	}
 	return nil
 }
 
-// profileTwin saves a CPU profile of the Postgres twin under the c=256 load, for `go tool pprof`.
-func (b *bench) profileTwin(ctx context.Context, res *c256Result) {
+// profileTwin saves a CPU profile of the Postgres twin, taken over secs seconds while cfg's load
+// runs against it (again and again until the profile is taken), as name.cpu.pprof in the log
+// folder, and lists it in the report with what it shows. The twin shares arm D's database and
+// tenant, so a body that continues one of D's chains continues it on the twin too. A failure is
+// a problem of the report, not of the run.
+//
+// With traced, it also saves a 2-second execution trace taken at the start (name.trace), whose
+// blocking profiles (`go tool trace -pprof=net|sync|syscall|sched`) show where a turn waits.
+func (b *bench) profileTwin(ctx context.Context, name, what string, secs int, traced bool, cfg loadgen.Config) {
 	tw := b.twins["pg"]
 	a := &arm{Name: "D-twin", URL: tw.baseURL(), proc: tw, done: true}
-	path := filepath.Join(b.logDir, "twin-pg-c256.cpu.pprof")
-	secs := int(b.p.Spread.Seconds()) + b.p.Tokens*b.p.PaceMS/1000
-	done := make(chan error, 1)
+	path := filepath.Join(b.logDir, name+".cpu.pprof")
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 2)
 	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tw.addr, max(secs, 1)))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer f.Close()
-		_, err = io.Copy(f, resp.Body)
-		done <- err
+		defer stop() // the profile is taken: the load stops
+		done <- fetchTo(pctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tw.addr, max(secs, 1)), path)
 	}()
-	_, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: b.p.Conc, Requests: b.p.Conc, Spread: b.p.Spread,
-		Body: constBody(a.body(model(b.p.PaceMS, b.p.Tokens, ""), benchInput, true, nil))})
-	if perr := <-done; perr == nil && err == nil {
-		res.Profiles = append(res.Profiles, path)
+	tracePath := ""
+	if traced {
+		tracePath = filepath.Join(b.logDir, name+".trace")
+		go func() {
+			done <- fetchTo(pctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=2", tw.addr), tracePath)
+		}()
+	} else {
+		done <- nil
 	}
+	var err error
+	for runs := 0; pctx.Err() == nil; runs++ {
+		if _, err = b.measure(pctx, a, cfg); err != nil && pctx.Err() != nil {
+			err = nil // cut by the end of the profile
+		}
+		if err != nil {
+			break
+		}
+	}
+	stop()
+	if perr := errors.Join(<-done, <-done); perr != nil || err != nil {
+		b.rep.Problems = append(b.rep.Problems, fmt.Sprintf("profile %s: %v", name, errors.Join(perr, err)))
+		return
+	}
+	b.rep.Profiles = append(b.rep.Profiles, profileRef{Path: path, Trace: tracePath, What: what})
+}
+
+// fetchTo saves the body of a GET of url to path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // allocResult: heap allocations per relayed event in the instrumented twins (B is the proxy
@@ -400,10 +452,15 @@ func (b *bench) scenarioNonStream(ctx context.Context) error {
 			if s.OK > 0 {
 				t.add(a.Name, "cpu_us_per_request", rs.GatewayCPU/float64(s.OK))
 				t.add(a.Name, "sim_cpu_us_per_request", rs.SimCPU/float64(s.OK))
+				t.add(a.Name, "db_cpu_us_per_request", rs.DBCPU/float64(s.OK))
 			}
 			res.Failed[a.Name] += s.Failed
 			b.noteProblems("nonstream "+a.Name, s)
 		}
+	}
+	if b.opt.profile {
+		b.profileTwin(ctx, "twin-pg-nonstream", fmt.Sprintf("non-streamed turns at c=%d (CPU per non-streamed turn)", p.NSConc),
+			profileSeconds, false, loadgen.Config{Concurrency: p.NSConc, Requests: 20 * p.NSConc, Body: constBody((&arm{}).body(mdl, benchInput, false, nil))})
 	}
 	for _, name := range []string{"A", "D"} {
 		a := b.armByKey[name]
