@@ -29,6 +29,7 @@ func TestBodiesWithNULInvalidUTF8LoneSurrogatesOrDeepNestingAre400NamingTheParam
 		{"raw NUL in a string", "/v1/responses", create("\"instructions\":\"a\x00\""), "instructions", "invalid_json"},
 		{"deep text", "/v1/responses", create(`"text":` + nested), "text.format.schema.a.b.c.d.e", "nesting_too_deep"},
 		{"deep tools", "/v1/responses", create(`"tools":[[[[[[[[[]]]]]]]]]`), "tools[0][0][0][0][0][0][0]", "nesting_too_deep"},
+		{"syntax error at an array element", "/v1/responses", `{"model":"m","input":[{"a":[1,x]}]}`, "input[0].a[1]", "invalid_json"},
 		{"conversation create", "/v1/conversations", `{"metadata":{"key":"\u0000"}}`, "metadata.key", "invalid_value"},
 		{"conversation create items", "/v1/conversations", `{"items":[{"type":"message","role":"user","content":"\ud800x"}]}`, "items[0].content", "invalid_value"},
 		{"conversation update", "/v1/conversations/conv_1", "{\"metadata\":{\"key\":\"\xff\"}}", "metadata.key", "invalid_value"},
@@ -47,6 +48,18 @@ func TestBodiesWithNULInvalidUTF8LoneSurrogatesOrDeepNestingAre400NamingTheParam
 	}
 	if n := upstreamCalls.Load(); n != 0 {
 		t.Fatalf("%d requests reached the upstream", n)
+	}
+}
+
+// A body that is not an object, the empty body included, is answered that it must be one (not
+// with the decoder's end-of-input error).
+func TestABodyThatIsNotAnObjectIsAnsweredSo(t *testing.T) {
+	s, _ := newIntakeServer(t, Config{})
+	for _, body := range []string{"", "  ", "[1]", `"text"`, "7"} {
+		rec, e := do(t, s, http.MethodPost, "/v1/responses", body)
+		if rec.Code != http.StatusBadRequest || e.Message != "The request body must be a JSON object." || deref(e.Code) != "invalid_json" {
+			t.Fatalf("body %q: %d %s", body, rec.Code, rec.Body)
+		}
 	}
 }
 

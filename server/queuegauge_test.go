@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/respgate/respgate/store"
+)
+
+// queuedCount answers ResponseQueuedCount with n (or err) and records the limit it was asked with.
+type queuedCount struct {
+	store.Store
+	n     int
+	err   error
+	limit atomic.Int64
+}
+
+func (q *queuedCount) ResponseQueuedCount(_ context.Context, p *store.ResponseQueuedCountParams) (int, error) {
+	q.limit.Store(int64(p.Limit))
+	return q.n, q.err
+}
+
+// respgate_background_queued is counted on each scrape, bounded at twice the queue's bound; a
+// count that fails leaves the gauge out of that scrape rather than report a wrong number.
+func TestQueuedGaugeIsCountedPerScrapeAndLeftOutWhenTheCountFails(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // the gauge's line, "" for none
+	}{
+		{"counted", nil, "respgate_background_queued 3"},
+		{"count failed", errors.New("connection reset (injected)"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &queuedCount{n: 3, err: tc.err}
+			s := newSimServer(t, Config{BackgroundMaxQueued: 7}, func(st store.Store) store.Store { q.Store = st; return q })
+			code, body := call(t, s, http.MethodGet, "/metrics", "")
+			if code != http.StatusOK {
+				t.Fatalf("/metrics: %d %s", code, body)
+			}
+			var line string
+			for l := range strings.SplitSeq(body, "\n") {
+				if strings.HasPrefix(l, "respgate_background_queued ") {
+					line = l
+				}
+			}
+			if line != tc.want {
+				t.Fatalf("gauge line %q, want %q", line, tc.want)
+			}
+			if got := q.limit.Load(); got != 14 {
+				t.Fatalf("counted with limit %d, want twice the queue bound of 7", got)
+			}
+		})
+	}
+}
