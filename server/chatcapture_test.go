@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,15 +16,20 @@ import (
 // replaySaves is the real store that records what chat turns save and purge.
 type replaySaves struct {
 	store.Store
-	mu     sync.Mutex
-	saves  []store.ReplayRecordSaveParams
-	purges []store.ReplayPurgeParams
+	mu        sync.Mutex
+	saves     []store.ReplayRecordSaveParams
+	purges    []store.ReplayPurgeParams
+	failSaves bool
 }
 
 func (r *replaySaves) ReplayRecordSave(ctx context.Context, p *store.ReplayRecordSaveParams) error {
 	r.mu.Lock()
 	r.saves = append(r.saves, *p)
+	fail := r.failSaves
 	r.mu.Unlock()
+	if fail {
+		return errors.New("connection reset (injected)")
+	}
 	return r.Store.ReplayRecordSave(ctx, p)
 }
 
@@ -87,5 +94,50 @@ func TestChatReplayPurgeCutsOffAtTheIdleTime(t *testing.T) {
 	}
 	if cut := rs.purges[0].Before; cut.Before(before.Add(-time.Hour)) || cut.After(after.Add(-time.Hour)) {
 		t.Fatalf("purged records unused since %v, want an hour before %v", cut, before)
+	}
+}
+
+// A capture the store refuses costs the replay, never the answer, and is logged as a warning;
+// a purge that deleted records says how many, and one that deleted none says nothing.
+func TestChatCaptureAndPurgeLogWhatHappened(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		logs := &logRecords{}
+		rs := &replaySaves{failSaves: fail}
+		s := newSimServer(t, Config{Logger: slog.New(logs), ChatReplayIdle: time.Hour},
+			func(st store.Store) store.Store { rs.Store = st; return rs })
+		if code, body := call(t, s, http.MethodPost, "/v1/chat/completions", `{"model":"openai/gpt-oss-sim","messages":[{"role":"user","content":"hi"}]}`); code != http.StatusOK {
+			t.Fatalf("chat completion with failing saves=%t: %d %s", fail, code, body)
+		}
+		warned := false
+		for _, l := range logs.snapshot() {
+			warned = warned || strings.HasPrefix(l, "WARN chat replay record not saved")
+		}
+		if warned != fail {
+			t.Fatalf("saves failing=%t: warned=%t: %q", fail, warned, logs.snapshot())
+		}
+	}
+
+	logs := &logRecords{}
+	s := newSimServer(t, Config{Logger: slog.New(logs), ChatReplayIdle: time.Hour}, nil)
+	if code, body := call(t, s, http.MethodPost, "/v1/chat/completions", `{"model":"openai/gpt-oss-sim","messages":[{"role":"user","content":"hi"}]}`); code != http.StatusOK {
+		t.Fatalf("chat completion: %d %s", code, body)
+	}
+	purged := func() []string {
+		var out []string
+		for _, l := range logs.snapshot() {
+			if strings.Contains(l, "purged idle chat replay records") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	s.purgeReplay(t.Context()) // the record was used just now: nothing is an hour idle
+	if got := purged(); len(got) != 0 {
+		t.Fatalf("a purge that deleted nothing logged %q", got)
+	}
+	s.cfg.ChatReplayIdle = -time.Hour // every record is idle
+	s.purgeReplay(t.Context())
+	if got := purged(); len(got) != 1 || !strings.Contains(got[0], "count=1") {
+		t.Fatalf("a purge of one record logged %q", got)
 	}
 }

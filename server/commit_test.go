@@ -53,7 +53,7 @@ func (f *flakyCommits) ConversationTurnRelease(ctx context.Context, p *store.Con
 }
 
 // newSimServer is a Server on a fresh SQLite store, wrapped by wrap when it is not nil, with the
-// simulator as upstream. Cleanup shuts it down.
+// simulator as upstream, logging to cfg.Logger (default nowhere). Cleanup shuts it down.
 func newSimServer(t *testing.T, cfg Config, wrap func(store.Store) store.Store) *Server {
 	t.Helper()
 	s, _ := newSimServerAndSim(t, cfg, wrap)
@@ -82,7 +82,9 @@ func newSimServerAndSim(t *testing.T, cfg Config, wrap func(store.Store) store.S
 	if wrap != nil {
 		st = wrap(sq)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	s, err := New(t.Context(), cfg, st, up)
 	if err != nil {
 		t.Fatal(err)
