@@ -3,6 +3,8 @@ package server
 import (
 	"strings"
 	"testing"
+
+	"github.com/respgate/respgate/wire"
 )
 
 func TestPerModelSettingsParseAndMatchTheFirstPattern(t *testing.T) {
@@ -45,6 +47,34 @@ func TestPerModelSettingsRejectBadValuesAndPatterns(t *testing.T) {
 		err := c.parse(c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.spec, err, c.want)
+		}
+	}
+}
+
+// A request's own reasoning.context wins; a request without one (with or without other reasoning
+// members) gets its model's default, else all turns.
+func TestReasoningContextIsTheRequestsElseItsModelsDefault(t *testing.T) {
+	contexts, err := ParseReasoningContext("org/*=" + wire.ContextCurrentTurn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{contexts: contexts}
+	own, effort := wire.ContextAllTurns, "low"
+	for _, tc := range []struct {
+		name  string
+		model string
+		r     *wire.Reasoning
+		want  string
+	}{
+		{"its own, over the model's default", "org/m", &wire.Reasoning{Context: &own}, wire.ContextAllTurns},
+		{"reasoning without a context", "org/m", &wire.Reasoning{Effort: &effort}, wire.ContextCurrentTurn},
+		{"no reasoning", "org/m", nil, wire.ContextCurrentTurn},
+		{"no default for the model", "other", &wire.Reasoning{Effort: &effort}, wire.ContextAllTurns},
+	} {
+		r := &wire.CreateRequest{Reasoning: tc.r}
+		r.Model.Value = tc.model
+		if got := s.reasoningContext(r); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
