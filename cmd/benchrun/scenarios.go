@@ -156,11 +156,10 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 		res.CPURatio[a.Name] = res.PerRound.ratio(a.Name, "B", "cpu_us_per_event")
 	}
 	if b.opt.profile {
-		tw := &arm{done: true}
 		b.profileTwin(ctx, "twin-pg-c256", fmt.Sprintf("%d concurrent streams of %d tokens (CPU per relayed event)", p.Conc, p.Tokens),
 			int(p.Spread.Seconds())+p.Tokens*p.PaceMS/1000, false,
 			loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
-				Body: constBody(tw.body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
+				Body: constBody((&arm{}).body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
 	}
 	return nil
 }
@@ -194,7 +193,7 @@ func (b *bench) profileTwin(ctx context.Context, name, what string, secs int, tr
 		done <- nil
 	}
 	var err error
-	for runs := 0; pctx.Err() == nil; runs++ {
+	for pctx.Err() == nil {
 		if _, err = b.measure(pctx, a, cfg); err != nil && pctx.Err() != nil {
 			err = nil // cut by the end of the profile
 		}
