@@ -165,6 +165,8 @@ type client struct {
 	steps     *steps
 	writes    int
 	failAfter int
+	// opened, when set, is closed at the first flush: the stream's status line has gone out.
+	opened chan struct{}
 }
 
 func (c *client) Write(b []byte) (int, error) {
@@ -194,7 +196,14 @@ func (c *client) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (c *client) Flush() {}
+func (c *client) Flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opened != nil {
+		close(c.opened)
+		c.opened = nil
+	}
+}
 
 // events returns the data of the client's SSE events of the given type.
 func (c *client) events(typ wire.EventType) []string {
@@ -215,17 +224,11 @@ type upstreamGate struct {
 	next    *http.Transport
 	hold    bool
 	arrived chan struct{}
-	// answered, when set, is closed once an upstream request has its answer's headers.
-	answered chan struct{}
 }
 
 func (g *upstreamGate) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !g.hold {
-		resp, err := g.next.RoundTrip(req)
-		if g.answered != nil {
-			close(g.answered)
-		}
-		return resp, err
+		return g.next.RoundTrip(req)
 	}
 	g.arrived <- struct{}{}
 	<-req.Context().Done()
@@ -559,8 +562,7 @@ func TestStoreConnectionFailureIs503StoreUnavailable(t *testing.T) {
 				case "in-progress write":
 					h.st.beginErr = c.err
 				default: // the stream has opened when the write fails: an error event says it
-					h.st.beginErr, h.st.beginAfter = c.err, make(chan struct{})
-					h.gate.answered = h.st.beginAfter
+					h.st.beginErr = c.err
 				}
 				bodies := []string{syncBody, streamBody}
 				if step != "history load" {
@@ -568,6 +570,12 @@ func TestStoreConnectionFailureIs503StoreUnavailable(t *testing.T) {
 				}
 				for _, body := range bodies {
 					cl := h.newClient()
+					if step == "in-progress write after upstream answered" {
+						// The write fails only once the client's stream has opened (upstream
+						// answered first), not merely once upstream's headers arrived.
+						cl.opened = make(chan struct{})
+						h.st.beginAfter = cl.opened
+					}
 					h.serve(t.Context(), cl, strings.Replace(body, `"input"`, `"previous_response_id":"`+r.ID+`","input"`, 1))
 					opened := step == "in-progress write after upstream answered"
 					if ev := cl.events("error"); opened || cl.code == http.StatusOK && len(ev) == 1 {
