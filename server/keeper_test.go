@@ -60,6 +60,13 @@ func (k *keeperStore) ResponseEventAppend(_ context.Context, p *store.ResponseEv
 	return nil
 }
 
+// appendCount is the number of ResponseEventAppend calls so far.
+func (k *keeperStore) appendCount() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.appends)
+}
+
 // keeperServer is the part of a Server the lease keeper uses.
 func keeperServer(st store.Store, leaseTTL time.Duration) *Server {
 	return &Server{cfg: Config{LeaseTTL: leaseTTL}, store: st, owner: "gw_test",
@@ -198,4 +205,61 @@ func runs(evs []store.Event) string {
 		out = append(out, fmt.Sprintf("%d:%s", e.Seq, e.Type))
 	}
 	return "[" + strings.Join(out, " ") + "]"
+}
+
+// The keeper ticks at the shortest of its duties: a third of the lease TTL, the event log's
+// flush interval for a stream, the background flush interval for a claimed background turn. The
+// first flush of each kind of turn lands exactly one tick after the start, not a moment before.
+// A claimed turn's successful flush wakes the readers of its log; a failed one does not.
+func TestLeaseKeeperTicksAtItsShortestDutyAndWakesReadersOfAClaimedLog(t *testing.T) {
+	cases := []struct {
+		name     string
+		ttl      time.Duration
+		claimed  bool
+		fail     bool
+		want     time.Duration
+		wantWake bool
+	}{
+		{name: "stream, long lease", ttl: time.Hour, want: eventFlushInterval},
+		{name: "stream, lease shorter than three flushes", ttl: 900 * time.Millisecond, want: 300 * time.Millisecond},
+		{name: "claimed background turn", ttl: time.Hour, claimed: true, want: bgFlushInterval, wantWake: true},
+		{name: "claimed background turn, short lease", ttl: 90 * time.Millisecond, claimed: true, want: 30 * time.Millisecond, wantWake: true},
+		{name: "claimed background turn whose flush fails", ttl: time.Hour, claimed: true, fail: true, want: bgFlushInterval},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := &keeperStore{}
+				if tc.fail {
+					st.failAppend = 1
+				}
+				s := keeperServer(st, tc.ttl)
+				tr := &turn{req: &createRequest{}, rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}, claimed: tc.claimed}
+				tr.events.observe(0, "response.created", []byte(`{"a":0}`))
+				woken := s.bgWake.wait("resp_1")
+				tr.keeper = s.startKeeper(tr)
+				defer tr.keeper.Stop()
+				time.Sleep(tc.want - time.Millisecond)
+				synctest.Wait()
+				if n := st.appendCount(); n != 0 {
+					t.Fatalf("%d appends before the first tick at %s", n, tc.want)
+				}
+				time.Sleep(time.Millisecond)
+				synctest.Wait()
+				if n := st.appendCount(); n != 1 {
+					t.Fatalf("%d appends at %s, want the first flush", n, tc.want)
+				}
+				select {
+				case <-woken:
+					if !tc.wantWake {
+						t.Fatal("readers of the log were woken without a flushed event")
+					}
+				default:
+					if tc.wantWake {
+						t.Fatal("a claimed turn flushed its log and did not wake its readers")
+					}
+				}
+			})
+		})
+	}
 }

@@ -253,7 +253,15 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		return nil
 	}
 	var buf []byte
-	if lr.last+1 > after {
+	switch {
+	case lr.last < 0:
+		// Nothing was ever logged (a turn answered without streaming): the response is
+		// regenerated from its items, as a replay after it ended would be.
+		if buf, err = replayEvents(nil, r, out, after); err != nil {
+			s.log.Info("stream replay ended early", "response_id", list.ResponseID, "error", err)
+			return nil
+		}
+	case lr.last+1 > after:
 		buf = appendTerminalEvent(buf, r, out, lr.last+1)
 	}
 	_ = lr.w.write(append(buf, wire.DoneFrame...))

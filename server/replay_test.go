@@ -4,10 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -283,4 +287,127 @@ func jsonEqual(a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
+}
+
+// follow (on a harness whose turnStore has listed set) begins an in-progress record, starts GET ?stream=true of it, and once the follower has
+// read the (still empty) log, appends runs and commits the record completed with output. It
+// returns the follower's frames.
+func (h *turnHarness) follow(t *testing.T, runs []store.Event, output []wire.Item) (id string, frames []sseFrame) {
+	t.Helper()
+	c := h.newClient()
+	h.serve(t.Context(), c, syncBody) // a real record to take the request echo from
+	var answer struct{ ID string }
+	if err := json.Unmarshal(c.body.Bytes(), &answer); err != nil {
+		t.Fatalf("answer %s", c.body.String())
+	}
+	tn := h.s.TenantOf("k")
+	real, _, err := h.st.Store.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: tn, ID: answer.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := store.Response{ID: wire.NewID(wire.PrefixResponse), Tenant: tn, Status: wire.StatusInProgress, Model: real.Model,
+		CreatedAt: time.Now(), Echo: real.Echo}
+	if err := h.st.Store.ResponseBegin(t.Context(), &store.ResponseBeginParams{Response: rec,
+		LeaseOwner: "gw_elsewhere", LeaseExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	select { // a count from before the follower
+	case <-h.st.listed:
+	default:
+	}
+	follower := h.newClient()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/responses/"+rec.ID+"?stream=true", nil)
+		req.Header.Set("Authorization", "Bearer k")
+		h.s.ServeHTTP(follower, req)
+	}()
+	if n := <-h.st.listed; n != 0 {
+		t.Fatalf("the first read of a new log found %d runs", n)
+	}
+	if len(runs) > 0 {
+		if err := h.st.Store.ResponseEventAppend(t.Context(), &store.ResponseEventAppendParams{Tenant: tn, ResponseID: rec.ID, Events: runs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := time.Now()
+	rec.Status, rec.CompletedAt, rec.Usage = wire.StatusCompleted, &end, real.Usage
+	if err := h.st.Store.ResponseCommit(t.Context(), &store.ResponseCommitParams{Response: rec, Output: output, Begun: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.s.bgWake.wake(rec.ID)
+	<-done
+	return rec.ID, parseSSE(t, follower.body.String())
+}
+
+// logFrame is a logged event frame, marked as logged (a regenerated event has no such member).
+func logFrame(seq int, typ wire.EventType) string {
+	return fmt.Sprintf("event: %s\ndata: {\"type\":%q,\"sequence_number\":%d,\"logged\":true}\n\n", typ, typ, seq)
+}
+
+// GET ?stream=true of a response in progress follows its log from the first event, even when
+// the log was still empty at the first read (the logged events, not ones regenerated from its
+// items), and ends with the terminal event numbered after the last logged one.
+func TestStreamFollowOfAnEmptyLogRelaysItsFirstRun(t *testing.T) {
+	h := newTurnHarness(t, func(s *turnStore, _ *upstreamGate) { s.listed = make(chan int, 1) })
+	run := store.Event{Seq: 0, Type: wire.EventInProgress,
+		Data: []byte(logFrame(0, wire.EventCreated) + logFrame(1, wire.EventInProgress))}
+	_, got := h.follow(t, []store.Event{run}, nil)
+	var seen []string
+	for _, f := range got {
+		seen = append(seen, f.typ)
+	}
+	want := []string{string(wire.EventCreated), string(wire.EventInProgress), string(wire.EventCompleted), ""}
+	if !slices.Equal(seen, want) || seqOf(t, got[2]) != 2 || !strings.Contains(got[0].data, `"logged":true`) || !strings.Contains(got[1].data, `"logged":true`) {
+		t.Fatalf("follower got %v (terminal %v), want %v with the terminal event numbered 2", seen, got[len(got)-2], want)
+	}
+}
+
+// A response in progress that logs nothing (a turn answered without streaming) is regenerated
+// from its items once it ends, exactly as a replay after it ended.
+func TestStreamFollowOfAResponseWithoutALogReplaysItsItems(t *testing.T) {
+	h := newTurnHarness(t, func(s *turnStore, _ *upstreamGate) { s.listed = make(chan int, 1) })
+	msg := storedItem(wire.NewID(wire.PrefixMessage), "message",
+		`"status":"completed","role":"assistant","content":[{"type":"output_text","text":"done","annotations":[]}]`)
+	id, got := h.follow(t, nil, []wire.Item{msg})
+	if after := h.getStream(t, id, -1); !slices.Equal(got, after) {
+		t.Fatalf("the follower got\n%v\nwant what a replay after the end gives\n%v", got, after)
+	}
+	if len(got) < 5 || got[0].typ != string(wire.EventCreated) {
+		t.Fatalf("follower got %v, want the response regenerated from its item", got)
+	}
+}
+
+// A follow with nothing new sends a keepalive comment once the stream has been silent for
+// KeepAlive, not a moment before, and then waits another KeepAlive; new events go out at once.
+func TestLogReplaySendsAKeepaliveAfterKeepAliveOfSilence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const keepAlive = 15 * time.Second
+		rec := httptest.NewRecorder()
+		res := echo.NewResponse(rec, echo.New())
+		lr := &logReplay{w: &sseWriter{res: res, rc: http.NewResponseController(res), last: time.Now()},
+			after: -1, last: -1, lastRun: -1, keepAlive: keepAlive}
+		sent := func() string {
+			s := rec.Body.String()
+			rec.Body.Reset()
+			return s
+		}
+		step := func(d time.Duration, runs []store.Event, want string) {
+			t.Helper()
+			time.Sleep(d)
+			if err := lr.send(runs); err != nil {
+				t.Fatal(err)
+			}
+			if got := sent(); got != want {
+				t.Fatalf("at %s: sent %q, want %q", d, got, want)
+			}
+		}
+		step(0, nil, "")
+		step(keepAlive-time.Nanosecond, nil, "")
+		step(time.Nanosecond, nil, ": keepalive\n\n")
+		step(keepAlive/2, []store.Event{{Seq: 0, Data: []byte(logFrame(0, wire.EventCreated))}}, logFrame(0, wire.EventCreated))
+		step(keepAlive-time.Nanosecond, nil, "")
+		step(time.Nanosecond, nil, ": keepalive\n\n")
+	})
 }

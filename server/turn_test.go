@@ -72,6 +72,9 @@ type turnStore struct {
 	entered    chan struct{}
 	release    chan struct{}
 	once       sync.Once
+	// listed, when set, receives how many runs each ResponseEventList returned (dropped when
+	// nobody waits).
+	listed chan int
 
 	mu      sync.Mutex
 	commits []store.ResponseCommitParams
@@ -86,6 +89,17 @@ func (s *turnStore) ResponseBegin(ctx context.Context, p *store.ResponseBeginPar
 		return s.beginErr
 	}
 	return s.Store.ResponseBegin(ctx, p)
+}
+
+func (s *turnStore) ResponseEventList(ctx context.Context, p *store.ResponseEventListParams) ([]store.Event, error) {
+	evs, err := s.Store.ResponseEventList(ctx, p)
+	if s.listed != nil {
+		select {
+		case s.listed <- len(evs):
+		default:
+		}
+	}
+	return evs, err
 }
 
 func (s *turnStore) ResponseChainGet(ctx context.Context, p *store.ResponseChainGetParams) (*store.Chain, error) {
