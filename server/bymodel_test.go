@@ -78,3 +78,19 @@ func TestReasoningContextIsTheRequestsElseItsModelsDefault(t *testing.T) {
 		}
 	}
 }
+
+// The configured default context reaches the server New builds, and an empty one means
+// all_turns.
+func TestNewKeepsTheConfiguredReasoningContext(t *testing.T) {
+	for _, tc := range []struct{ spec, want string }{
+		{wire.ContextCurrentTurn, wire.ContextCurrentTurn},
+		{"", wire.ContextAllTurns},
+	} {
+		s := newSimServer(t, Config{ReasoningContext: tc.spec}, nil)
+		r := &wire.CreateRequest{}
+		r.Model.Value = "any/model"
+		if got := s.reasoningContext(r); got != tc.want {
+			t.Errorf("configured %q: %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+}

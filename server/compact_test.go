@@ -10,9 +10,11 @@ import (
 )
 
 // A turn whose input brings back a compaction item sends vLLM its summary, but stores (and lists
-// as its input) the compaction item itself, as the client sent it.
+// as its input) the compaction item itself, as the client sent it. The summary was asked for with
+// the operator's handoff prompt.
 func TestACompactionItemInTheInputIsStoredAsSent(t *testing.T) {
-	s, sim := newSimServerAndSim(t, Config{}, nil)
+	const prompt = "Hand the session over to the next engineer; keep every code and name."
+	s, sim := newSimServerAndSim(t, Config{CompactionPrompt: prompt}, nil)
 	prev := ""
 	for _, fact := range []string{"the vault code is 4417", "the cat is called Miso", "deploy on Friday", "what is next?"} {
 		body := `{"model":"openai/gpt-oss-sim","input":"remember: ` + fact + `"`
@@ -39,6 +41,9 @@ func TestACompactionItemInTheInputIsStoredAsSent(t *testing.T) {
 	}
 	if cmp == nil {
 		t.Fatalf("no compaction item in %s", answer)
+	}
+	if reqs := sim.Requests(); len(reqs) == 0 || !strings.Contains(string(reqs[len(reqs)-1].Body), prompt) {
+		t.Fatal("the summary was not asked for with the configured handoff prompt")
 	}
 	_, cmpID := itemType(cmp)
 	input, _ := json.Marshal(append(cr.Output, json.RawMessage(`{"role":"user","content":"what do you remember?"}`)))

@@ -1,12 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -168,5 +172,25 @@ func TestRequestMetricsNameTheRouteOrUnmatched(t *testing.T) {
 		if strings.Contains(m, raw) {
 			t.Errorf("metrics name %s", raw)
 		}
+	}
+}
+
+// A body that stops arriving is cut at BodyReadTimeout, counted from its first read (not reset
+// by each chunk that does arrive): the answer is the 408 envelope.
+func TestABodyThatStallsIsCutWithA408(t *testing.T) {
+	s := newSimServer(t, Config{BodyReadTimeout: 200 * time.Millisecond}, nil)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Headers and the first bytes of a 1,000-byte body, then nothing.
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second)) // a hang guard, not a measurement
+	reply, _ := io.ReadAll(conn)
+	if !bytes.HasPrefix(reply, []byte("HTTP/1.1 408 ")) || !bytes.Contains(reply, []byte(`"code":"request_timeout"`)) {
+		t.Fatalf("a stalled body got %q, want the 408 request_timeout envelope", reply)
 	}
 }

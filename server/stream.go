@@ -323,10 +323,9 @@ func (s *Server) endStream(ctx context.Context, t *turn, w frameWriter, acc *acc
 	reqCtx := context.WithoutCancel(ctx)
 	// ctx ends when the client goes away (its request, or a failed keepalive write) or when
 	// shutdown passes its deadline (cause errShutdown).
+	// A stream cut by shutdown needs no renaming: the upstream read it ended wraps ctx's cause
+	// (upstream.Error keeps it), so errors.Is(cause, errShutdown) holds below.
 	clientGone := errors.Is(cause, errClientGone) || ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown)
-	if cause != nil && !clientGone && errors.Is(context.Cause(ctx), errShutdown) {
-		cause = errShutdown // the stream was cut by shutdown, not by upstream
-	}
 	buf, r := acc.Close(nil, cause)
 	s.tel.droppedEvents.Add(reqCtx, int64(r.Dropped))
 	switch obj := failureObject(cause); {

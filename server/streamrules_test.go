@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -251,6 +255,76 @@ func TestMidStreamUpstreamFailureCarriesTheNonStreamedError(t *testing.T) {
 		env := envelope(t, sc.body.String())
 		if ev.Response.Error.Code != deref(env.Code) || ev.Response.Error.Message != env.Message {
 			t.Fatalf("%s: streamed error %+v, non-streamed %s", fault, ev.Response.Error, sc.body.String())
+		}
+	}
+}
+
+// A stream that ends early stops the model at once: the upstream body is closed before the
+// record is committed, not after, whether the client left or respgate refused the output (an
+// item over MaxOutputItemBytes while the model is still generating).
+func TestAStreamThatEndsEarlyClosesTheUpstreamBeforeTheCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failAfter int
+		itemLimit int
+		commit    string
+	}{
+		{"the client left", 3, 0, "store: commit cancelled"},
+		{"an item over the limit", 0, 64, "store: commit failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTurnHarness(t, func(s *turnStore, g *upstreamGate) { g.steps = s.steps })
+			h.s.cfg.MaxOutputItemBytes = tc.itemLimit
+			c := h.newClient()
+			c.failAfter = tc.failAfter
+			h.serve(t.Context(), c, `{"model":"openai/gpt-oss-sim?tokens=2000","input":"hi","stream":true}`)
+			steps := h.steps.snapshot()
+			closed, commit := index(steps, "upstream: body closed"), index(steps, tc.commit)
+			if closed < 0 || commit < 0 || closed > commit {
+				t.Fatalf("steps %v: want the upstream body closed before %q", steps, tc.commit)
+			}
+		})
+	}
+}
+
+// A stream that ends normally reads its upstream body to the end, so every turn reuses one
+// upstream connection.
+func TestFinishedStreamsReuseTheUpstreamConnection(t *testing.T) {
+	var dials atomic.Int32
+	h := newTurnHarness(t, func(_ *turnStore, g *upstreamGate) {
+		d := &net.Dialer{}
+		g.next.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	for turn := range 3 {
+		c := h.newClient()
+		// delay_ms spaces every upstream write, [DONE] included: the terminal event arrives before
+		// the body's end, which the turn must still read.
+		h.serve(t.Context(), c, `{"model":"openai/gpt-oss-sim?delay_ms=2&tokens=5","input":"hi","stream":true}`)
+		if len(c.events(wire.EventCompleted)) != 1 {
+			t.Fatalf("turn %d did not complete: %s", turn, c.body.String())
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("3 streamed turns dialled upstream %d times, want 1", n)
+	}
+}
+
+// A stream cut mid-item still closes what it opened: each output_item.added has its
+// output_item.done before response.failed.
+func TestACutStreamClosesItsOpenItemsBeforeResponseFailed(t *testing.T) {
+	h := newTurnHarness(t, nil)
+	for _, cut := range []int{5, 8} {
+		c := h.newClient()
+		h.serve(t.Context(), c, fmt.Sprintf(`{"model":"openai/gpt-oss-sim?cut_after=%d","input":"hi","stream":true}`, cut))
+		added, done := len(c.events(wire.EventItemAdded)), len(c.events(wire.EventItemDone))
+		if added == 0 || added != done || len(c.events(wire.EventFailed)) != 1 {
+			t.Fatalf("cut after %d: %d items added, %d done, in %s", cut, added, done, c.body.String())
+		}
+		if failed := strings.Index(c.body.String(), "event: response.failed"); strings.LastIndex(c.body.String(), "event: response.output_item.done") > failed {
+			t.Fatalf("cut after %d: an item closed after response.failed", cut)
 		}
 	}
 }

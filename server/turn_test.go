@@ -233,20 +233,37 @@ func (c *client) events(typ wire.EventType) []string {
 }
 
 // upstreamGate holds every upstream request, when hold is set, until the request's context ends
-// (the client left): arrived receives once per held request. Otherwise it passes requests on.
+// (the client left): arrived receives once per held request. Otherwise it passes requests on;
+// with steps set, it logs "upstream: body closed" when the turn closes an answer's body.
 type upstreamGate struct {
 	next    *http.Transport
 	hold    bool
 	arrived chan struct{}
+	steps   *steps
 }
 
 func (g *upstreamGate) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !g.hold {
-		return g.next.RoundTrip(req)
+		res, err := g.next.RoundTrip(req)
+		if err == nil && g.steps != nil {
+			res.Body = &loggedBody{ReadCloser: res.Body, steps: g.steps}
+		}
+		return res, err
 	}
 	g.arrived <- struct{}{}
 	<-req.Context().Done()
 	return nil, req.Context().Err()
+}
+
+type loggedBody struct {
+	io.ReadCloser
+	steps *steps
+	once  sync.Once
+}
+
+func (b *loggedBody) Close() error {
+	b.once.Do(func() { b.steps.add("upstream: body closed") })
+	return b.ReadCloser.Close()
 }
 
 type turnHarness struct {
