@@ -297,8 +297,13 @@ func compactionError(err error, param string) error {
 	if !errors.As(err, &ie) {
 		return err
 	}
+	subject := "a compaction item in the " + param // the history: "conversation" or "previous_response_id" chain
+	if param == "previous_response_id" {
+		subject += " chain"
+	}
 	if param == "input" {
 		param = "input[" + strconv.Itoa(ie.Index) + "]"
+		subject = "compaction item " + param
 	}
 	reason := "is not well-formed"
 	switch {
@@ -313,7 +318,7 @@ func compactionError(err error, param string) error {
 	case errors.Is(err, seal.ErrUnknownKey):
 		reason = "was sealed under a key this gateway does not have"
 	}
-	return wire.Invalid(param, rehydrate.CodeInvalidEncryptedContent, "The encrypted_content of compaction item %s %s.", param, reason)
+	return wire.Invalid(param, rehydrate.CodeInvalidEncryptedContent, "The encrypted_content of %s %s.", subject, reason)
 }
 
 // archiveCompaction records what a summary replaced (ids and SHA-256 of their stored bytes), so

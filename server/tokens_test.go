@@ -16,6 +16,8 @@ func TestUsageTokensAddsTheOutputTheContinuationReplays(t *testing.T) {
 		`null`:                                  0,
 		``:                                      0,
 		`{"input_tokens":-5,"output_tokens":1}`: 0,
+		`{"input_tokens":0,"output_tokens":9}`:  9,
+		`{"input_tokens":9,"output_tokens":0}`:  9,
 	} {
 		if got := usageTokens(json.RawMessage(raw)); got != want {
 			t.Errorf("usageTokens(%s) = %d, want %d", raw, got, want)
