@@ -166,11 +166,7 @@ func (s *Server) summarise(ctx context.Context, tn string, req *createRequest, r
 	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
 	span.End()
 	if err != nil {
-		if errors.Is(context.Cause(uctx), errSyncTimeout) && ctx.Err() == nil {
-			return "", nil, &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
-				Message: "The upstream model server did not answer in time."}
-		}
-		return "", nil, err
+		return "", nil, err // past SyncTimeout: upstream maps the caller's deadline to 504 upstream_timeout
 	}
 	r, err := accumulator.FromResponse(accumulator.Options{ResponseID: wire.NewID(wire.PrefixResponse), NewID: wire.NewID}, raw)
 	if err != nil || r.Status != wire.StatusCompleted {

@@ -456,10 +456,6 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	defer cancel()
 	upStart := time.Now()
 	raw, upErr := s.upstream.Create(uctx, t.body)
-	if upErr != nil && errors.Is(context.Cause(uctx), errSyncTimeout) && ctx.Err() == nil {
-		upErr = &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
-			Message: "The upstream model server did not answer in time."}
-	}
 	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
 	span.End()
 	if upErr != nil {

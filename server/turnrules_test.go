@@ -161,16 +161,17 @@ func TestTurnFailuresBeforeTheFirstEvent(t *testing.T) {
 		name, model string
 		cfg         Config
 		status      int
-		code        string
+		code, msg   string
 	}{
-		{"sync timeout", "openai/gpt-oss-sim?stall=1h", Config{SyncTimeout: 50 * time.Millisecond}, http.StatusGatewayTimeout, "upstream_timeout"},
-		{"unreadable answer", "openai/gpt-oss-sim?malformed=0", Config{}, http.StatusBadGateway, "upstream_error"},
+		{"sync timeout", "openai/gpt-oss-sim?stall=1h", Config{SyncTimeout: 50 * time.Millisecond}, http.StatusGatewayTimeout, "upstream_timeout",
+			"The upstream model server did not answer in time."},
+		{"unreadable answer", "openai/gpt-oss-sim?malformed=0", Config{}, http.StatusBadGateway, "upstream_error", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fc := &flakyCommits{stored: make(chan struct{})}
 			s := newSimServer(t, tc.cfg, func(st store.Store) store.Store { fc.Store = st; return fc })
 			code, body := call(t, s, http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":%q,"input":"hi"}`, tc.model))
-			if env := envelope(t, body); code != tc.status || deref(env.Code) != tc.code {
+			if env := envelope(t, body); code != tc.status || deref(env.Code) != tc.code || tc.msg != "" && env.Message != tc.msg {
 				t.Fatalf("%d %s, want %d %s", code, body, tc.status, tc.code)
 			}
 			select {
