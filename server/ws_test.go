@@ -63,6 +63,11 @@ func TestSocketCacheBoundsBytes(t *testing.T) {
 	if _, _, ok := c.get("r3"); !ok || c.bytes != 40 {
 		t.Fatalf("r3 missing or %d bytes held", c.bytes)
 	}
+	exact := &socketCache{maxBytes: 40}
+	exact.put("r4", nil, items(strings.Repeat("d", 31)), nil, nil, nil) // 40 bytes: exactly the bound, kept
+	if _, _, ok := exact.get("r4"); !ok || exact.bytes != 40 {
+		t.Fatalf("a response of exactly the cache's bound was not kept (%d bytes held)", exact.bytes)
+	}
 }
 
 func TestDecodeSocketCreateRefusesWhatContradictsTheSocket(t *testing.T) {
