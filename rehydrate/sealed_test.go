@@ -165,6 +165,9 @@ func TestCurrentTurnDropsReasoningAnAssistantMessageFollows(t *testing.T) {
 			if n := strings.Count(tc.input, `"type":"reasoning"`) - strings.Count(tc.want, "rs_"); res.Stats.ReasoningDropped != n {
 				t.Fatalf("ReasoningDropped %d, want %d", res.Stats.ReasoningDropped, n)
 			}
+			if n := strings.Count(tc.want, "rs_"); res.Stats.ReasoningReplayed != n {
+				t.Fatalf("ReasoningReplayed %d, want %d (the dropped ones are not replayed)", res.Stats.ReasoningReplayed, n)
+			}
 			if len(res.Input) != len(mustInput(t, tc.input)) {
 				t.Fatalf("stored input has %d items: the stored copy must keep every item", len(res.Input))
 			}
