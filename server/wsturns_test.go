@@ -135,6 +135,22 @@ func TestSocketStoreFalseTurnsContinueFromTheirConnection(t *testing.T) {
 	w.turn(`{"model":"openai/gpt-oss-sim","store":false,"previous_response_id":"`+second.final.ID+`","input":"x"}`).
 		wantError(t, 400, "previous_response_not_found", "previous_response_id")
 	w.turn(`{"model":"openai/gpt-oss-sim","store":false,"previous_response_id":"` + first.final.ID + `","input":"and?"}`).ok(t)
+
+	// An incomplete response is kept and can be continued; one that failed in the stream is not,
+	// and its continuation evicts what it continued.
+	cut := w.turn(`{"model":"openai/gpt-oss-sim","store":false,"max_output_tokens":16,"input":"tell me everything"}`)
+	if cut.final.Status != "incomplete" {
+		t.Fatalf("a turn over max_output_tokens ended %v, want response.incomplete", cut.types)
+	}
+	w.turn(`{"model":"openai/gpt-oss-sim","store":false,"previous_response_id":"` + cut.final.ID + `","input":"go on"}`).ok(t)
+	failed := w.turn(`{"model":"openai/gpt-oss-sim?cut_after=5","store":false,"previous_response_id":"` + first.final.ID + `","input":"x"}`)
+	if failed.final.Status != "failed" {
+		t.Fatalf("a cut upstream ended %v, want response.failed", failed.types)
+	}
+	for _, id := range []string{failed.final.ID, first.final.ID} {
+		w.turn(`{"model":"openai/gpt-oss-sim","store":false,"previous_response_id":"`+id+`","input":"x"}`).
+			wantError(t, 400, "previous_response_not_found", "previous_response_id")
+	}
 }
 
 // A warm-up (generate:false) runs no model, answers completed, and is continued like any response.
