@@ -1,12 +1,14 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -63,7 +65,11 @@ func (s *wsClient) read() *socketTurn {
 	s.t.Helper()
 	var out socketTurn
 	for {
-		_, msg, err := s.c.Read(s.t.Context())
+		// A hang guard, not a measurement: a turn that never answers fails the test instead of
+		// waiting for the test binary's timeout.
+		ctx, cancel := context.WithTimeout(s.t.Context(), 30*time.Second)
+		_, msg, err := s.c.Read(ctx)
+		cancel()
 		if err != nil {
 			s.t.Fatalf("read: %v", err)
 		}
