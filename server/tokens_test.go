@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -66,14 +65,8 @@ func TestTokenizeMessagesKeepsTheTextOfEveryItem(t *testing.T) {
 // A continuation is sized by its previous response's usage (what vLLM counted), not by a count or
 // an estimate of the history.
 func TestAContinuationIsSizedByThePreviousUsage(t *testing.T) {
-	var logs strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(b)
-	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s := newSimServer(t, Config{Logger: logger, ContextWindow: "openai/gpt-oss-sim=100000", CompactionThreshold: 0.9}, nil)
+	logs := &logRecords{}
+	s := newSimServer(t, Config{Logger: slog.New(logs), ContextWindow: "openai/gpt-oss-sim=100000", CompactionThreshold: 0.9}, nil)
 	code, body := call(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"first"}`)
 	var r struct{ ID string }
 	if err := json.Unmarshal([]byte(body), &r); code != http.StatusOK || err != nil {
@@ -82,13 +75,11 @@ func TestAContinuationIsSizedByThePreviousUsage(t *testing.T) {
 	if code, body = call(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"second","previous_response_id":"`+r.ID+`"}`); code != http.StatusOK {
 		t.Fatalf("second turn: %d %s", code, body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(logs.String(), `msg="turn size"`) || !strings.Contains(logs.String(), "history_from=usage") {
-		t.Fatalf("the continuation was not sized by the previous usage:\n%s", logs.String())
+	sized := false
+	for _, line := range logs.snapshot() {
+		sized = sized || strings.HasPrefix(line, "DEBUG turn size ") && strings.Contains(line, " history_from=usage")
+	}
+	if !sized {
+		t.Fatalf("the continuation was not sized by the previous usage: %q", logs.snapshot())
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
