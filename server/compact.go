@@ -158,15 +158,9 @@ func (s *Server) summarise(ctx context.Context, tn string, req *createRequest, r
 	if err != nil {
 		return "", nil, err
 	}
-	uctx, span := s.tel.tracer.Start(ctx, "upstream.compact")
-	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
-	defer cancel()
-	start := time.Now()
-	raw, err := s.upstream.Create(uctx, res.Body)
-	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
-	span.End()
+	raw, err := s.createSync(ctx, "upstream.compact", res.Body)
 	if err != nil {
-		return "", nil, err // past SyncTimeout: upstream maps the caller's deadline to 504 upstream_timeout
+		return "", nil, err
 	}
 	r, err := accumulator.FromResponse(accumulator.Options{ResponseID: wire.NewID(wire.PrefixResponse), NewID: wire.NewID}, raw)
 	if err != nil || r.Status != wire.StatusCompleted {

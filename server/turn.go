@@ -442,6 +442,19 @@ func (s *Server) failBeforeStream(ctx context.Context, t *turn, cause error) err
 	return cause
 }
 
+// createSync is one non-streamed upstream call, traced as span and timed, cut past SyncTimeout
+// (upstream maps the caller's deadline to 504 upstream_timeout).
+func (s *Server) createSync(ctx context.Context, span string, body []byte) ([]byte, error) {
+	uctx, sp := s.tel.tracer.Start(ctx, span)
+	defer sp.End()
+	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
+	defer cancel()
+	start := time.Now()
+	raw, err := s.upstream.Create(uctx, body)
+	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
+	return raw, err
+}
+
 // syncTurn serves stream:false: one upstream call, normalised by the accumulator's FromResponse so
 // the stored items equal what a streamed turn would have stored.
 func (s *Server) syncTurn(c echo.Context, t *turn) error {
@@ -451,13 +464,7 @@ func (s *Server) syncTurn(c echo.Context, t *turn) error {
 	ctx := c.Request().Context()
 	t.keeper = s.startKeeper(t)
 	defer t.keeper.Stop()
-	uctx, span := s.tel.tracer.Start(ctx, "upstream.create")
-	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
-	defer cancel()
-	upStart := time.Now()
-	raw, upErr := s.upstream.Create(uctx, t.body)
-	s.tel.upstreamLatency.Record(ctx, time.Since(upStart).Seconds())
-	span.End()
+	raw, upErr := s.createSync(ctx, "upstream.create", t.body)
 	if upErr != nil {
 		if ctx.Err() != nil {
 			_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
