@@ -157,11 +157,11 @@ func CancelBackgroundTx(tx CancelTx, q *Queries, p *ResponseCancelBackgroundPara
 	if out != CancelQueued {
 		return out, jobID, nil
 	}
-	if err := tx.Exec(q.BackgroundCancelQueued, p.Tenant, p.ID); err != nil {
+	if err := tx.Exec(bgCancelQueuedSQL, p.Tenant, p.ID); err != nil {
 		return 0, 0, err
 	}
 	if conv != "" {
-		if err := tx.Exec(q.ConversationTurnRelease, p.Tenant, conv, p.ID); err != nil {
+		if err := tx.Exec(turnReleaseSQL, p.Tenant, conv, p.ID); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -12,38 +12,14 @@ import (
 // Queries is a backend's SQL for the methods Base implements, each in the row shape its
 // consumer names (store/rows.go, store/chain.go) and with the arguments Base passes, in order.
 type Queries struct {
-	ItemCount string // (tenant) → count
-	// ResponseQueuedCount (limit) → count of queued responses, at most limit.
-	ResponseQueuedCount string
-	// SecretGet (name) → value; SecretInsert (name, value, created_at) does nothing on conflict.
-	SecretGet, SecretInsert string
-
-	ResponseLeaseExtend string // (tenant, id, owner, expires_at)
-	ResponseEventList   string // (tenant, id, after, limit or NULL) → eventRows rows
-	ResponseGet         string // (tenant, id) → record rows: the record, its output items
-	ResponseChain       string // (tenant, id, max depth) → record rows, oldest first
-	ResponseContext     string // (tenant, id, max depth) → contextItems rows
-	ChainGeneration     string // (tenant) → generation
-	ResponseSweep       string // (now, error JSON)
-	ResponseItems       PageSQL
-	ItemGet             string // (tenant, id) → one item row
-	ItemGetMany         string // (tenant, Driver.Strings(ids)) → item rows
-
-	ConversationGet         string // (tenant, id) → conversation row
-	ConversationUpdate      string // (tenant, id, metadata) → conversation row
-	ConversationItems       PageSQL
-	ConversationItemsAll    string // (tenant, conversation) → seqItems rows
-	ConversationItemGet     string // (tenant, conversation, item id) → one item row
-	ConversationTurnExtend  string // (tenant, conversation, response, expires_at)
-	ConversationTurnRelease string // (tenant, conversation, response)
-
-	// BackgroundTurnGet (tenant, response) → job_id, body, state; BackgroundClaim (tenant, id,
-	// owner, expires_at) moves a queued response to in_progress; ResponseExists (tenant, id) → 1.
-	BackgroundTurnGet, BackgroundClaim, ResponseExists string
+	ResponseEventList    string // (tenant, id, after, limit or NULL) → eventRows rows
+	ResponseChain        string // (tenant, id, max depth) → record rows, oldest first
+	ResponseContext      string // (tenant, id, max depth) → contextItems rows
+	ItemGetMany          string // (tenant, Driver.Strings(ids)) → item rows
+	ConversationItemsAll string // (tenant, conversation) → seqItems rows
 	// BackgroundCancelRead (tenant, response) → job_id, status, conversation ("" for none),
-	// locking the response where the backend can; BackgroundCancelQueued (tenant, response)
-	// stores a queued response cancelled (CancelBackgroundTx).
-	BackgroundCancelRead, BackgroundCancelQueued string
+	// locking the response where the backend can.
+	BackgroundCancelRead string
 
 	Replay ReplayQueries
 }
@@ -64,7 +40,7 @@ func (b *Base) Ping(ctx context.Context) error { return b.Driver.Ping(ctx) }
 // operators checking growth).
 func (b *Base) ItemCount(ctx context.Context, tenant string) (int, error) {
 	var n int
-	if err := b.Driver.QueryRow(ctx, b.Queries.ItemCount, tenant).Scan(&n); err != nil {
+	if err := b.Driver.QueryRow(ctx, itemCountSQL, tenant).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count items: %w", b.Driver.InterpretError(err))
 	}
 	return n, nil
@@ -74,7 +50,7 @@ func (b *Base) ItemCount(ctx context.Context, tenant string) (int, error) {
 // p.Limit; see Store.
 func (b *Base) ResponseQueuedCount(ctx context.Context, p *ResponseQueuedCountParams) (int, error) {
 	var n int
-	if err := b.Driver.QueryRow(ctx, b.Queries.ResponseQueuedCount, p.Limit).Scan(&n); err != nil {
+	if err := b.Driver.QueryRow(ctx, queuedCountSQL, p.Limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count queued responses: %w", b.Driver.InterpretError(err))
 	}
 	return n, nil
@@ -86,7 +62,7 @@ func (b *Base) ResponseQueuedCount(ctx context.Context, p *ResponseQueuedCountPa
 func (b *Base) SecretGetOrCreate(ctx context.Context, p *SecretGetOrCreateParams) ([]byte, error) {
 	d := b.Driver
 	var v []byte
-	err := d.InterpretError(d.QueryRow(ctx, b.Queries.SecretGet, p.Name).Scan(&v))
+	err := d.InterpretError(d.QueryRow(ctx, secretGetSQL, p.Name).Scan(&v))
 	if err == nil {
 		return v, nil
 	}
@@ -100,10 +76,10 @@ func (b *Base) SecretGetOrCreate(ctx context.Context, p *SecretGetOrCreateParams
 	if gen == nil {
 		gen = []byte{}
 	}
-	if _, err := exec(ctx, d, "insert secret", nil, b.Queries.SecretInsert, p.Name, gen, d.Time(time.Now())); err != nil {
+	if _, err := exec(ctx, d, "insert secret", nil, secretInsertSQL, p.Name, gen, d.Time(time.Now())); err != nil {
 		return nil, err
 	}
-	if err := d.QueryRow(ctx, b.Queries.SecretGet, p.Name).Scan(&v); err != nil {
+	if err := d.QueryRow(ctx, secretGetSQL, p.Name).Scan(&v); err != nil {
 		return nil, fmt.Errorf("get secret: %w", d.InterpretError(err))
 	}
 	return v, nil
@@ -111,7 +87,7 @@ func (b *Base) SecretGetOrCreate(ctx context.Context, p *SecretGetOrCreateParams
 
 // ResponseLeaseExtend moves an unfinished response's lease forward if LeaseOwner holds it.
 func (b *Base) ResponseLeaseExtend(ctx context.Context, p *ResponseLeaseExtendParams) error {
-	_, err := exec(ctx, b.Driver, "extend response lease", ErrNotFound, b.Queries.ResponseLeaseExtend,
+	_, err := exec(ctx, b.Driver, "extend response lease", ErrNotFound, responseLeaseExtendSQL,
 		p.Tenant, p.ID, p.LeaseOwner, b.Driver.Time(p.LeaseExpiresAt))
 	return err
 }
@@ -128,7 +104,7 @@ func (b *Base) ResponseEventList(ctx context.Context, p *ResponseEventListParams
 
 // ResponseGet returns a response and its output items in one query.
 func (b *Base) ResponseGet(ctx context.Context, p *ResponseGetParams) (*Response, []wire.Item, error) {
-	r, err := query(ctx, b.Driver, "get response", assembleResponse, b.Queries.ResponseGet, p.Tenant, p.ID)
+	r, err := query(ctx, b.Driver, "get response", assembleResponse, responseGetSQL, p.Tenant, p.ID)
 	return r.r, r.output, err
 }
 
@@ -140,7 +116,7 @@ func (b *Base) ResponseChainGet(ctx context.Context, p *ResponseChainGetParams) 
 // ChainGeneration reads the tenant's lineage generation in one query.
 func (b *Base) ChainGeneration(ctx context.Context, p *ChainGenerationParams) (int64, error) {
 	var g int64
-	if err := b.Driver.QueryRow(ctx, b.Queries.ChainGeneration, p.Tenant).Scan(&g); err != nil {
+	if err := b.Driver.QueryRow(ctx, chainGenerationSQL, p.Tenant).Scan(&g); err != nil {
 		return 0, fmt.Errorf("get chain generation: %w", b.Driver.InterpretError(err))
 	}
 	return g, nil
@@ -157,7 +133,7 @@ func (b *Base) ResponseSweep(ctx context.Context, p *ResponseSweepParams) (int, 
 	if err != nil {
 		return 0, fmt.Errorf("sweep responses: %w", err)
 	}
-	return exec(ctx, b.Driver, "sweep responses", nil, b.Queries.ResponseSweep, b.Driver.Time(p.Now), b.Driver.JSON(errJSON))
+	return exec(ctx, b.Driver, "sweep responses", nil, sweepSQL, b.Driver.Time(p.Now), b.Driver.JSON(errJSON))
 }
 
 // ItemListByResponse pages through a response's items of one role by position. After names the
@@ -168,13 +144,13 @@ func (b *Base) ItemListByResponse(ctx context.Context, p *ItemListByResponsePara
 	if p.Role != RoleInput && p.Role != RoleOutput {
 		return nil, fmt.Errorf("list response items: unknown role %q", p.Role)
 	}
-	return listPage(ctx, b.Driver, "list response items", &b.Queries.ResponseItems, p.Order, p.Limit,
+	return listPage(ctx, b.Driver, "list response items", &responseItemsSQL, p.Order, p.Limit,
 		p.Tenant, p.ResponseID, p.Role, p.After)
 }
 
 // ItemGet returns the tenant's most recently stored item with this id.
 func (b *Base) ItemGet(ctx context.Context, p *ItemGetParams) (wire.Item, error) {
-	it, err := scanItem(b.Driver.QueryRow(ctx, b.Queries.ItemGet, p.Tenant, p.ID))
+	it, err := scanItem(b.Driver.QueryRow(ctx, itemGetSQL, p.Tenant, p.ID))
 	if err != nil {
 		return wire.Item{}, fmt.Errorf("get item: %w", b.Driver.InterpretError(err))
 	}
@@ -195,7 +171,7 @@ func (b *Base) ItemGetMany(ctx context.Context, p *ItemGetManyParams) (map[strin
 
 // ConversationGet returns a conversation; its metadata is {} when empty.
 func (b *Base) ConversationGet(ctx context.Context, p *ConversationGetParams) (*Conversation, error) {
-	c, err := scanConversation(b.Driver.QueryRow(ctx, b.Queries.ConversationGet, p.Tenant, p.ID))
+	c, err := scanConversation(b.Driver.QueryRow(ctx, conversationGetSQL, p.Tenant, p.ID))
 	if err != nil {
 		return nil, fmt.Errorf("get conversation: %w", b.Driver.InterpretError(err))
 	}
@@ -204,7 +180,7 @@ func (b *Base) ConversationGet(ctx context.Context, p *ConversationGetParams) (*
 
 // ConversationUpdate replaces the metadata (nil or null: {}) and returns the conversation.
 func (b *Base) ConversationUpdate(ctx context.Context, p *ConversationUpdateParams) (*Conversation, error) {
-	c, err := scanConversation(b.Driver.QueryRow(ctx, b.Queries.ConversationUpdate, p.Tenant, p.ID, b.Driver.JSON(ObjectJSON(p.Metadata))))
+	c, err := scanConversation(b.Driver.QueryRow(ctx, conversationUpdateSQL, p.Tenant, p.ID, b.Driver.JSON(ObjectJSON(p.Metadata))))
 	if err != nil {
 		return nil, fmt.Errorf("update conversation: %w", b.Driver.InterpretError(err))
 	}
@@ -214,7 +190,7 @@ func (b *Base) ConversationUpdate(ctx context.Context, p *ConversationUpdatePara
 // ConversationItemList pages through a conversation's items by seq. After works as in
 // ItemListByResponse; an unknown conversation or cursor is ErrNotFound.
 func (b *Base) ConversationItemList(ctx context.Context, p *ConversationItemListParams) (*ItemPage, error) {
-	return listPage(ctx, b.Driver, "list conversation items", &b.Queries.ConversationItems, p.Order, p.Limit,
+	return listPage(ctx, b.Driver, "list conversation items", &conversationItemsSQL, p.Order, p.Limit,
 		p.Tenant, p.ConversationID, p.After)
 }
 
@@ -226,7 +202,7 @@ func (b *Base) ConversationItemsAll(ctx context.Context, p *ConversationItemsAll
 
 // ConversationItemGet returns the conversation's item with this id (its latest occurrence).
 func (b *Base) ConversationItemGet(ctx context.Context, p *ConversationItemGetParams) (wire.Item, error) {
-	it, err := scanItem(b.Driver.QueryRow(ctx, b.Queries.ConversationItemGet, p.Tenant, p.ConversationID, p.ItemID))
+	it, err := scanItem(b.Driver.QueryRow(ctx, conversationItemGetSQL, p.Tenant, p.ConversationID, p.ItemID))
 	if err != nil {
 		return wire.Item{}, fmt.Errorf("get conversation item: %w", b.Driver.InterpretError(err))
 	}
@@ -236,14 +212,14 @@ func (b *Base) ConversationItemGet(ctx context.Context, p *ConversationItemGetPa
 // ConversationTurnExtend moves the turn lease forward if ResponseID holds it; it never takes a
 // free lease, so a response whose lease was released or retaken cannot get it back this way.
 func (b *Base) ConversationTurnExtend(ctx context.Context, p *ConversationTurnAcquireParams) error {
-	_, err := exec(ctx, b.Driver, "extend conversation turn", ErrNotFound, b.Queries.ConversationTurnExtend,
+	_, err := exec(ctx, b.Driver, "extend conversation turn", ErrNotFound, turnExtendSQL,
 		p.Tenant, p.ConversationID, p.ResponseID, b.Driver.Time(p.ExpiresAt))
 	return err
 }
 
 // ConversationTurnRelease drops the turn lease if ResponseID holds it.
 func (b *Base) ConversationTurnRelease(ctx context.Context, p *ConversationTurnReleaseParams) error {
-	_, err := exec(ctx, b.Driver, "release conversation turn", nil, b.Queries.ConversationTurnRelease,
+	_, err := exec(ctx, b.Driver, "release conversation turn", nil, turnReleaseSQL,
 		p.Tenant, p.ConversationID, p.ResponseID)
 	return err
 }
@@ -252,7 +228,7 @@ func (b *Base) ConversationTurnRelease(ctx context.Context, p *ConversationTurnR
 func (b *Base) BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams) (*BackgroundTurn, error) {
 	var t BackgroundTurn
 	var state string
-	if err := b.Driver.QueryRow(ctx, b.Queries.BackgroundTurnGet, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
+	if err := b.Driver.QueryRow(ctx, bgTurnGetSQL, p.Tenant, p.ResponseID).Scan(&t.JobID, &t.Body, &state); err != nil {
 		return nil, fmt.Errorf("get background turn: %w", b.Driver.InterpretError(err))
 	}
 	t.State = []byte(state)
@@ -263,12 +239,12 @@ func (b *Base) BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams
 // response that exists but is no longer queued is ErrConflict.
 func (b *Base) ResponseBackgroundClaim(ctx context.Context, p *ResponseBackgroundClaimParams) error {
 	d := b.Driver
-	n, err := exec(ctx, d, "claim background response", nil, b.Queries.BackgroundClaim, p.Tenant, p.ID, p.LeaseOwner, d.Time(p.LeaseExpiresAt))
+	n, err := exec(ctx, d, "claim background response", nil, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, d.Time(p.LeaseExpiresAt))
 	if err != nil || n == 1 {
 		return err
 	}
 	var one int
-	err = d.InterpretError(d.QueryRow(ctx, b.Queries.ResponseExists, p.Tenant, p.ID).Scan(&one))
+	err = d.InterpretError(d.QueryRow(ctx, ResponseExistsSQL, p.Tenant, p.ID).Scan(&one))
 	if err == nil {
 		err = ErrConflict
 	}

@@ -5,7 +5,8 @@ import (
 )
 
 // The row shapes below are the contract between the shared logic and each backend's SQL
-// (store/postgres/queries.go, store/sqlite/queries.go): a query names the shape it returns.
+// (store/sql.go, store/postgres/queries.go, store/sqlite/queries.go): a query names the shape it
+// returns.
 
 // scanItem reads one item row: (id, type, data).
 func scanItem(row Row) (wire.Item, error) {

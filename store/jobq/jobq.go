@@ -17,6 +17,8 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/respgate/respgate/store"
 )
 
 // Client is a backend's River client: insert-only until Start hands it workers. Safe for
@@ -97,16 +99,13 @@ func (j *Client[TTx]) Notify(ctx context.Context, id int64) error {
 	return nil
 }
 
-// ErrStarted is Start called again on a client already working.
-var ErrStarted = errors.New("jobq: already started")
-
 // Start replaces the insert-only client by one built from cfg (its Schema is set here) and starts
-// it. It may be called once: later calls return ErrStarted.
+// it. It may be called once: later calls return store.ErrJobsStarted (store.Jobs).
 func (j *Client[TTx]) Start(ctx context.Context, cfg *river.Config) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.working {
-		return ErrStarted
+		return store.ErrJobsStarted
 	}
 	c := *cfg
 	c.Schema = j.schema

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -53,44 +52,19 @@ func openJobs(ctx context.Context, pool *pgxpool.Pool, schema string) (*jobq.Cli
 
 // JobsStart starts working jobs (store.Jobs).
 func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
-	err := s.jobs.Start(ctx, cfg)
-	if errors.Is(err, jobq.ErrStarted) {
-		return store.ErrJobsStarted
-	}
-	return err
+	return s.jobs.Start(ctx, cfg)
 }
 
 // JobsStop stops working jobs (store.Jobs).
 func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
 
 const (
-	// bgBoundsSQL counts the tenant's unfinished background responses and every tenant's
-	// queued ones (store.ResponseEnqueueBackgroundParams.Bounds).
-	bgBoundsSQL = `
-SELECT (SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
-        WHERE b.tenant = $1 AND r.status IN ('queued', 'in_progress')),
-       (SELECT count(*) FROM responses WHERE status = 'queued')`
 	// bgResponseInsertSQL inserts the queued record with its lineage, as any new response
 	// (lineageCTE, migrations/postgres/006).
 	bgResponseInsertSQL = lineageCTE + `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
                        completed_at, echo, usage, error, incomplete_details, branch, depth, fork_branch)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, ` + lineageValues + `)`
-	bgTurnInsertSQL = `
-INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES ($1, $2, $3, $4, $5, $6)`
-	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = $1 AND response_id = $2`
-	bgClaimSQL   = `
-UPDATE responses SET status = 'in_progress', lease_owner = $3, lease_expires_at = $4
-WHERE tenant = $1 AND id = $2 AND status = 'queued'`
-	bgExistsSQL = `SELECT 1 FROM responses WHERE tenant = $1 AND id = $2`
-	// bgCancelReadSQL locks the response row, so a commit or a second cancel waits for this one.
-	bgCancelReadSQL = `
-SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
-FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
-WHERE b.tenant = $1 AND b.response_id = $2 FOR UPDATE OF r`
-	bgCancelQueuedSQL = `
-UPDATE responses SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL
-WHERE tenant = $1 AND id = $2 AND status = 'queued'`
 )
 
 // ResponseEnqueueBackground stores a queued background response with its River job in one
@@ -115,7 +89,7 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, bgTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UTC())
+		_, err = tx.Exec(ctx, store.BackgroundTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UTC())
 		return interpretError(err)
 	})
 	if err != nil {
@@ -130,7 +104,7 @@ func checkBounds(ctx context.Context, tx pgx.Tx, p *store.ResponseEnqueueBackgro
 		return nil
 	}
 	var tenant, queued int
-	if err := tx.QueryRow(ctx, bgBoundsSQL, p.Response.Tenant).Scan(&tenant, &queued); err != nil {
+	if err := tx.QueryRow(ctx, store.BackgroundBoundsSQL, p.Response.Tenant).Scan(&tenant, &queued); err != nil {
 		return err
 	}
 	return p.Bounds(tenant, queued)

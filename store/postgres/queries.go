@@ -2,53 +2,118 @@ package postgres
 
 import "github.com/respgate/respgate/store"
 
-// The backend's SQL, in named constants: everything else that differs from store/sqlite is the
-// driver calls. Row shapes are store's (store/rows.go, store/chain.go); $n are the arguments in
-// the order store.Queries documents for the shared ones.
+// The backend's SQL where the dialects differ: what store.Base runs, in queries, and what this
+// backend's own transactions run, in named constants. What both dialects run as written is in
+// store/sql.go; everything else that differs from store/sqlite is the driver calls. Row shapes
+// are store's (store/rows.go, store/chain.go); $n are the arguments in the order store.Queries
+// documents.
 
 // queries is the SQL store.Base runs for this backend.
 var queries = store.Queries{
-	ItemCount:           itemCountSQL,
-	ResponseQueuedCount: queuedCountSQL,
-	SecretGet:           secretGetSQL,
-	SecretInsert:        secretInsertSQL,
-	ResponseLeaseExtend: responseLeaseExtendSQL,
-	ResponseEventList:   responseEventListSQL,
-	ResponseGet:         responseGetSQL,
-	ResponseChain:       chainSQL,
-	ResponseContext:     contextSQL,
-	ChainGeneration:     chainGenerationSQL,
-	ResponseSweep:       sweepSQL,
-	ResponseItems:       store.PageSQL{Asc: responseItemsAscSQL, Desc: responseItemsDescSQL, Check: responseItemsCheckSQL},
-	ItemGet:             itemGetSQL,
-	ItemGetMany:         itemGetManySQL,
+	ResponseEventList: `
+SELECT 0 AS kind, 0::bigint AS seq, '' AS type, NULL::bytea AS data FROM responses WHERE tenant = $1 AND id = $2
+UNION ALL
+SELECT 1, seq, type, data FROM (
+    SELECT seq, type, data FROM response_events
+    WHERE tenant = $1 AND response_id = $2 AND seq > $3 ORDER BY seq LIMIT $4
+) e
+ORDER BY kind, seq`,
 
-	ConversationGet:         conversationGetSQL,
-	ConversationUpdate:      conversationUpdateSQL,
-	ConversationItems:       store.PageSQL{Asc: conversationItemsAscSQL, Desc: conversationItemsDescSQL, Check: conversationItemsCheckSQL},
-	ConversationItemsAll:    conversationItemsAllSQL,
-	ConversationItemGet:     conversationItemGetSQL,
-	ConversationTurnExtend:  turnExtendSQL,
-	ConversationTurnRelease: turnReleaseSQL,
+	// ResponseChain loads the chain ending at $2 (store.Store ResponseChainGet) by lineage
+	// (migrations/postgres/006): seg walks the branches on the path, one index probe each (the
+	// lowest row of the branch at or below the depth reached; if it starts a fork, the next
+	// segment is its parent branch up to the fork depth), at most $3 of them; then each segment's
+	// responses and items come from one range scan each of responses_lineage_idx and
+	// items_lineage_idx. Record rows, oldest first: record, input items, output items, by
+	// position; the first row (kind 3) carries the tenant's lineage generation in position.
+	// store.AssembleChain cuts the chain at a deleted ancestor (the rows below a gap).
+	//
+	// LATERAL with OFFSET 0 pins the plan to index scans per segment whatever the statistics.
+	ResponseChain: `
+WITH RECURSIVE seg (branch, top, n) AS (
+    SELECT branch, depth, 0 FROM responses WHERE tenant = $1 AND id = $2
+    UNION ALL
+    SELECT f.fork_branch, f.depth - 1, s.n + 1
+    FROM seg s CROSS JOIN LATERAL (
+        SELECT r.fork_branch, r.depth FROM responses r
+        WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top
+        ORDER BY r.depth LIMIT 1
+    ) f
+    WHERE f.fork_branch IS NOT NULL AND s.n < $3
+)
+SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL::timestamptz, NULL::timestamptz,
+       NULL::json, NULL::json, NULL::json, NULL::json, '', '', NULL::json,
+       coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0) AS position
+UNION ALL
+SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
+       coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
+       r.incomplete_details, '', '', NULL, -1
+FROM seg s CROSS JOIN LATERAL (
+    SELECT * FROM responses r WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top OFFSET 0
+) r
+UNION ALL
+SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
+       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
+FROM seg s CROSS JOIN LATERAL (
+    SELECT * FROM items i WHERE i.tenant = $1 AND i.branch = s.branch AND i.depth <= s.top OFFSET 0
+) i
+ORDER BY depth, kind, position`,
 
-	BackgroundTurnGet:      bgTurnGetSQL,
-	BackgroundClaim:        bgClaimSQL,
-	ResponseExists:         bgExistsSQL,
-	BackgroundCancelRead:   bgCancelReadSQL,
-	BackgroundCancelQueued: bgCancelQueuedSQL,
+	// ResponseContext returns the items response $2 was generated from, in order (see
+	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response
+	// exists:
+	//   - part 1: the items of its conversation that precede the first item it appended there
+	//     (none when it appended nothing, or the conversation is gone);
+	//   - part 2: each ancestor's input then output items, oldest first (the walk is
+	//     ResponseChain's, to depth $3), then its own input items.
+	ResponseContext: `
+WITH RECURSIVE chain (id, prev, depth) AS (
+    SELECT id, previous_response_id, 0 FROM responses WHERE tenant = $1 AND id = $2
+    UNION ALL
+    SELECT r.id, r.previous_response_id, c.depth + 1
+    FROM chain c CROSS JOIN LATERAL (
+        SELECT id, previous_response_id FROM responses r WHERE r.tenant = $1 AND r.id = c.prev LIMIT 1
+    ) r
+    WHERE c.depth < $3
+), target AS (
+    SELECT conversation_id AS conv FROM responses WHERE tenant = $1 AND id = $2
+), own AS (
+    SELECT min(ci.seq) AS first FROM items i JOIN conversation_items ci ON ci.item_pk = i.pk
+    WHERE i.tenant = $1 AND i.response_id = $2 AND ci.tenant = $1 AND ci.conversation_id = (SELECT conv FROM target)
+)
+SELECT 0 AS part, 0 AS depth, 0 AS role, 0::bigint AS ord, '' AS id, '' AS type, NULL::json AS data FROM target
+UNION ALL
+SELECT 1, 0, 0, ci.seq, i.id, i.type, i.data
+FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = $1 AND ci.conversation_id = (SELECT conv FROM target) AND i.tenant = $1
+  AND ci.seq < (SELECT first FROM own)
+UNION ALL
+SELECT 2, c.depth, CASE i.role WHEN 'input' THEN 0 ELSE 1 END, i.position, i.id, i.type, i.data
+FROM chain c CROSS JOIN LATERAL (
+    SELECT * FROM items i WHERE i.tenant = $1 AND i.response_id = c.id OFFSET 0
+) i
+WHERE c.depth > 0 OR i.role = 'input'
+ORDER BY part, depth DESC, role, ord`,
+
+	ItemGetMany: `SELECT DISTINCT ON (id) id, type, data FROM items
+WHERE tenant = $1 AND id = ANY($2::text[]) ORDER BY id, pk DESC`,
+
+	// ConversationItemsAll's first row (seq -1) only proves the conversation exists.
+	ConversationItemsAll: `
+SELECT -1 AS seq, '' AS id, '' AS type, NULL::json AS data FROM conversations WHERE tenant = $1 AND id = $2
+UNION ALL
+SELECT ci.seq, i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1
+ORDER BY seq`,
+
+	// BackgroundCancelRead locks the response row, so a commit or a second cancel waits for this one.
+	BackgroundCancelRead: `
+SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
+FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE b.tenant = $1 AND b.response_id = $2 FOR UPDATE OF r`,
 
 	Replay: replayQueries,
 }
-
-// Secrets and counts.
-const (
-	// queuedCountSQL counts queued responses up to a limit, on the partial index of queued
-	// rows (migrations/postgres/007).
-	queuedCountSQL  = `SELECT count(*) FROM (SELECT 1 FROM responses WHERE status = 'queued' LIMIT $1) q`
-	itemCountSQL    = `SELECT count(*) FROM items WHERE tenant = $1`
-	secretGetSQL    = `SELECT value FROM secrets WHERE name = $1`
-	secretInsertSQL = `INSERT INTO secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`
-)
 
 // Items.
 const (
@@ -74,26 +139,6 @@ SELECT $1, $8, base.next + u.ord - 1, u.pk
 FROM u, (SELECT coalesce(max(seq), -1) + 1 AS next FROM conversation_items
          WHERE tenant = $1 AND conversation_id = $8) AS base
 WHERE $8::text IS NOT NULL`
-
-	itemGetSQL     = `SELECT id, type, data FROM items WHERE tenant = $1 AND id = $2 ORDER BY pk DESC LIMIT 1`
-	itemGetManySQL = `SELECT DISTINCT ON (id) id, type, data FROM items
-WHERE tenant = $1 AND id = ANY($2::text[]) ORDER BY id, pk DESC`
-
-	// The pages of a response's items of one role ($3) by position, after the item $4 (its
-	// occurrence farthest in the direction of travel), at most $5 rows.
-	responseItemsAscSQL = `SELECT id, type, data FROM items
-WHERE tenant = $1 AND response_id = $2 AND role = $3
-  AND ($4 = '' OR position > (SELECT max(position) FROM items
-                              WHERE tenant = $1 AND response_id = $2 AND role = $3 AND id = $4))
-ORDER BY position LIMIT $5`
-	responseItemsDescSQL = `SELECT id, type, data FROM items
-WHERE tenant = $1 AND response_id = $2 AND role = $3
-  AND ($4 = '' OR position < (SELECT min(position) FROM items
-                              WHERE tenant = $1 AND response_id = $2 AND role = $3 AND id = $4))
-ORDER BY position DESC LIMIT $5`
-	responseItemsCheckSQL = `SELECT
-    EXISTS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2),
-    $4 = '' OR EXISTS (SELECT 1 FROM items WHERE tenant = $1 AND response_id = $2 AND role = $3 AND id = $4)`
 )
 
 // Responses.
@@ -123,10 +168,6 @@ INSERT INTO responses (tenant, id, status, model, previous_response_id, conversa
                        branch, depth, fork_branch)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, ` + lineageValues + `)`
 
-	responseLeaseExtendSQL = `
-UPDATE responses SET lease_expires_at = $4
-WHERE tenant = $1 AND id = $2 AND lease_owner = $3 AND status IN ('queued', 'in_progress')`
-
 	// upsertResponseInsertSQL (after lineageCTE) inserts the final record, or finishes the in-progress one (keeping its
 	// created_at, dropping its lease). It returns no row when the stored response is already
 	// terminal: the commit is then a no-op.
@@ -153,8 +194,6 @@ UPDATE responses SET
     lease_owner = NULL, lease_expires_at = NULL
 WHERE tenant = $1 AND id = $2 AND status IN ('queued', 'in_progress')
 RETURNING 1`
-
-	responseStatusSQL = `SELECT status FROM responses WHERE tenant = $1 AND id = $2`
 
 	// lockConversationReleaseTurnSQL takes the conversation's row lock (serialising appends) and
 	// drops its turn lease if $3 holds it.
@@ -189,25 +228,6 @@ ON CONFLICT (tenant, response_id, seq) DO NOTHING`
 WITH r AS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2 FOR KEY SHARE),
 ins AS (` + eventRowsSQL + ` WHERE EXISTS (SELECT 1 FROM r)` + onConflictEvents + `)
 SELECT EXISTS (SELECT 1 FROM r)`
-
-	responseEventListSQL = `
-SELECT 0 AS kind, 0::bigint AS seq, '' AS type, NULL::bytea AS data FROM responses WHERE tenant = $1 AND id = $2
-UNION ALL
-SELECT 1, seq, type, data FROM (
-    SELECT seq, type, data FROM response_events
-    WHERE tenant = $1 AND response_id = $2 AND seq > $3 ORDER BY seq LIMIT $4
-) e
-ORDER BY kind, seq`
-
-	// responseGetSQL is the record of response $2 then its output items, as record rows.
-	responseGetSQL = `
-SELECT 0 AS depth, 0 AS kind, id, tenant, status, model, coalesce(previous_response_id, ''), coalesce(conversation_id, ''),
-       created_at, completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position
-FROM responses WHERE tenant = $1 AND id = $2
-UNION ALL
-SELECT 0, 2, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, id, type, data, position
-FROM items WHERE tenant = $1 AND response_id = $2 AND role = 'output'
-ORDER BY kind, position`
 
 	// responseLeaseHeldSQL is true when response $2 is unfinished and its lease is live at $3:
 	// the guard under which ResponseDelete deletes nothing. The delete statements run pipelined
@@ -269,98 +289,10 @@ WITH victims AS (
     RETURNING 1
 )
 SELECT count(*) FROM gone`
-
-	// chainSQL loads the chain ending at $2 (store.Store ResponseChainGet) by lineage
-	// (migrations/postgres/006): seg walks the branches on the path, one index probe each (the
-	// lowest row of the branch at or below the depth reached; if it starts a fork, the next
-	// segment is its parent branch up to the fork depth), at most $3 of them; then each segment's
-	// responses and items come from one range scan each of responses_lineage_idx and
-	// items_lineage_idx. Record rows, oldest first: record, input items, output items, by
-	// position; the first row (kind 3) carries the tenant's lineage generation in position.
-	// store.AssembleChain cuts the chain at a deleted ancestor (the rows below a gap).
-	//
-	// LATERAL with OFFSET 0 pins the plan to index scans per segment whatever the statistics.
-	chainSQL = `
-WITH RECURSIVE seg (branch, top, n) AS (
-    SELECT branch, depth, 0 FROM responses WHERE tenant = $1 AND id = $2
-    UNION ALL
-    SELECT f.fork_branch, f.depth - 1, s.n + 1
-    FROM seg s CROSS JOIN LATERAL (
-        SELECT r.fork_branch, r.depth FROM responses r
-        WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top
-        ORDER BY r.depth LIMIT 1
-    ) f
-    WHERE f.fork_branch IS NOT NULL AND s.n < $3
-)
-SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL::timestamptz, NULL::timestamptz,
-       NULL::json, NULL::json, NULL::json, NULL::json, '', '', NULL::json,
-       coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0) AS position
-UNION ALL
-SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
-       coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
-       r.incomplete_details, '', '', NULL, -1
-FROM seg s CROSS JOIN LATERAL (
-    SELECT * FROM responses r WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top OFFSET 0
-) r
-UNION ALL
-SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
-       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
-FROM seg s CROSS JOIN LATERAL (
-    SELECT * FROM items i WHERE i.tenant = $1 AND i.branch = s.branch AND i.depth <= s.top OFFSET 0
-) i
-ORDER BY depth, kind, position`
-
-	// chainGenerationSQL is the tenant's lineage generation (0 before any deletion).
-	chainGenerationSQL = `SELECT coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0)`
-
-	// contextSQL returns the items response $2 was generated from, in order (see
-	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response
-	// exists:
-	//   - part 1: the items of its conversation that precede the first item it appended there
-	//     (none when it appended nothing, or the conversation is gone);
-	//   - part 2: each ancestor's input then output items, oldest first (the walk is chainSQL's,
-	//     to depth $3), then its own input items.
-	contextSQL = `
-WITH RECURSIVE chain (id, prev, depth) AS (
-    SELECT id, previous_response_id, 0 FROM responses WHERE tenant = $1 AND id = $2
-    UNION ALL
-    SELECT r.id, r.previous_response_id, c.depth + 1
-    FROM chain c CROSS JOIN LATERAL (
-        SELECT id, previous_response_id FROM responses r WHERE r.tenant = $1 AND r.id = c.prev LIMIT 1
-    ) r
-    WHERE c.depth < $3
-), target AS (
-    SELECT conversation_id AS conv FROM responses WHERE tenant = $1 AND id = $2
-), own AS (
-    SELECT min(ci.seq) AS first FROM items i JOIN conversation_items ci ON ci.item_pk = i.pk
-    WHERE i.tenant = $1 AND i.response_id = $2 AND ci.tenant = $1 AND ci.conversation_id = (SELECT conv FROM target)
-)
-SELECT 0 AS part, 0 AS depth, 0 AS role, 0::bigint AS ord, '' AS id, '' AS type, NULL::json AS data FROM target
-UNION ALL
-SELECT 1, 0, 0, ci.seq, i.id, i.type, i.data
-FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = $1 AND ci.conversation_id = (SELECT conv FROM target) AND i.tenant = $1
-  AND ci.seq < (SELECT first FROM own)
-UNION ALL
-SELECT 2, c.depth, CASE i.role WHEN 'input' THEN 0 ELSE 1 END, i.position, i.id, i.type, i.data
-FROM chain c CROSS JOIN LATERAL (
-    SELECT * FROM items i WHERE i.tenant = $1 AND i.response_id = c.id OFFSET 0
-) i
-WHERE c.depth > 0 OR i.role = 'input'
-ORDER BY part, depth DESC, role, ord`
-
-	sweepSQL = `
-UPDATE responses SET status = 'failed', error = $2, lease_owner = NULL, lease_expires_at = NULL
-WHERE status IN ('queued', 'in_progress') AND lease_expires_at < $1`
 )
 
 // Conversations.
 const (
-	conversationInsertSQL = `INSERT INTO conversations (tenant, id, metadata, created_at) VALUES ($1, $2, $3, $4)`
-	conversationGetSQL    = `SELECT id, tenant, metadata, created_at FROM conversations WHERE tenant = $1 AND id = $2`
-	conversationUpdateSQL = `
-UPDATE conversations SET metadata = $3 WHERE tenant = $1 AND id = $2
-RETURNING id, tenant, metadata, created_at`
 	conversationLockSQL = `SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2 FOR UPDATE`
 
 	// turnHeldSQL is true when conversation $2's turn lease is held and live at $3: the guard
@@ -375,36 +307,6 @@ RETURNING id, tenant, metadata, created_at`
 DELETE FROM items WHERE tenant = $1 AND response_id IS NULL AND ` + turnUnheldSQL + `
   AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = $1 AND conversation_id = $2)`
 	conversationDeleteSQL = `DELETE FROM conversations WHERE tenant = $1 AND id = $2 AND NOT coalesce(` + turnHeldSQL + `, false)`
-
-	// The pages of a conversation's items by seq, after the item $3 (its occurrence farthest in
-	// the direction of travel), at most $4 rows.
-	conversationItemsAscSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1
-  AND ($3 = '' OR ci.seq > (SELECT max(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
-                            WHERE c2.tenant = $1 AND c2.conversation_id = $2 AND i2.tenant = $1 AND i2.id = $3))
-ORDER BY ci.seq LIMIT $4`
-	conversationItemsDescSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1
-  AND ($3 = '' OR ci.seq < (SELECT min(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
-                            WHERE c2.tenant = $1 AND c2.conversation_id = $2 AND i2.tenant = $1 AND i2.id = $3))
-ORDER BY ci.seq DESC LIMIT $4`
-	conversationItemsCheckSQL = `SELECT
-    EXISTS (SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2),
-    $3 = '' OR EXISTS (SELECT 1 FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-                       WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1 AND i.id = $3)`
-
-	// conversationItemsAllSQL's first row (seq -1) only proves the conversation exists.
-	conversationItemsAllSQL = `
-SELECT -1 AS seq, '' AS id, '' AS type, NULL::json AS data FROM conversations WHERE tenant = $1 AND id = $2
-UNION ALL
-SELECT ci.seq, i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1
-ORDER BY seq`
-
-	conversationItemGetSQL = `
-SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1 AND i.id = $3
-ORDER BY ci.seq DESC LIMIT 1`
 
 	// conversationItemDeleteSQL removes every occurrence of item $3 from the list, deletes the
 	// ones created directly in the conversation, and counts the occurrences.
@@ -428,10 +330,4 @@ WITH took AS (
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2), EXISTS (SELECT 1 FROM took)`
-	turnExtendSQL = `
-UPDATE conversations SET turn_expires_at = $4
-WHERE tenant = $1 AND id = $2 AND turn_response_id = $3`
-	turnReleaseSQL = `
-UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL
-WHERE tenant = $1 AND id = $2 AND turn_response_id = $3`
 )

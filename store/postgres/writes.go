@@ -118,7 +118,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ELSE respgate_no_row('` + messa
 // record that changed meanwhile is a conflict.
 func (s *Store) commitNoop(ctx context.Context, p *store.ResponseCommitParams) error {
 	var stored wire.Status
-	err := interpretError(s.pool.QueryRow(ctx, responseStatusSQL, p.Response.Tenant, p.Response.ID).Scan(&stored))
+	err := interpretError(s.pool.QueryRow(ctx, store.ResponseStatusSQL, p.Response.Tenant, p.Response.ID).Scan(&stored))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("commit response: read status: %w", err)
 	}
@@ -212,7 +212,7 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 func (s *Store) ConversationCreate(ctx context.Context, p *store.ConversationCreateParams) error {
 	b := &pgx.Batch{}
 	c := &p.Conversation
-	b.Queue(conversationInsertSQL, c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), store.NowOr(c.CreatedAt))
+	b.Queue(store.ConversationInsertSQL, c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), store.NowOr(c.CreatedAt))
 	if len(p.Items) > 0 {
 		var items itemArrays
 		items.add("", p.Items)

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,37 +34,11 @@ func (s *Store) openJobs(ctx context.Context) error {
 
 // JobsStart starts working jobs (store.Jobs).
 func (s *Store) JobsStart(ctx context.Context, cfg *river.Config) error {
-	err := s.jobs.Start(ctx, cfg)
-	if errors.Is(err, jobq.ErrStarted) {
-		return store.ErrJobsStarted
-	}
-	return err
+	return s.jobs.Start(ctx, cfg)
 }
 
 // JobsStop stops working jobs (store.Jobs).
 func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
-
-const (
-	// bgBoundsSQL counts the tenant's unfinished background responses and every tenant's
-	// queued ones (store.ResponseEnqueueBackgroundParams.Bounds).
-	bgBoundsSQL = `
-SELECT (SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
-        WHERE b.tenant = ?1 AND r.status IN ('queued', 'in_progress')),
-       (SELECT count(*) FROM responses WHERE status = 'queued')`
-	bgTurnInsertSQL = `
-INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
-	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = ?1 AND response_id = ?2`
-	bgClaimSQL   = `
-UPDATE responses SET status = 'in_progress', lease_owner = ?3, lease_expires_at = ?4
-WHERE tenant = ?1 AND id = ?2 AND status = 'queued'`
-	bgCancelReadSQL = `
-SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
-FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
-WHERE b.tenant = ?1 AND b.response_id = ?2`
-	bgCancelQueuedSQL = `
-UPDATE responses SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL
-WHERE tenant = ?1 AND id = ?2 AND status = 'queued'`
-)
 
 // ResponseEnqueueBackground stores a queued background response with its River job in one
 // transaction; see store.Store.
@@ -74,7 +47,7 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if p.MaxPerTenant > 0 || p.MaxQueued > 0 {
 			var tenant, queued int
-			if err := tx.QueryRowContext(ctx, bgBoundsSQL, r.Tenant).Scan(&tenant, &queued); err != nil {
+			if err := tx.QueryRowContext(ctx, store.BackgroundBoundsSQL, r.Tenant).Scan(&tenant, &queued); err != nil {
 				return err
 			}
 			if err := p.Bounds(tenant, queued); err != nil {
@@ -95,7 +68,7 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, bgTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UnixMicro())
+		_, err = tx.ExecContext(ctx, store.BackgroundTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UnixMicro())
 		return interpretError(err)
 	})
 	if err != nil {

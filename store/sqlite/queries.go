@@ -2,53 +2,103 @@ package sqlite
 
 import "github.com/respgate/respgate/store"
 
-// The backend's SQL, in named constants: everything else that differs from store/postgres is the
-// driver calls. Row shapes are store's (store/rows.go, store/chain.go); ?n are the arguments in
-// the order store.Queries documents for the shared ones.
+// The backend's SQL where the dialects differ: what store.Base runs, in queries, and what this
+// backend's own transactions run, in named constants. What both dialects run as written is in
+// store/sql.go; everything else that differs from store/postgres is the driver calls. Row shapes
+// are store's (store/rows.go, store/chain.go); ?n are the arguments in the order store.Queries
+// documents.
 
 // queries is the SQL store.Base runs for this backend.
 var queries = store.Queries{
-	ItemCount:           itemCountSQL,
-	ResponseQueuedCount: queuedCountSQL,
-	SecretGet:           secretGetSQL,
-	SecretInsert:        secretInsertSQL,
-	ResponseLeaseExtend: responseLeaseExtendSQL,
-	ResponseEventList:   responseEventListSQL,
-	ResponseGet:         responseGetSQL,
-	ResponseChain:       chainSQL,
-	ResponseContext:     contextSQL,
-	ChainGeneration:     chainGenerationSQL,
-	ResponseSweep:       sweepSQL,
-	ResponseItems:       store.PageSQL{Asc: responseItemsAscSQL, Desc: responseItemsDescSQL, Check: responseItemsCheckSQL},
-	ItemGet:             itemGetSQL,
-	ItemGetMany:         itemGetManySQL,
+	// ResponseEventList: a limit of NULL is none (-1 to SQLite).
+	ResponseEventList: `
+SELECT 0 AS kind, 0 AS seq, '' AS type, NULL AS data FROM responses WHERE tenant = ?1 AND id = ?2
+UNION ALL
+SELECT 1, seq, type, data FROM (
+    SELECT seq, type, data FROM response_events
+    WHERE tenant = ?1 AND response_id = ?2 AND seq > ?3 ORDER BY seq LIMIT coalesce(?4, -1)
+)
+ORDER BY kind, seq`,
 
-	ConversationGet:         conversationGetSQL,
-	ConversationUpdate:      conversationUpdateSQL,
-	ConversationItems:       store.PageSQL{Asc: conversationItemsAscSQL, Desc: conversationItemsDescSQL, Check: conversationItemsCheckSQL},
-	ConversationItemsAll:    conversationItemsAllSQL,
-	ConversationItemGet:     conversationItemGetSQL,
-	ConversationTurnExtend:  turnExtendSQL,
-	ConversationTurnRelease: turnReleaseSQL,
+	// ResponseChain loads the chain ending at ?2 by lineage, as store/postgres's ResponseChain
+	// does (read its comment): seg walks the branches on the path (one index probe each, at most ?3), then
+	// each segment's responses and items come from one range scan of responses_lineage_idx and
+	// items_lineage_idx. CROSS JOIN keeps seg the outer loop.
+	ResponseChain: `
+WITH RECURSIVE seg (branch, top, n) AS (
+    SELECT branch, depth, 0 FROM responses WHERE tenant = ?1 AND id = ?2
+    UNION ALL
+    SELECT r.fork_branch, r.depth - 1, s.n + 1
+    FROM seg s CROSS JOIN responses r
+        ON r.tenant = ?1 AND r.branch = s.branch
+       AND r.depth = (SELECT min(depth) FROM responses WHERE tenant = ?1 AND branch = s.branch AND depth <= s.top)
+    WHERE r.fork_branch IS NOT NULL AND s.n < ?3
+)
+SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL,
+       coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0) AS position
+UNION ALL
+SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
+       coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
+       r.incomplete_details, '', '', NULL, -1
+FROM seg s CROSS JOIN responses r ON r.tenant = ?1 AND r.branch = s.branch AND r.depth <= s.top
+UNION ALL
+SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
+       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
+FROM seg s CROSS JOIN items i ON i.tenant = ?1 AND i.branch = s.branch AND i.depth <= s.top
+ORDER BY depth, kind, position`,
 
-	BackgroundTurnGet:      bgTurnGetSQL,
-	BackgroundClaim:        bgClaimSQL,
-	ResponseExists:         responseExistsSQL,
-	BackgroundCancelRead:   bgCancelReadSQL,
-	BackgroundCancelQueued: bgCancelQueuedSQL,
+	// ResponseContext returns the items response ?2 was generated from, in order (see
+	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response
+	// exists:
+	//   - part 1: the items of its conversation that precede the first item it appended there
+	//     (none when it appended nothing, or the conversation is gone);
+	//   - part 2: each ancestor's input then output items, oldest first (the walk is
+	//     ResponseChain's, to depth ?3), then its own input items.
+	ResponseContext: `
+WITH RECURSIVE chain (id, prev, depth) AS (
+    SELECT id, previous_response_id, 0 FROM responses WHERE tenant = ?1 AND id = ?2
+    UNION ALL
+    SELECT r.id, r.previous_response_id, c.depth + 1
+    FROM chain c JOIN responses r ON r.tenant = ?1 AND r.id = c.prev
+    WHERE c.depth < ?3
+), target AS (
+    SELECT conversation_id AS conv FROM responses WHERE tenant = ?1 AND id = ?2
+), own AS (
+    SELECT min(ci.seq) AS first FROM items i JOIN conversation_items ci ON ci.item_pk = i.pk
+    WHERE i.tenant = ?1 AND i.response_id = ?2 AND ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target)
+)
+SELECT 0 AS part, 0 AS depth, 0 AS role, 0 AS ord, '' AS id, '' AS type, NULL AS data FROM target
+UNION ALL
+SELECT 1, 0, 0, ci.seq, i.id, i.type, i.data
+FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target) AND i.tenant = ?1
+  AND ci.seq < (SELECT first FROM own)
+UNION ALL
+SELECT 2, c.depth, CASE i.role WHEN 'input' THEN 0 ELSE 1 END, i.position, i.id, i.type, i.data
+FROM chain c CROSS JOIN items i ON i.tenant = ?1 AND i.response_id = c.id
+WHERE c.depth > 0 OR i.role = 'input'
+ORDER BY part, depth DESC, role, ord`,
+
+	// ItemGetMany takes the ids as one JSON array (json_each), whatever their number.
+	ItemGetMany: `SELECT i.id, i.type, i.data FROM items i
+WHERE i.tenant = ?1 AND i.id IN (SELECT value FROM json_each(?2))
+  AND i.pk = (SELECT max(pk) FROM items WHERE tenant = ?1 AND id = i.id)`,
+
+	// ConversationItemsAll's first row (seq -1) only proves the conversation exists.
+	ConversationItemsAll: `
+SELECT -1 AS seq, '' AS id, '' AS type, NULL AS data FROM conversations WHERE tenant = ?1 AND id = ?2
+UNION ALL
+SELECT ci.seq, i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
+ORDER BY seq`,
+
+	BackgroundCancelRead: `
+SELECT b.job_id, r.status, coalesce(r.conversation_id, '')
+FROM background_turns b JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE b.tenant = ?1 AND b.response_id = ?2`,
 
 	Replay: replayQueries,
 }
-
-// Secrets and counts.
-const (
-	// queuedCountSQL counts queued responses up to a limit, on the partial index of queued
-	// rows (migrations/sqlite/007).
-	queuedCountSQL  = `SELECT count(*) FROM (SELECT 1 FROM responses WHERE status = 'queued' LIMIT ?1) q`
-	itemCountSQL    = `SELECT count(*) FROM items WHERE tenant = ?1`
-	secretGetSQL    = `SELECT value FROM secrets WHERE name = ?1`
-	secretInsertSQL = `INSERT INTO secrets (name, value, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING`
-)
 
 // Items.
 const (
@@ -59,28 +109,6 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
         (SELECT depth FROM responses WHERE tenant = ?1 AND id = ?2))`
 	appendItemSQL = `INSERT INTO conversation_items (tenant, conversation_id, seq, item_pk) VALUES (?1, ?2, ?3, ?4)`
 	nextSeqSQL    = `SELECT coalesce(max(seq), -1) + 1 FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2`
-
-	itemGetSQL = `SELECT id, type, data FROM items WHERE tenant = ?1 AND id = ?2 ORDER BY pk DESC LIMIT 1`
-	// itemGetManySQL takes the ids as one JSON array (json_each), whatever their number.
-	itemGetManySQL = `SELECT i.id, i.type, i.data FROM items i
-WHERE i.tenant = ?1 AND i.id IN (SELECT value FROM json_each(?2))
-  AND i.pk = (SELECT max(pk) FROM items WHERE tenant = ?1 AND id = i.id)`
-
-	// The pages of a response's items of one role (?3) by position, after the item ?4 (its
-	// occurrence farthest in the direction of travel), at most ?5 rows.
-	responseItemsAscSQL = `SELECT id, type, data FROM items
-WHERE tenant = ?1 AND response_id = ?2 AND role = ?3
-  AND (?4 = '' OR position > (SELECT max(position) FROM items
-                              WHERE tenant = ?1 AND response_id = ?2 AND role = ?3 AND id = ?4))
-ORDER BY position LIMIT ?5`
-	responseItemsDescSQL = `SELECT id, type, data FROM items
-WHERE tenant = ?1 AND response_id = ?2 AND role = ?3
-  AND (?4 = '' OR position < (SELECT min(position) FROM items
-                              WHERE tenant = ?1 AND response_id = ?2 AND role = ?3 AND id = ?4))
-ORDER BY position DESC LIMIT ?5`
-	responseItemsCheckSQL = `SELECT
-    EXISTS (SELECT 1 FROM responses WHERE tenant = ?1 AND id = ?2),
-    ?4 = '' OR EXISTS (SELECT 1 FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = ?3 AND id = ?4)`
 )
 
 // Responses.
@@ -110,12 +138,6 @@ UPDATE responses SET status = ?3, model = ?4, previous_response_id = ?5, convers
     completed_at = ?7, echo = ?8, usage = ?9, error = ?10, incomplete_details = ?11,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE tenant = ?1 AND id = ?2`
-	responseStatusSQL = `SELECT status FROM responses WHERE tenant = ?1 AND id = ?2`
-	responseExistsSQL = `SELECT 1 FROM responses WHERE tenant = ?1 AND id = ?2`
-
-	responseLeaseExtendSQL = `
-UPDATE responses SET lease_expires_at = ?4
-WHERE tenant = ?1 AND id = ?2 AND lease_owner = ?3 AND status IN ('queued', 'in_progress')`
 
 	// releaseTurnSQL drops conversation ?2's turn lease if ?3 holds it; no row changed means no
 	// such conversation.
@@ -134,26 +156,6 @@ FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = 'input'`
 
 	insertEventSQL = `INSERT INTO response_events (tenant, response_id, seq, type, data)
 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (tenant, response_id, seq) DO NOTHING`
-
-	// responseEventListSQL: a limit of NULL is none (-1 to SQLite).
-	responseEventListSQL = `
-SELECT 0 AS kind, 0 AS seq, '' AS type, NULL AS data FROM responses WHERE tenant = ?1 AND id = ?2
-UNION ALL
-SELECT 1, seq, type, data FROM (
-    SELECT seq, type, data FROM response_events
-    WHERE tenant = ?1 AND response_id = ?2 AND seq > ?3 ORDER BY seq LIMIT coalesce(?4, -1)
-)
-ORDER BY kind, seq`
-
-	// responseGetSQL is the record of response ?2 then its output items, as record rows.
-	responseGetSQL = `
-SELECT 0 AS depth, 0 AS kind, id, tenant, status, model, coalesce(previous_response_id, ''), coalesce(conversation_id, ''),
-       created_at, completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position
-FROM responses WHERE tenant = ?1 AND id = ?2
-UNION ALL
-SELECT 0, 2, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, id, type, data, position
-FROM items WHERE tenant = ?1 AND response_id = ?2 AND role = 'output'
-ORDER BY kind, position`
 
 	// responseDeleteGuardSQL is true when response ?2 is unfinished and its lease is live at ?3:
 	// ResponseDelete then deletes nothing. The statements after it detach (response_id NULL) the
@@ -197,81 +199,10 @@ WHERE (tenant, response_id) IN (` + purgeVictims + `)
   AND EXISTS (SELECT 1 FROM conversation_items ci WHERE ci.tenant = items.tenant AND ci.item_pk = items.pk)`
 	purgeItemsSQL     = `DELETE FROM items WHERE (tenant, response_id) IN (` + purgeVictims + `)`
 	purgeResponsesSQL = `DELETE FROM responses WHERE (tenant, id) IN (` + purgeVictims + `)`
-
-	// chainSQL loads the chain ending at ?2 by lineage, as store/postgres's chainSQL does (read
-	// its comment): seg walks the branches on the path (one index probe each, at most ?3), then
-	// each segment's responses and items come from one range scan of responses_lineage_idx and
-	// items_lineage_idx. CROSS JOIN keeps seg the outer loop.
-	chainSQL = `
-WITH RECURSIVE seg (branch, top, n) AS (
-    SELECT branch, depth, 0 FROM responses WHERE tenant = ?1 AND id = ?2
-    UNION ALL
-    SELECT r.fork_branch, r.depth - 1, s.n + 1
-    FROM seg s CROSS JOIN responses r
-        ON r.tenant = ?1 AND r.branch = s.branch
-       AND r.depth = (SELECT min(depth) FROM responses WHERE tenant = ?1 AND branch = s.branch AND depth <= s.top)
-    WHERE r.fork_branch IS NOT NULL AND s.n < ?3
-)
-SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL,
-       coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0) AS position
-UNION ALL
-SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
-       coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
-       r.incomplete_details, '', '', NULL, -1
-FROM seg s CROSS JOIN responses r ON r.tenant = ?1 AND r.branch = s.branch AND r.depth <= s.top
-UNION ALL
-SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
-       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position
-FROM seg s CROSS JOIN items i ON i.tenant = ?1 AND i.branch = s.branch AND i.depth <= s.top
-ORDER BY depth, kind, position`
-
-	// chainGenerationSQL is the tenant's lineage generation (0 before any deletion).
-	chainGenerationSQL = `SELECT coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0)`
-
-	// contextSQL returns the items response ?2 was generated from, in order (see
-	// store.Store.ResponseContextGet), after a marker row (part 0) that proves the response
-	// exists:
-	//   - part 1: the items of its conversation that precede the first item it appended there
-	//     (none when it appended nothing, or the conversation is gone);
-	//   - part 2: each ancestor's input then output items, oldest first (the walk is chainSQL's,
-	//     to depth ?3), then its own input items.
-	contextSQL = `
-WITH RECURSIVE chain (id, prev, depth) AS (
-    SELECT id, previous_response_id, 0 FROM responses WHERE tenant = ?1 AND id = ?2
-    UNION ALL
-    SELECT r.id, r.previous_response_id, c.depth + 1
-    FROM chain c JOIN responses r ON r.tenant = ?1 AND r.id = c.prev
-    WHERE c.depth < ?3
-), target AS (
-    SELECT conversation_id AS conv FROM responses WHERE tenant = ?1 AND id = ?2
-), own AS (
-    SELECT min(ci.seq) AS first FROM items i JOIN conversation_items ci ON ci.item_pk = i.pk
-    WHERE i.tenant = ?1 AND i.response_id = ?2 AND ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target)
-)
-SELECT 0 AS part, 0 AS depth, 0 AS role, 0 AS ord, '' AS id, '' AS type, NULL AS data FROM target
-UNION ALL
-SELECT 1, 0, 0, ci.seq, i.id, i.type, i.data
-FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = ?1 AND ci.conversation_id = (SELECT conv FROM target) AND i.tenant = ?1
-  AND ci.seq < (SELECT first FROM own)
-UNION ALL
-SELECT 2, c.depth, CASE i.role WHEN 'input' THEN 0 ELSE 1 END, i.position, i.id, i.type, i.data
-FROM chain c CROSS JOIN items i ON i.tenant = ?1 AND i.response_id = c.id
-WHERE c.depth > 0 OR i.role = 'input'
-ORDER BY part, depth DESC, role, ord`
-
-	sweepSQL = `
-UPDATE responses SET status = 'failed', error = ?2, lease_owner = NULL, lease_expires_at = NULL
-WHERE status IN ('queued', 'in_progress') AND lease_expires_at < ?1`
 )
 
 // Conversations.
 const (
-	conversationInsertSQL = `INSERT INTO conversations (tenant, id, metadata, created_at) VALUES (?1, ?2, ?3, ?4)`
-	conversationGetSQL    = `SELECT id, tenant, metadata, created_at FROM conversations WHERE tenant = ?1 AND id = ?2`
-	conversationUpdateSQL = `
-UPDATE conversations SET metadata = ?3 WHERE tenant = ?1 AND id = ?2
-RETURNING id, tenant, metadata, created_at`
 	conversationExistsSQL = `SELECT 1 FROM conversations WHERE tenant = ?1 AND id = ?2`
 
 	// conversationDeleteGuardSQL is true while a turn holds conversation ?2's lease (live at ?3):
@@ -283,36 +214,6 @@ FROM conversations WHERE tenant = ?1 AND id = ?2`
 DELETE FROM items WHERE tenant = ?1 AND response_id IS NULL
   AND pk IN (SELECT item_pk FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2)`
 	conversationDeleteSQL = `DELETE FROM conversations WHERE tenant = ?1 AND id = ?2`
-
-	// The pages of a conversation's items by seq, after the item ?3 (its occurrence farthest in
-	// the direction of travel), at most ?4 rows.
-	conversationItemsAscSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
-  AND (?3 = '' OR ci.seq > (SELECT max(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
-                            WHERE c2.tenant = ?1 AND c2.conversation_id = ?2 AND i2.tenant = ?1 AND i2.id = ?3))
-ORDER BY ci.seq LIMIT ?4`
-	conversationItemsDescSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
-  AND (?3 = '' OR ci.seq < (SELECT min(c2.seq) FROM conversation_items c2 JOIN items i2 ON i2.pk = c2.item_pk
-                            WHERE c2.tenant = ?1 AND c2.conversation_id = ?2 AND i2.tenant = ?1 AND i2.id = ?3))
-ORDER BY ci.seq DESC LIMIT ?4`
-	conversationItemsCheckSQL = `SELECT
-    EXISTS (SELECT 1 FROM conversations WHERE tenant = ?1 AND id = ?2),
-    ?3 = '' OR EXISTS (SELECT 1 FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-                       WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1 AND i.id = ?3)`
-
-	// conversationItemsAllSQL's first row (seq -1) only proves the conversation exists.
-	conversationItemsAllSQL = `
-SELECT -1 AS seq, '' AS id, '' AS type, NULL AS data FROM conversations WHERE tenant = ?1 AND id = ?2
-UNION ALL
-SELECT ci.seq, i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1
-ORDER BY seq`
-
-	conversationItemGetSQL = `
-SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
-WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1 AND i.id = ?3
-ORDER BY ci.seq DESC LIMIT 1`
 
 	// Deleting item ?3 from a conversation: the items created directly in it go with their list
 	// entries (by cascade); a response's items only leave the list.
@@ -329,10 +230,4 @@ DELETE FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2
 UPDATE conversations SET turn_response_id = ?3, turn_expires_at = ?4
 WHERE tenant = ?1 AND id = ?2
   AND (turn_response_id IS NULL OR turn_response_id = ?3 OR turn_expires_at <= ?5)`
-	turnExtendSQL = `
-UPDATE conversations SET turn_expires_at = ?4
-WHERE tenant = ?1 AND id = ?2 AND turn_response_id = ?3`
-	turnReleaseSQL = `
-UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL
-WHERE tenant = ?1 AND id = ?2 AND turn_response_id = ?3`
 )

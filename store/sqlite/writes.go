@@ -96,7 +96,7 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
 	r := &p.Response
 	var stored wire.Status
-	err := interpretError(tx.QueryRowContext(ctx, responseStatusSQL, r.Tenant, r.ID).Scan(&stored))
+	err := interpretError(tx.QueryRowContext(ctx, store.ResponseStatusSQL, r.Tenant, r.ID).Scan(&stored))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("read status: %w", err)
 	}
@@ -234,7 +234,7 @@ func insertEvents(ctx context.Context, tx *sql.Tx, tenant, responseID string, ev
 // transaction.
 func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := exists(ctx, tx, responseExistsSQL, p.Tenant, p.ResponseID); err != nil {
+		if err := exists(ctx, tx, store.ResponseExistsSQL, p.Tenant, p.ResponseID); err != nil {
 			return err
 		}
 		return insertEvents(ctx, tx, p.Tenant, p.ResponseID, p.Events)
@@ -288,7 +288,7 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 func (s *Store) ConversationCreate(ctx context.Context, p *store.ConversationCreateParams) error {
 	c := &p.Conversation
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, conversationInsertSQL,
+		if _, err := tx.ExecContext(ctx, store.ConversationInsertSQL,
 			c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), s.Driver.Time(store.NowOr(c.CreatedAt))); err != nil {
 			return interpretError(err)
 		}
