@@ -72,6 +72,30 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 	if id := <-wakes; id != "resp_1" {
 		t.Fatalf("wake after the notified commit %q, want resp_1", id)
 	}
+	// The cancel of a queued background response is its end: its followers are woken. A claimed
+	// one ends when its worker commits, so its cancel wakes nobody; it is cancelled first, so a
+	// wake for it would come before the queued one's.
+	for _, id := range []string{"resp_run", "resp_queued"} {
+		q := store.Response{ID: id, Tenant: "t", Status: wire.StatusQueued, Model: "m", CreatedAt: time.Now(), Echo: r.Echo}
+		if err := writer.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: q,
+			Turn: store.BackgroundTurn{Body: []byte(`{}`), State: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writer.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: "t", ID: "resp_run", LeaseOwner: "gw", LeaseExpiresAt: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   string
+		want store.CancelOutcome
+	}{{"resp_run", store.CancelRunning}, {"resp_queued", store.CancelQueued}} {
+		if out, err := writer.ResponseCancelBackground(ctx, &store.ResponseCancelBackgroundParams{Tenant: "t", ID: c.id}); err != nil || out != c.want {
+			t.Fatalf("cancel %s: %d %v, want %d", c.id, out, err, c.want)
+		}
+	}
+	if id := <-wakes; id != "resp_queued" {
+		t.Fatalf("wake after the cancels %q, want resp_queued", id)
+	}
 	if err := reader.EventWatchStop(ctx, p); err != nil {
 		t.Fatal(err)
 	}
