@@ -19,6 +19,7 @@ var backgroundCases = []storeCase{
 	{"a claim moves a queued response to in_progress once", testBackgroundClaim},
 	{"a cancel of a queued background response stores it cancelled and frees its conversation", testCancelQueuedBackground},
 	{"a cancel of a claimed background response leaves its end to the worker", testCancelClaimedBackground},
+	{"deleting a queued background turn releases its conversation's turn lease and leaves the queue", testDeleteQueuedReleasesTurn},
 }
 
 // enqueue stores a queued background response of tenant with its input, within the bounds.
@@ -29,6 +30,16 @@ func enqueue(t *testing.T, s store.Store, tenant, id, conv string, in []wire.Ite
 		Turn:      store.BackgroundTurn{Body: []byte(`{"model":"m","input":"` + id + `"}`), State: []byte(`{"turn":"` + id + `"}`)},
 		MaxQueued: maxQueued, MaxPerTenant: maxPerTenant,
 	})
+}
+
+// conversationTurn creates tenantA's conversation conv and returns how a response takes its turn
+// lease for an hour.
+func conversationTurn(t *testing.T, s store.Store, conv string) func(resp string) error {
+	t.Helper()
+	createConversation(t, s, tenantA, conv, nil)
+	return func(resp string) error {
+		return s.ConversationTurnAcquire(t.Context(), &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: conv, ResponseID: resp, ExpiresAt: now().Add(time.Hour)})
+	}
 }
 
 func statusOf(t *testing.T, s store.Store, tenant, id string) wire.Status {
@@ -131,11 +142,7 @@ func testBackgroundClaim(t *testing.T, s store.Store) {
 
 func testCancelQueuedBackground(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	createConversation(t, s, tenantA, "conv_1", nil)
-	later := now().Add(time.Hour)
-	acquire := func(resp string) error {
-		return s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1", ResponseID: resp, ExpiresAt: later})
-	}
+	acquire := conversationTurn(t, s, "conv_1")
 	cancel := func(tenant, id string) (store.CancelOutcome, error) {
 		return s.ResponseCancelBackground(ctx, &store.ResponseCancelBackgroundParams{Tenant: tenant, ID: id})
 	}
@@ -155,7 +162,7 @@ func testCancelQueuedBackground(t *testing.T, s store.Store) {
 	if n, err := s.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: 10}); err != nil || n != 0 {
 		t.Errorf("queued %d (%v), want 0", n, err)
 	}
-	if err := s.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tenantA, ID: "resp_1", LeaseOwner: "w", LeaseExpiresAt: later}); !errors.Is(err, store.ErrConflict) {
+	if err := s.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tenantA, ID: "resp_1", LeaseOwner: "w", LeaseExpiresAt: now().Add(time.Hour)}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("claim of a cancelled response: %v, want ErrConflict", err)
 	}
 	out, err = cancel(tenantA, "resp_1")
@@ -186,5 +193,45 @@ func testCancelClaimedBackground(t *testing.T, s store.Store) {
 	}
 	if st := statusOf(t, s, tenantA, "resp_1"); st != wire.StatusInProgress {
 		t.Errorf("status %q, want in_progress until the worker stores it", st)
+	}
+}
+
+func testDeleteQueuedReleasesTurn(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	acquire := conversationTurn(t, s, "conv_1")
+	queued := func() int {
+		t.Helper()
+		n, err := s.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: 10})
+		noErr(t, "count queued", err)
+		return n
+	}
+	// A background turn on the conversation takes its turn lease when it is queued
+	// (server/background.go), then is stored queued with its job.
+	noErr(t, "acquire", acquire("resp_1"))
+	r := newResponse(tenantA, "resp_1", "", "conv_1", wire.StatusQueued)
+	noErr(t, "enqueue", s.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: r, Input: msgs(t, "in", 1),
+		Turn: store.BackgroundTurn{Body: []byte(`{}`), State: []byte(`{}`)}}))
+	r2 := newResponse(tenantA, "resp_2", "", "", wire.StatusQueued)
+	noErr(t, "enqueue", s.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: r2,
+		Turn: store.BackgroundTurn{Body: []byte(`{}`), State: []byte(`{}`)}}))
+	if n := queued(); n != 2 {
+		t.Errorf("queued count %d, want 2", n)
+	}
+	if n, err := s.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: 1}); err != nil || n != 1 {
+		t.Errorf("queued count limited to 1: %d %v", n, err)
+	}
+	if err := acquire("resp_3"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("acquire while the queued turn holds the lease: %v, want ErrConflict", err)
+	}
+	noErr(t, "delete the queued turn", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_1"}))
+	noErr(t, "acquire after the queued turn was deleted", acquire("resp_3"))
+	if n := queued(); n != 1 {
+		t.Errorf("queued count after the delete %d, want 1", n)
+	}
+	// A delete of another response of the conversation leaves the lease with its holder.
+	commitTurn(t, s, tenantA, "resp_4", "", "", msgs(t, "i4", 1), msgs(t, "o4", 1))
+	noErr(t, "delete resp_4", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_4"}))
+	if err := acquire("resp_5"); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("acquire while resp_3 holds the lease: %v, want ErrConflict", err)
 	}
 }

@@ -73,7 +73,6 @@ var cases = []storeCase{
 	{"turn lease conflicts until released or expired", testTurnLease},
 	{"commit releases the conversation turn lease", testCommitReleasesTurn},
 	{"response delete keeps items a conversation lists", testResponseDelete},
-	{"deleting a queued background turn releases its conversation's turn lease and leaves the queue", testDeleteQueuedReleasesTurn},
 	{"conversation delete keeps response items and removes its own", testConversationDelete},
 	{"every read and delete of another tenant is not found and changes nothing", testTenantIsolation},
 	{"concurrent secret callers get the same value", testSecret},
@@ -1200,48 +1199,4 @@ func testPurge(t *testing.T, s store.Store) {
 	// The purged responses' other items are gone: A keeps resp_new's and the listed ones.
 	countItems(t, s, tenantA, 1+2)
 	countItems(t, s, tenantB, 0)
-}
-
-func testDeleteQueuedReleasesTurn(t *testing.T, s store.Store) {
-	ctx := t.Context()
-	createConversation(t, s, tenantA, "conv_1", nil)
-	later := now().Add(time.Hour)
-	acquire := func(resp string) error {
-		return s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1", ResponseID: resp, ExpiresAt: later})
-	}
-	queued := func() int {
-		t.Helper()
-		n, err := s.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: 10})
-		noErr(t, "count queued", err)
-		return n
-	}
-	// A background turn on the conversation takes its turn lease when it is queued
-	// (server/background.go), then is stored queued with its job.
-	noErr(t, "acquire", acquire("resp_1"))
-	r := newResponse(tenantA, "resp_1", "", "conv_1", wire.StatusQueued)
-	noErr(t, "enqueue", s.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: r, Input: msgs(t, "in", 1),
-		Turn: store.BackgroundTurn{Body: []byte(`{}`), State: []byte(`{}`)}}))
-	r2 := newResponse(tenantA, "resp_2", "", "", wire.StatusQueued)
-	noErr(t, "enqueue", s.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: r2,
-		Turn: store.BackgroundTurn{Body: []byte(`{}`), State: []byte(`{}`)}}))
-	if n := queued(); n != 2 {
-		t.Errorf("queued count %d, want 2", n)
-	}
-	if n, err := s.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: 1}); err != nil || n != 1 {
-		t.Errorf("queued count limited to 1: %d %v", n, err)
-	}
-	if err := acquire("resp_3"); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("acquire while the queued turn holds the lease: %v, want ErrConflict", err)
-	}
-	noErr(t, "delete the queued turn", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_1"}))
-	noErr(t, "acquire after the queued turn was deleted", acquire("resp_3"))
-	if n := queued(); n != 1 {
-		t.Errorf("queued count after the delete %d, want 1", n)
-	}
-	// A delete of another response of the conversation leaves the lease with its holder.
-	commitTurn(t, s, tenantA, "resp_4", "", "", msgs(t, "i4", 1), msgs(t, "o4", 1))
-	noErr(t, "delete resp_4", s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_4"}))
-	if err := acquire("resp_5"); !errors.Is(err, store.ErrConflict) {
-		t.Errorf("acquire while resp_3 holds the lease: %v, want ErrConflict", err)
-	}
 }
