@@ -3,8 +3,11 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/store"
@@ -33,10 +36,10 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Listening: each listener says so first with a wake of everything ("").
-	if id := <-wakes; id != "" {
+	if id := wakeOf(t, wakes); id != "" {
 		t.Fatalf("first wake %q, want the listener's start", id)
 	}
-	if id := <-foreign; id != "" {
+	if id := wakeOf(t, foreign); id != "" {
 		t.Fatalf("first wake of the other schema %q, want the listener's start", id)
 	}
 
@@ -61,7 +64,7 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 	if err := writer.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_1", Events: ev(1), Notify: true}); err != nil {
 		t.Fatal(err)
 	}
-	if id := <-wakes; id != "resp_1" {
+	if id := wakeOf(t, wakes); id != "resp_1" {
 		t.Fatalf("wake after the notified append %q, want resp_1", id)
 	}
 	done := time.Now()
@@ -69,7 +72,7 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 	if err := writer.ResponseCommit(ctx, &store.ResponseCommitParams{Response: r, Begun: true, Events: ev(2), Notify: true}); err != nil {
 		t.Fatal(err)
 	}
-	if id := <-wakes; id != "resp_1" {
+	if id := wakeOf(t, wakes); id != "resp_1" {
 		t.Fatalf("wake after the notified commit %q, want resp_1", id)
 	}
 	// The cancel of a queued background response is its end: its followers are woken. A claimed
@@ -93,7 +96,7 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 			t.Fatalf("cancel %s: %d %v, want %d", c.id, out, err, c.want)
 		}
 	}
-	if id := <-wakes; id != "resp_queued" {
+	if id := wakeOf(t, wakes); id != "resp_queued" {
 		t.Fatalf("wake after the cancels %q, want resp_queued", id)
 	}
 	if err := reader.EventWatchStop(ctx, p); err != nil {
@@ -106,6 +109,114 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 	case id := <-foreign:
 		t.Fatalf("the store of another schema was woken for %q", id)
 	default:
+	}
+}
+
+// TestChannelForKeepsSchemasThatFitAndHashesLongerOnes: Postgres cuts identifiers at 63 bytes,
+// so a schema whose channel would be longer is hashed, and two such schemas still differ.
+func TestChannelForKeepsSchemasThatFitAndHashesLongerOnes(t *testing.T) {
+	const prefix = "respgate_events_"
+	fits := strings.Repeat("s", 63-len(prefix))
+	for _, schema := range []string{"public", fits} {
+		if got := postgres.ChannelFor(schema); got != prefix+schema {
+			t.Errorf("postgres.ChannelFor(%d bytes) = %q, want %q", len(schema), got, prefix+schema)
+		}
+	}
+	long := postgres.ChannelFor(fits + "x")
+	if len(long) > 63 || !strings.HasPrefix(long, prefix) {
+		t.Errorf("postgres.ChannelFor(%d bytes) = %q (%d bytes), want a hashed name of at most 63", len(fits)+1, long, len(long))
+	}
+	if other := postgres.ChannelFor(fits + "y"); other == long {
+		t.Errorf("two long schemas share channel %q", long)
+	}
+}
+
+// wakeOf waits for the next wake on ch. The guard only turns a listener that never wakes into
+// a failure instead of a hung test.
+func wakeOf(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case id := <-ch:
+		return id
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake within 30 s")
+		return ""
+	}
+}
+
+func watch(t *testing.T, s *postgres.Store) (*store.EventWatchParams, chan string) {
+	t.Helper()
+	ch := make(chan string, 16)
+	p := &store.EventWatchParams{Wake: func(id string) { ch <- id }}
+	if err := s.EventWatchStart(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p, ch
+}
+
+func notify(t *testing.T, s *postgres.Store, id string) {
+	t.Helper()
+	if err := s.Notify(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTheListenerLivesUntilItsLastWatcherStops: the LISTEN connection's goroutine is the
+// watchers' (docs/design.md: every goroutine has an owner that stops it): it keeps serving the
+// others when one stops, and is stopped and waited for when the last one does.
+func TestTheListenerLivesUntilItsLastWatcherStops(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	p1, wakes1 := watch(t, s)
+	if id := wakeOf(t, wakes1); id != "" {
+		t.Fatalf("first wake %q, want the listener's start", id)
+	}
+	p2, wakes2 := watch(t, s)
+	if err := s.EventWatchStop(ctx, p1); err != nil {
+		t.Fatal(err)
+	}
+	notify(t, s, "resp_1")
+	if id := wakeOf(t, wakes2); id != "resp_1" {
+		t.Fatalf("wake of the remaining watcher %q, want resp_1", id)
+	}
+	if err := s.EventWatchStop(ctx, p2); err != nil {
+		t.Fatal(err)
+	}
+	if s.ListenerRunning() {
+		t.Fatal("the listener still runs after its last watcher stopped")
+	}
+	if err := s.EventWatchStop(ctx, p2); err != nil {
+		t.Fatalf("a second stop of a stopped watcher: %v", err)
+	}
+	select {
+	case id := <-wakes1:
+		t.Fatalf("a stopped watcher was woken for %q", id)
+	default:
+	}
+}
+
+// TestTheListenerReconnectsAndWakesEveryone: when its connection is lost, the listener connects
+// again (after listenRetry) and wakes every watcher, since notifications sent in between are
+// lost; notifications then arrive again.
+func TestTheListenerReconnectsAndWakesEveryone(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	p, wakes := watch(t, s)
+	t.Cleanup(func() { _ = s.EventWatchStop(ctx, p) })
+	if id := wakeOf(t, wakes); id != "" {
+		t.Fatalf("first wake %q, want the listener's start", id)
+	}
+	err := s.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1`,
+		"LISTEN "+pgx.Identifier{s.Channel()}.Sanitize())
+	if err != nil {
+		t.Fatalf("terminate the listener's connection: %v", err)
+	}
+	if id := wakeOf(t, wakes); id != "" {
+		t.Fatalf("wake after the lost connection %q, want everything (the reconnection)", id)
+	}
+	notify(t, s, "resp_2")
+	if id := wakeOf(t, wakes); id != "resp_2" {
+		t.Fatalf("wake after the reconnection %q, want resp_2", id)
 	}
 }
 
