@@ -66,8 +66,7 @@ func (s *Server) finish(ctx context.Context, t *turn, r *accumulator.Result) err
 		if t.claimed {
 			s.bgWake.wake(t.rec.ID)
 		}
-		s.log.Info("response stored", "response_id", t.rec.ID, "status", r.Status,
-			"input_items", len(t.input), "output_items", len(r.Output), "events", len(p.Events))
+		s.logStored(ctx, t.rec.ID, r.Status, len(t.input), len(r.Output), len(p.Events))
 		return nil
 	}
 	s.log.Error("commit response", "response_id", t.rec.ID, "error", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"runtime/debug"
@@ -153,6 +154,11 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			trace.WithAttributes(attribute.String("http.request.method", c.Request().Method), attribute.String("http.route", route),
 				attribute.String("respgate.request_id", requestID(c))))
 		defer span.End()
+		var stored *storedLog
+		if c.Request().Method == http.MethodPost {
+			stored = &storedLog{}
+			ctx = withStoredLog(ctx, stored)
+		}
 		c.SetRequest(c.Request().WithContext(ctx))
 		// Write the error here (the one error handler) so the status and size logged below are
 		// what the client got.
@@ -162,14 +168,19 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 		status := c.Response().Status
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		s.tel.request(ctx, route, status, time.Since(start))
-		s.log.Info("request",
-			"request_id", requestID(c),
-			"method", c.Request().Method,
-			"route", c.Path(),
-			"status", status,
-			"bytes_in", c.Request().ContentLength,
-			"bytes_out", c.Response().Size,
-			"duration_ms", float64(time.Since(start).Microseconds())/1000)
+		attrs := []slog.Attr{
+			slog.String("request_id", requestID(c)),
+			slog.String("method", c.Request().Method),
+			slog.String("route", c.Path()),
+			slog.Int("status", status),
+			slog.Int64("bytes_in", c.Request().ContentLength),
+			slog.Int64("bytes_out", c.Response().Size),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		}
+		if stored != nil {
+			attrs = append(attrs, stored.take()...) // the turn's commit (accesslog.go)
+		}
+		s.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 		return nil
 	}
 }
