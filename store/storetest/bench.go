@@ -42,16 +42,7 @@ func BenchmarkCommit(b *testing.B, s store.Store) {
 // before the timer starts; s must be empty.
 func BenchmarkChainGet(b *testing.B, s store.Store, depth int) {
 	prev := BenchChain(b, s, tenantA, depth)
-	ctx := b.Context()
-	for b.Loop() {
-		chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: prev})
-		if err != nil {
-			b.Fatalf("chain get: %v", err)
-		}
-		if len(chain.Items()) != 2*depth {
-			b.Fatalf("chain has %d items, want %d", len(chain.Items()), 2*depth)
-		}
-	}
+	loopChainGet(b, s, prev, 2*depth)
 }
 
 // BenchmarkChainWarm measures what a replica's chain cache costs a continuation of a cached
@@ -95,16 +86,7 @@ func BenchmarkChainForked(b *testing.B, s store.Store, depth, forkEvery int) {
 		commitTurn(b, s, tenantA, id, prev, "", benchItems(b, fmt.Sprintf("in%d", i), 1), benchItems(b, fmt.Sprintf("out%d", i), 1))
 		prev = id
 	}
-	ctx := b.Context()
-	for b.Loop() {
-		chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: prev})
-		if err != nil {
-			b.Fatalf("chain get: %v", err)
-		}
-		if len(chain.Items()) != 2*depth {
-			b.Fatalf("chain has %d items, want %d", len(chain.Items()), 2*depth)
-		}
-	}
+	loopChainGet(b, s, prev, 2*depth)
 }
 
 // BenchCommitParams is the turn BenchmarkCommit commits, with the given response id.
@@ -137,4 +119,19 @@ func BenchmarkCommitParallel(b *testing.B, s store.Store) {
 			}
 		}
 	})
+}
+
+// loopChainGet is the timed loop of the chain benchmarks: tenantA's chain ending at head, which
+// holds items items.
+func loopChainGet(b *testing.B, s store.Store, head string, items int) {
+	ctx := b.Context()
+	for b.Loop() {
+		chain, err := s.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenantA, ID: head})
+		if err != nil {
+			b.Fatalf("chain get: %v", err)
+		}
+		if len(chain.Items()) != items {
+			b.Fatalf("chain has %d items, want %d", len(chain.Items()), items)
+		}
+	}
 }
