@@ -69,3 +69,23 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, f.Tenant, f.ID, role, pos, it.ID, it.Type,
 	defer s.Close()
 	storetest.CheckUpgrade(t, s, fixture)
 }
+
+// TestLineageLayout: storetest.LineageLayout, reading the rows through a connection of its own.
+func TestLineageLayout(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s := newStoreAt(t, dsn)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	storetest.LineageLayout(t, s, func(id string) storetest.Lineage {
+		var l storetest.Lineage
+		err := conn.QueryRow(t.Context(), `SELECT branch, depth, coalesce(fork_branch, -1) FROM responses WHERE id = $1`, id).
+			Scan(&l.Branch, &l.Depth, &l.Fork)
+		if err != nil {
+			t.Fatalf("lineage of %s: %v", id, err)
+		}
+		return l
+	})
+}

@@ -69,3 +69,28 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`, f.Tenant, f.ID, role, pos, it.ID, it.Type,
 	defer s.Close()
 	storetest.CheckUpgrade(t, s, fixture)
 }
+
+// TestLineageLayout: storetest.LineageLayout, reading the rows through a second connection to
+// the store's file.
+func TestLineageLayout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "respgate.db")
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	storetest.LineageLayout(t, s, func(id string) storetest.Lineage {
+		var l storetest.Lineage
+		err := db.QueryRowContext(t.Context(), `SELECT branch, depth, coalesce(fork_branch, -1) FROM responses WHERE id = ?1`, id).
+			Scan(&l.Branch, &l.Depth, &l.Fork)
+		if err != nil {
+			t.Fatalf("lineage of %s: %v", id, err)
+		}
+		return l
+	})
+}

@@ -358,3 +358,40 @@ func testConcurrentCommitsMixed(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// Lineage is a response's place in the lineage layout (migrations/postgres/006,
+// migrations/sqlite/006) as its row holds it; Fork is -1 for none.
+type Lineage struct{ Branch, Depth, Fork int64 }
+
+// LineageLayout checks that a backend lays chains out as the layout's range scans need: a
+// continuation of a branch's head extends that branch at the next depth, a continuation of any
+// other response starts a new branch at the next depth that records the branch it forked from,
+// and a response without a previous one (or whose previous one does not exist) starts a new
+// branch at depth 0. Chain loads give the same answers on any layout (lineageCases); this is what
+// keeps a linear chain to one range scan. read returns a response's stored lineage; s must be
+// empty.
+func LineageLayout(t *testing.T, s store.Store, read func(id string) Lineage) {
+	t.Helper()
+	for _, c := range [][2]string{{"resp_0", ""}, {"resp_1", "resp_0"}, {"resp_2", "resp_1"},
+		{"resp_fork", "resp_1"}, {"resp_fork_next", "resp_fork"}, {"resp_orphan", "resp_missing"}} {
+		commitTurn(t, s, tenantA, c[0], c[1], "", msgs(t, c[0], 1), nil)
+	}
+	main := read("resp_0")
+	want := map[string]Lineage{
+		"resp_0":         {main.Branch, 0, -1},
+		"resp_1":         {main.Branch, 1, -1},
+		"resp_2":         {main.Branch, 2, -1},
+		"resp_fork":      {read("resp_fork").Branch, 2, main.Branch},
+		"resp_fork_next": {read("resp_fork").Branch, 3, -1},
+		"resp_orphan":    {read("resp_orphan").Branch, 0, -1},
+	}
+	for id, w := range want {
+		if got := read(id); got != w {
+			t.Errorf("%s: lineage %+v, want %+v", id, got, w)
+		}
+	}
+	branches := map[int64]bool{main.Branch: true, want["resp_fork"].Branch: true, want["resp_orphan"].Branch: true}
+	if len(branches) != 3 {
+		t.Errorf("branches main %d, fork %d, orphan %d: want three distinct", main.Branch, want["resp_fork"].Branch, want["resp_orphan"].Branch)
+	}
+}
