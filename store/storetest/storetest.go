@@ -769,6 +769,14 @@ func testConversationItemGetDelete(t *testing.T, s store.Store) {
 	_, out, err := s.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tenantA, ID: "resp_1"})
 	noErr(t, "response get", err)
 	checkItems(t, "response keeps the item", out, msgs(t, "ro", 1))
+	// An id the conversation lists twice, once created there and once as a response's item: one
+	// delete removes both (the direct item and the response item's listing).
+	twice := msgs(t, "tw", 1)
+	noErr(t, "append twice", s.ConversationItemAppend(ctx, &store.ConversationItemAppendParams{Tenant: tenantA, ConversationID: "conv_1", Items: twice}))
+	commitTurn(t, s, tenantA, "resp_2", "", "conv_1", twice, nil)
+	noErr(t, "delete an id listed twice", s.ConversationItemDelete(ctx, &store.ConversationItemDeleteParams{Tenant: tenantA, ConversationID: "conv_1", ItemID: "tw_0"}))
+	_, err = s.ConversationItemGet(ctx, &store.ConversationItemGetParams{Tenant: tenantA, ConversationID: "conv_1", ItemID: "tw_0"})
+	isNotFound(t, "get an id listed twice after its delete", err)
 	isNotFound(t, "delete in unknown conversation", s.ConversationItemDelete(ctx, &store.ConversationItemDeleteParams{Tenant: tenantA, ConversationID: "conv_none", ItemID: "i_0"}))
 	_, err = s.ConversationItemGet(ctx, &store.ConversationItemGetParams{Tenant: tenantA, ConversationID: "conv_none", ItemID: "i_0"})
 	isNotFound(t, "get in unknown conversation", err)
