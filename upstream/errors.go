@@ -195,15 +195,19 @@ const (
 func (e *Error) APIError() *wire.APIError {
 	switch e.Kind {
 	case KindUnreachable:
-		return serverError(http.StatusBadGateway, "upstream_unreachable", msgUnreachable)
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_unreachable",
+			Message: msgUnreachable}
 	case KindTimeout:
-		return serverError(http.StatusGatewayTimeout, "upstream_timeout", msgTimeout)
+		return &wire.APIError{Status: http.StatusGatewayTimeout, Type: wire.ErrServer, Code: "upstream_timeout",
+			Message: msgTimeout}
 	case KindCanceled:
 		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
 	case KindStreamBroken:
-		return serverError(http.StatusBadGateway, "upstream_error", msgBroken)
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: msgBroken}
 	case KindEventTooLarge:
-		return serverError(http.StatusBadGateway, "upstream_error", msgTooLarge)
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: msgTooLarge}
 	case KindHTTP, KindBadBody:
 		if ae := e.statusError(); ae != nil {
 			return ae
@@ -217,12 +221,7 @@ func (e *Error) APIError() *wire.APIError {
 	if e.Status != 0 {
 		msg = msgBadBody + " (status " + strconv.Itoa(e.Status) + ")."
 	}
-	return serverError(http.StatusBadGateway, "upstream_error", msg)
-}
-
-// serverError is a server_error envelope of the gateway's own wording.
-func serverError(status int, code, msg string) *wire.APIError {
-	return &wire.APIError{Status: status, Type: wire.ErrServer, Code: code, Message: msg}
+	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
 }
 
 // statusError maps the statuses whose meaning does not depend on the body: a rate limit or an
@@ -256,11 +255,13 @@ func (e *Error) httpAPIError() *wire.APIError {
 	msg := scrubMessage(e.Message)
 	switch s := e.Status; {
 	case s == http.StatusUnauthorized || s == http.StatusForbidden || s == http.StatusProxyAuthRequired:
-		return serverError(http.StatusBadGateway, "upstream_error", "upstream rejected the gateway's credentials (status "+status+")")
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream rejected the gateway's credentials (status " + status + ")"}
 	case (s == http.StatusNotFound || s == http.StatusMethodNotAllowed) && e.Type == http.StatusText(s):
 		// vLLM's http_exception_handler names the type after the status phrase: the route itself
 		// is missing, as for FastAPI's bare {"detail":"Not Found"} (a bad body, 502 too).
-		return serverError(http.StatusBadGateway, "upstream_error", "upstream does not serve this route (status "+status+")")
+		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
+			Message: "upstream does not serve this route (status " + status + ")"}
 	case s == http.StatusNotImplemented && strings.Contains(msg, "tool_choice"):
 		// vLLM's harmony path raises NotImplementedError for a tool_choice other than auto or
 		// none (upstream/vllmsim/sim.go reproduces it): the client's value is unsupported.
@@ -297,7 +298,7 @@ func (e *Error) httpAPIError() *wire.APIError {
 	if msg == "" {
 		msg = "upstream error (status " + status + ")"
 	}
-	return serverError(http.StatusBadGateway, "upstream_error", msg)
+	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
 }
 
 // clientCode turns vLLM's code into the envelope's: vLLM puts the HTTP status there, as a number
