@@ -88,14 +88,16 @@ func startBinary(t *testing.T, dbURL string, extra ...string) *proc {
 		}
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor(t, 20*time.Second, "respgate /readyz", func() bool {
+	// A start runs both migrations under their database-wide locks, which every other test
+	// package's stores take too: under a full make test it can wait its turn for a while.
+	waitFor(t, time.Minute, "respgate /readyz", func() bool {
 		res, err := http.Get(p.url + "/readyz")
 		if err != nil {
 			return false
 		}
 		res.Body.Close()
 		return res.StatusCode == 200
-	})
+	}, p.log)
 	return p
 }
 
