@@ -168,7 +168,7 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 		status := c.Response().Status
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		s.tel.request(ctx, route, status, time.Since(start))
-		attrs := []slog.Attr{
+		attrs := append(make([]slog.Attr, 0, 12), // room for the stored response's 5 (accesslog.go)
 			slog.String("request_id", requestID(c)),
 			slog.String("method", c.Request().Method),
 			slog.String("route", c.Path()),
@@ -176,7 +176,7 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.Int64("bytes_in", c.Request().ContentLength),
 			slog.Int64("bytes_out", c.Response().Size),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		}
+		)
 		if stored != nil {
 			attrs = append(attrs, stored.take()...) // the turn's commit (accesslog.go)
 		}

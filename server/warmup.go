@@ -49,7 +49,7 @@ func (k *socket) warmup(t *turn) error {
 		if err != nil {
 			return err
 		}
-		s.log.Info("response stored", "response_id", t.rec.ID, "status", t.rec.Status, "input_items", len(t.input), "warmup", true)
+		s.logStored(k.ctx, t.rec.ID, t.rec.Status, len(t.input), 0, len(p.Events))
 	}
 	frames := frame(created, wire.EventCompleted, 1, &t.rec)
 	return k.sink.write(append(frames, wire.DoneFrame...))
