@@ -44,6 +44,11 @@ type Params struct {
 	// then projects only the rest. One made for another HistoryParam, Keys or Tenant, or longer
 	// than History, is not used. Nil: every item of History is projected.
 	Prepared *History
+	// Buf, when its capacity holds the body, is where Build writes Result.Body (from its start),
+	// instead of a new allocation: a caller that reuses its buffers spares a large body the
+	// zeroing and first-touch page faults of fresh memory. The caller must not use Buf while it
+	// uses Result.Body. Nil: Build allocates.
+	Buf []byte
 }
 
 // Stats are telemetry counters of one Build. They never hold content.
@@ -214,7 +219,11 @@ func Build(p *Params) (*Result, error) {
 	for i := range p.Input {
 		size += len(p.Input[i].JSON) + 96
 	}
-	bd.buf = make([]byte, 0, size)
+	if cap(p.Buf) >= size {
+		bd.buf = p.Buf[:0]
+	} else {
+		bd.buf = make([]byte, 0, size)
+	}
 	res := &Result{}
 
 	bd.buf = append(bd.buf, '{')

@@ -198,4 +198,27 @@ func samePrepared(t testing.TB, p *Params) {
 			t.Fatalf("prepared at %d: History covers %d items, want the %d of the whole history", k, got.History.Len(), len(full.History))
 		}
 	}
+	if werr == nil {
+		sameInBuf(t, &full, want)
+	}
+}
+
+// sameInBuf checks that Build gives want when handed a buffer (Params.Buf) that holds an
+// earlier body: written into the buffer when it is large enough, into a new one when not.
+func sameInBuf(t testing.TB, p *Params, want *Result) {
+	t.Helper()
+	for _, size := range []int{1, 4*len(want.Body) + 4096} {
+		q := *p
+		q.Buf = bytes.Repeat([]byte{'#'}, size)
+		got, err := Build(&q)
+		if err != nil {
+			t.Fatalf("built into a buffer of %d bytes: %v", size, err)
+		}
+		if !bytes.Equal(got.Body, want.Body) || !reflect.DeepEqual(got.Input, want.Input) || got.Stats != want.Stats {
+			t.Fatalf("built into a buffer of %d bytes: body\n%s\nwant\n%s", size, got.Body, want.Body)
+		}
+		if inBuf := &got.Body[0] == &q.Buf[0]; inBuf != (size > 1) {
+			t.Fatalf("built into a buffer of %d bytes: body in it %v, want %v", size, inBuf, size > 1)
+		}
+	}
 }

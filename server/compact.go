@@ -95,7 +95,7 @@ func (s *Server) sessionItems(ctx context.Context, tn string, req *createRequest
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.rehydrate(tn, req, src)
+	res, err := s.rehydrate(tn, req, src, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -229,6 +229,7 @@ type Server struct {
 	keys     []string          // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 	owner    string            // lease owner id of this process
 	chains   *chainCache       // histories of recent chain heads (chaincache.go)
+	bodyBufs bufPool           // buffers of vLLM-bound bodies (bodybuf.go)
 
 	// windows are the configured context windows, modelWindows caches vLLM's max_model_len per
 	// model (context.go).
@@ -315,6 +316,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (
 		windows:  windows,
 		owner:    wire.NewID("gw_"),
 		chains:   newChainCache(cfg.ChainCacheBytes),
+		bodyBufs: newBodyBufs(),
 		stop:     make(chan struct{}),
 		quit:     make(chan struct{}),
 		drained:  make(chan struct{}),

@@ -186,7 +186,12 @@ func putRelayBuf(b *[]byte) {
 func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*upstream.Stream, error) {
 	began := s.begin(ctx, t)
 	start := time.Now()
-	up, upErr := s.upstream.Stream(uctx, t.body)
+	var release func()
+	if buf := t.bodyBuf; buf != nil {
+		t.bodyBuf = nil
+		release = func() { s.putBodyBuf(buf) }
+	}
+	up, upErr := s.upstream.StreamLent(uctx, t.body, release)
 	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
 	var beginErr error
 	select {

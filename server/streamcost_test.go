@@ -234,7 +234,7 @@ func (d *discardClient) Flush() {}
 func (d *discardClient) SetWriteDeadline(time.Time) error { return nil }
 
 // recordSimStream returns the raw SSE body the simulator streams for body.
-func recordSimStream(b *testing.B, body string) []byte {
+func recordSimStream(b testing.TB, body string) []byte {
 	b.Helper()
 	sim := httptest.NewServer(vllmsim.New(vllmsim.Options{}))
 	defer sim.Close()

@@ -33,6 +33,9 @@ type turn struct {
 	// droppedTools names the request tools the model cannot be given (ToolPolicyDrop).
 	droppedTools []string
 	body         []byte // the vLLM-bound request
+	// bodyBuf holds body's buffer (bodyBufs) until a streamed turn lends it to the upstream
+	// transport, which gives it back (connect); nil once lent.
+	bodyBuf *[]byte
 	// leased: ResponseBegin stored the in-progress record (and the input). It is set before the
 	// keeper starts and not changed after.
 	leased bool
@@ -144,8 +147,10 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err := s.manageContext(ctx, tn, req, ex, respID); err != nil { // compaction, truncation (server/context.go)
 		return nil, err
 	}
-	res, err := s.rehydrate(tn, req, src)
+	bodyBuf := s.getBodyBuf()
+	res, err := s.rehydrate(tn, req, src, bodyBuf)
 	if err != nil {
+		s.putBodyBuf(bodyBuf)
 		if ae := (*wire.APIError)(nil); errors.As(err, &ae) && ae.Code == rehydrate.CodeItemIDConflict {
 			s.tel.idConflicts.Add(ctx, 1)
 		}
@@ -165,7 +170,7 @@ func (s *Server) prepareTurn(ctx context.Context, tn string, req *createRequest,
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{req: req, history: history, projected: res.History, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
+	t := &turn{req: req, history: history, projected: res.History, chainGen: gen.gen, chainGenOK: gen.ok, input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, bodyBuf: bodyBuf, toolNames: res.ToolNames, droppedTools: res.DroppedTools,
 		view: s.view(tn, req.body.Includes(wire.IncludeEncryptedReasoning)), rec: store.Response{
 			ID:                 respID,
 			Tenant:             tn,
@@ -224,16 +229,22 @@ func (s *Server) loadSources(ctx context.Context, tn string, req *createRequest,
 // with compaction items restored.
 // Its History is the projection of the loaded history (src.history), or nil when compaction or
 // truncation replayed another one.
-func (s *Server) rehydrate(tn string, req *createRequest, src *turnSources) (*rehydrate.Result, error) {
+func (s *Server) rehydrate(tn string, req *createRequest, src *turnSources, buf *[]byte) (*rehydrate.Result, error) {
 	p := &rehydrate.Params{History: src.ex.history, HistoryParam: src.param, Input: src.ex.input, Request: req.body,
 		Lookup: src.lookup, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)}
 	loaded := sameItems(src.ex.history, src.history)
 	if loaded {
 		p.Prepared = src.info.prep
 	}
+	if buf != nil {
+		p.Buf = *buf
+	}
 	res, err := rehydrate.Build(p)
 	if err != nil {
 		return nil, err
+	}
+	if buf != nil {
+		*buf = res.Body
 	}
 	if !loaded {
 		res.History = nil

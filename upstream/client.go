@@ -191,8 +191,11 @@ const (
 // do sends one request and returns a 2xx response, whose body the caller reads through an
 // idleReader and releases with call.end; any other answer becomes an *Error here, after reading
 // at most maxErrorBody bytes of it to find vLLM's envelope.
-func (c *Client) do(ctx context.Context, method, u string, body []byte, accept string, bound headersBound) (*http.Response, *call, error) {
+func (c *Client) do(ctx context.Context, method, u string, body []byte, accept string, bound headersBound, release func()) (*http.Response, *call, error) {
 	if ctx.Err() != nil {
+		if release != nil {
+			release()
+		}
 		return nil, nil, ctxError(ctx)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
@@ -207,15 +210,26 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 			},
 		})
 	}
+	if release != nil && len(body) == 0 {
+		release() // nothing to lend: an empty body is sent as none
+		release = nil
+	}
 	var rd io.Reader
-	if body != nil {
+	if body != nil && release == nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(reqCtx, method, u, rd)
 	if err != nil {
 		connect.Stop()
 		cancel(nil)
+		if release != nil {
+			release()
+		}
 		return nil, nil, &Error{Kind: KindBadBody, Message: "cannot build the request", cause: err}
+	}
+	var lent *lentBody
+	if release != nil {
+		lent = newLentBody(req, body, release)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -226,6 +240,9 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 		req.Header.Set("Authorization", c.auth)
 	}
 	resp, err := c.hc.Do(req)
+	if lent != nil {
+		lent.roundTripped()
+	}
 	connect.Stop()
 	if err != nil {
 		err = c.classify(ctx, rctx, err, false)
@@ -352,7 +369,7 @@ func (c *Client) Tokenize(ctx context.Context, body []byte) ([]byte, error) {
 }
 
 func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bound headersBound) ([]byte, error) {
-	resp, cl, err := c.do(ctx, method, u, body, "application/json", bound)
+	resp, cl, err := c.do(ctx, method, u, body, "application/json", bound, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +398,15 @@ func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bou
 // *Error. ctx governs the whole stream: cancelling it aborts the request at once, including a
 // blocked Next. The caller must Close the Stream.
 func (c *Client) Stream(ctx context.Context, body []byte) (*Stream, error) {
-	resp, cl, err := c.do(ctx, http.MethodPost, c.responsesURL, body, "text/event-stream", untilHeaders) //nolint:bodyclose // cl.end closes it on failure, Stream.Close otherwise
+	return c.StreamLent(ctx, body, nil)
+}
+
+// StreamLent is Stream with body lent to the transport: release is called exactly once, after
+// the request has been sent or has failed, when the transport holds no reader of body any more
+// (it may close one after the call returned, http.RoundTripper); from then on the caller may
+// reuse body's buffer. Until then the caller must not change it. A nil release is Stream.
+func (c *Client) StreamLent(ctx context.Context, body []byte, release func()) (*Stream, error) {
+	resp, cl, err := c.do(ctx, http.MethodPost, c.responsesURL, body, "text/event-stream", untilHeaders, release) //nolint:bodyclose // cl.end closes it on failure, Stream.Close otherwise
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/respgate/respgate/upstream"
+)
+
+// holdingUpstream answers every request with a recorded stream; the first request's body it
+// keeps unread and open, as a transport still writing it would, until the test reads it.
+type holdingUpstream struct {
+	stream []byte
+	held   io.ReadCloser
+}
+
+func (h *holdingUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.held == nil {
+		h.held = r.Body
+	} else {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	return &http.Response{StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(h.stream)),
+		ContentLength: -1, Request: r}, nil
+}
+
+// stackPool is a bufPool that always hands out the buffer given back last.
+type stackPool struct{ free []any }
+
+func (p *stackPool) Get() any {
+	if len(p.free) == 0 {
+		return new([]byte)
+	}
+	b := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return b
+}
+
+func (p *stackPool) Put(b any) { p.free = append(p.free, b) }
+
+// A streamed turn's body buffer is reused (server/bodybuf.go) only once the upstream transport
+// has closed the body: a transport may still be sending it after the turn ended.
+func TestABodyIsNotReusedWhileTheTransportHoldsIt(t *testing.T) {
+	h := &holdingUpstream{stream: recordSimStream(t, `{"model":"openai/gpt-oss-sim?quirks=none&tokens=4","input":"hi","stream":true}`)}
+	up, err := upstream.New(upstream.Config{BaseURL: "http://upstream.invalid/v1", Transport: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &fakeStore{}, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	s.bodyBufs = &stackPool{} // hands out the buffer given back last, every time
+	turn := func(input string) {
+		t.Helper()
+		body := `{"model":"openai/gpt-oss-sim","input":"` + input + `","stream":true,"store":false}`
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/responses", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "response.completed") {
+			t.Fatalf("turn %q: %d %s", input, rec.Code, rec.Body.String())
+		}
+	}
+	turn(strings.Repeat("first ", 100))
+	turn(strings.Repeat("later ", 100))
+	if len(s.bodyBufs.(*stackPool).free) != 1 {
+		t.Fatalf("%d buffers given back after the second turn, want its own", len(s.bodyBufs.(*stackPool).free))
+	}
+	sent, err := io.ReadAll(h.held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.held.Close()
+	if !bytes.Contains(sent, []byte("first first")) || bytes.Contains(sent, []byte("later")) {
+		t.Fatalf("the first turn's body changed while the transport held it: %.200s", sent)
+	}
+}
