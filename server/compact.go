@@ -33,57 +33,55 @@ var compactMembers = []string{"model", "input", "previous_response_id", "instruc
 // which the client sends back as the next request's input. Nothing is stored but the archive
 // record of what the summary replaced.
 func (s *Server) compactResponse(c echo.Context) error {
-	if !s.admit() {
-		return errShuttingDown
-	}
-	defer s.inflight.Done()
-	body, err := readBody(c)
-	if err != nil {
-		return err
-	}
-	members, err := scanCreate(body, s.cfg.MaxJSONDepth)
-	if err != nil {
-		return err
-	}
-	kept := map[string]json.RawMessage{"store": json.RawMessage("false")}
-	for _, k := range compactMembers {
-		if v, ok := members[k]; ok {
-			kept[k] = v
+	return s.admitted(func() error {
+		body, err := readBody(c)
+		if err != nil {
+			return err
 		}
-	}
-	req, err := createFromMembers(kept)
-	if err != nil {
-		return err
-	}
-	ctx, tn := c.Request().Context(), tenant(c)
-	req.Store = true // read the chain from the store, never a socket's cache
-	all, err := s.sessionItems(ctx, tn, req)
-	if err != nil {
-		return err
-	}
-	// The answer's id keys nothing else (a compact answer is not a stored response); the archive
-	// record keeps it, so the id a client or its logs show leads an operator to the record.
-	id := wire.NewID(wire.PrefixResponse)
-	out, usage, err := s.compactItems(ctx, tn, req, all, id)
-	if err != nil {
-		return err
-	}
-	b := make([]byte, 0, 1024)
-	b = append(b, `{"id":`...)
-	b = wire.AppendString(b, id)
-	b = append(b, `,"object":"response.compaction","created_at":`...)
-	b = strconv.AppendInt(b, time.Now().Unix(), 10)
-	b = append(b, `,"output":[`...)
-	for i, it := range s.view(tn, false).items(out) {
-		if i > 0 {
-			b = append(b, ',')
+		members, err := scanCreate(body, s.cfg.MaxJSONDepth)
+		if err != nil {
+			return err
 		}
-		b = wire.AppendRaw(b, it.JSON)
-	}
-	b = append(b, `],"usage":`...)
-	b = wire.AppendRaw(b, usage)
-	b = append(b, '}')
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+		kept := map[string]json.RawMessage{"store": json.RawMessage("false")}
+		for _, k := range compactMembers {
+			if v, ok := members[k]; ok {
+				kept[k] = v
+			}
+		}
+		req, err := createFromMembers(kept)
+		if err != nil {
+			return err
+		}
+		ctx, tn := c.Request().Context(), tenant(c)
+		req.Store = true // read the chain from the store, never a socket's cache
+		all, err := s.sessionItems(ctx, tn, req)
+		if err != nil {
+			return err
+		}
+		// The answer's id keys nothing else (a compact answer is not a stored response); the archive
+		// record keeps it, so the id a client or its logs show leads an operator to the record.
+		id := wire.NewID(wire.PrefixResponse)
+		out, usage, err := s.compactItems(ctx, tn, req, all, id)
+		if err != nil {
+			return err
+		}
+		b := make([]byte, 0, 1024)
+		b = append(b, `{"id":`...)
+		b = wire.AppendString(b, id)
+		b = append(b, `,"object":"response.compaction","created_at":`...)
+		b = strconv.AppendInt(b, time.Now().Unix(), 10)
+		b = append(b, `,"output":[`...)
+		for i, it := range s.view(tn, false).items(out) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = wire.AppendRaw(b, it.JSON)
+		}
+		b = append(b, `],"usage":`...)
+		b = wire.AppendRaw(b, usage)
+		b = append(b, '}')
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+	})
 }
 
 // sessionItems is every item of the session a request describes, in the form the store keeps:

@@ -431,6 +431,17 @@ func (s *Server) ActiveStreams() int64 { return s.streams.Load() }
 // admit counts a new turn in, unless the server is shutting down.
 func (s *Server) admit() bool { return s.admitInto(&s.inflight) }
 
+// admitted runs fn as a turn in flight (Shutdown waits for it to return), or answers
+// errShuttingDown without running it once the server is shutting down: the admission of every
+// turn, HTTP (serveTurn, compactResponse) or WebSocket (socket.turn).
+func (s *Server) admitted(fn func() error) error {
+	if !s.admit() {
+		return errShuttingDown
+	}
+	defer s.inflight.Done()
+	return fn()
+}
+
 // admitInto counts one more into wg (turns in flight, open WebSocket connections), unless the
 // server is shutting down: under mu, so nothing is added once Shutdown waits.
 func (s *Server) admitInto(wg *sync.WaitGroup) bool {

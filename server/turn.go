@@ -87,33 +87,30 @@ func (s *Server) createResponse(c echo.Context) error {
 // nothing) and runs it streamed or not: the one lifecycle of POST /v1/responses and POST
 // /v1/chat/completions (server/chat.go).
 func (s *Server) serveTurn(c echo.Context, prepare func(echo.Context) (*turn, error)) error {
-	if !s.admit() {
-		return errShuttingDown
-	}
-	defer s.inflight.Done()
-
-	t, err := prepare(c)
-	if err != nil {
-		return err
-	}
-	if len(t.droppedTools) > 0 {
-		c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(t.droppedTools, ","))
-	}
-	if t.truncated > 0 {
-		c.Response().Header().Set("X-Respgate-Truncated-Items", strconv.Itoa(t.truncated))
-	}
-	if t.req.echo.Background {
-		return s.serveBackground(c, t) // docs/background.md
-	}
-	if t.req.Stream {
-		release, err := s.holdStream(t)
+	return s.admitted(func() error {
+		t, err := prepare(c)
 		if err != nil {
 			return err
 		}
-		defer release()
-		return s.streamTurn(c.Request().Context(), t, func() eventSink { return s.openStream(c) })
-	}
-	return s.syncTurn(c, t)
+		if len(t.droppedTools) > 0 {
+			c.Response().Header().Set("X-Respgate-Dropped-Tools", strings.Join(t.droppedTools, ","))
+		}
+		if t.truncated > 0 {
+			c.Response().Header().Set("X-Respgate-Truncated-Items", strconv.Itoa(t.truncated))
+		}
+		if t.req.echo.Background {
+			return s.serveBackground(c, t) // docs/background.md
+		}
+		if t.req.Stream {
+			release, err := s.holdStream(t)
+			if err != nil {
+				return err
+			}
+			defer release()
+			return s.streamTurn(c.Request().Context(), t, func() eventSink { return s.openStream(c) })
+		}
+		return s.syncTurn(c, t)
+	})
 }
 
 var errShuttingDown = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "shutting_down",

@@ -180,22 +180,20 @@ func (k *socket) turn(m socketMessage) error {
 	if err != nil {
 		return err
 	}
-	if !s.admit() {
-		return errShuttingDown
-	}
-	defer s.inflight.Done()
-	t, err := s.prepareTurn(k.ctx, k.tenant, req, &k.cache)
-	if err == nil && !generate {
-		err = k.warmup(t)
-	} else if err == nil {
-		var release func()
-		if release, err = s.holdStream(t); err == nil {
-			err = s.streamTurn(k.ctx, t, func() eventSink { return k.sink })
-			release()
+	return s.admitted(func() error {
+		t, err := s.prepareTurn(k.ctx, k.tenant, req, &k.cache)
+		if err == nil && !generate {
+			err = k.warmup(t)
+		} else if err == nil {
+			var release func()
+			if release, err = s.holdStream(t); err == nil {
+				err = s.streamTurn(k.ctx, t, func() eventSink { return k.sink })
+				release()
+			}
 		}
-	}
-	k.remember(req, t, err)
-	return err
+		k.remember(req, t, err)
+		return err
+	})
 }
 
 // remember keeps a finished store:false response on the connection so the next turn can continue
