@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -166,6 +167,23 @@ func CancelBackgroundTx(tx CancelTx, q *Queries, p *ResponseCancelBackgroundPara
 		}
 	}
 	return out, jobID, nil
+}
+
+// CancelBackgroundResult is ResponseCancelBackground's answer once its transaction
+// (CancelBackgroundTx, outcome out for job jobID) has ended with err, already interpreted by the
+// backend: the same in every backend. A job a worker runs (CancelRunning) is woken at once by
+// wake, River's cancel outside the transaction (on Postgres River's notifier reaches every
+// replica; on SQLite it is delivered in process), rather than at the worker's next poll.
+func CancelBackgroundResult(ctx context.Context, out CancelOutcome, jobID int64, err error, wake func(ctx context.Context, jobID int64) error) (CancelOutcome, error) {
+	if err != nil {
+		return 0, fmt.Errorf("cancel background response: %w", err)
+	}
+	if out == CancelRunning {
+		if err := wake(ctx, jobID); err != nil {
+			return out, fmt.Errorf("cancel background response: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // Jobs is implemented by the backends that run River in their database (both do). The background

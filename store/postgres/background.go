@@ -131,14 +131,5 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 		_, err = tx.Exec(ctx, notifySQL, s.channel, p.ID)
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("cancel background response: %w", interpretError(err))
-	}
-	if out == store.CancelRunning {
-		// Wake the client running it now (River's notifier reaches every replica).
-		if err := s.jobs.Notify(ctx, jobID); err != nil {
-			return out, fmt.Errorf("cancel background response: %w", err)
-		}
-	}
-	return out, nil
+	return store.CancelBackgroundResult(ctx, out, jobID, interpretError(err), s.jobs.Notify)
 }

@@ -93,14 +93,5 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 		}, &queries, p)
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("cancel background response: %w", interpretError(err))
-	}
-	if out == store.CancelRunning {
-		// In process: River delivers the cancel to this process's running job at once.
-		if err := s.jobs.Notify(ctx, jobID); err != nil {
-			return out, fmt.Errorf("cancel background response: %w", err)
-		}
-	}
-	return out, nil
+	return store.CancelBackgroundResult(ctx, out, jobID, interpretError(err), s.jobs.Notify)
 }
