@@ -193,6 +193,7 @@ const (
 // Every relayed upstream message has URLs and file paths replaced (scrubMessage) on top of the
 // redaction every Error's fields already had.
 func (e *Error) APIError() *wire.APIError {
+	var msg string
 	switch e.Kind {
 	case KindUnreachable:
 		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_unreachable",
@@ -203,11 +204,9 @@ func (e *Error) APIError() *wire.APIError {
 	case KindCanceled:
 		return &wire.APIError{Status: 499, Type: wire.ErrInvalidRequest, Message: "client closed request"}
 	case KindStreamBroken:
-		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
-			Message: msgBroken}
+		msg = msgBroken
 	case KindEventTooLarge:
-		return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error",
-			Message: msgTooLarge}
+		msg = msgTooLarge
 	case KindHTTP, KindBadBody:
 		if ae := e.statusError(); ae != nil {
 			return ae
@@ -216,11 +215,14 @@ func (e *Error) APIError() *wire.APIError {
 			return e.httpAPIError()
 		}
 	}
-	// KindBadBody and anything unknown.
-	msg := msgBadBody + "."
-	if e.Status != 0 {
-		msg = msgBadBody + " (status " + strconv.Itoa(e.Status) + ")."
+	if msg == "" { // KindBadBody and anything unknown
+		msg = msgBadBody + "."
+		if e.Status != 0 {
+			msg = msgBadBody + " (status " + strconv.Itoa(e.Status) + ")."
+		}
 	}
+	// A stream broken, an event too large, an answer the gateway cannot read: the one 502
+	// upstream_error envelope whose message says which failure it was.
 	return &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "upstream_error", Message: msg}
 }
 
