@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/respgate/respgate/wire"
@@ -272,7 +273,7 @@ func Expand(items []wire.Item, open Opener, drop map[string]bool) (out []wire.It
 		}
 		pos := op.idx
 		for i, it := range items {
-			if i < pos && it.ID != "" && contains(op.p.Replaced, it.ID) {
+			if i < pos && it.ID != "" && slices.Contains(op.p.Replaced, it.ID) {
 				pos = i
 				break
 			}
@@ -300,15 +301,6 @@ func Expand(items []wire.Item, open Opener, drop map[string]bool) (out []wire.It
 		out = append(out, m)
 	}
 	return out, replaced, nil
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ItemError is a compaction item that did not open, at Index of the items given to Expand.

@@ -695,7 +695,7 @@ func (r *Result) dropTool(typ string) {
 	if typ == "" {
 		typ = "(no type)"
 	}
-	if !contains(r.DroppedTools, typ) {
+	if !slices.Contains(r.DroppedTools, typ) {
 		r.DroppedTools = append(r.DroppedTools, typ)
 	}
 }

@@ -3,6 +3,7 @@ package rehydrate
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 
 	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
@@ -77,21 +78,12 @@ func ReferencedIDs(input []wire.Item) []string {
 			continue
 		}
 		id := str(v.b, v.id)
-		if id == "" || contains(ids, id) {
+		if id == "" || slices.Contains(ids, id) {
 			continue
 		}
 		ids = append(ids, id)
 	}
 	return ids
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Lookup resolves item ids (from item_reference items, and reasoning items without plaintext) to
