@@ -29,6 +29,31 @@ type latencyResult struct {
 
 var latencyMetrics = []string{"ttfb_p50", "ttfb_p99", "ttfd_p50", "ttfd_p99", "gap_p50", "gap_p99", "relay_p50", "relay_p99", "jitter_p99"}
 
+// addLatency records one round of arm's latencyMetrics (and its unmatched streams): time to first
+// byte and to first delta from probe, the inter-event gaps from gaps (the same summary where one
+// run measures both), relay latency and jitter from rl.
+func (t table) addLatency(arm string, probe, gaps *loadgen.Summary, rl relayStats) {
+	t.add(arm, "ttfb_p50", probe.TTFB.P50)
+	t.add(arm, "ttfb_p99", probe.TTFB.P99)
+	t.add(arm, "ttfd_p50", probe.TTFD.P50)
+	t.add(arm, "ttfd_p99", probe.TTFD.P99)
+	t.add(arm, "gap_p50", gaps.Gap.P50)
+	t.add(arm, "gap_p99", gaps.Gap.P99)
+	t.add(arm, "relay_p50", rl.LatP50)
+	t.add(arm, "relay_p99", rl.LatP99)
+	t.add(arm, "jitter_p99", rl.JitP99)
+	t.add(arm, "unmatched", float64(rl.Unmatched))
+}
+
+// addedLatency is arm's per-round difference from the direct arm A of each of latencyMetrics.
+func (t table) addedLatency(arm string) map[string]stats.Spread {
+	added := make(map[string]stats.Spread, len(latencyMetrics))
+	for _, m := range latencyMetrics {
+		added[m] = t.diff(arm, "A", m)
+	}
+	return added
+}
+
 func (b *bench) scenarioLatency(ctx context.Context) error {
 	p := b.p
 	aPrime := *b.arms[0]
@@ -61,16 +86,7 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 				return err
 			}
 			t := res.PerRound
-			t.add(a.Name, "ttfb_p50", probe.Summary.TTFB.P50)
-			t.add(a.Name, "ttfb_p99", probe.Summary.TTFB.P99)
-			t.add(a.Name, "ttfd_p50", probe.Summary.TTFD.P50)
-			t.add(a.Name, "ttfd_p99", probe.Summary.TTFD.P99)
-			t.add(a.Name, "gap_p50", gaps.Summary.Gap.P50)
-			t.add(a.Name, "gap_p99", gaps.Summary.Gap.P99)
-			t.add(a.Name, "relay_p50", rl.LatP50)
-			t.add(a.Name, "relay_p99", rl.LatP99)
-			t.add(a.Name, "jitter_p99", rl.JitP99)
-			t.add(a.Name, "unmatched", float64(rl.Unmatched))
+			t.addLatency(a.Name, &probe.Summary, &gaps.Summary, rl)
 			t.add(a.Name, "probes", float64(probe.Summary.OK))
 			res.Failed[a.Name] += probe.Summary.Failed + gaps.Summary.Failed
 			b.noteProblems("latency "+a.Name, probe.Summary, gaps.Summary)
@@ -78,10 +94,7 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 		b.log.Info("latency round done", "round", r+1)
 	}
 	for _, a := range arms[1:] {
-		res.Added[a.Name] = map[string]stats.Spread{}
-		for _, m := range latencyMetrics {
-			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
-		}
+		res.Added[a.Name] = res.PerRound.addedLatency(a.Name)
 	}
 	if b.opt.profile {
 		b.profileTwin(ctx, "twin-pg-c1", "one streamed turn at a time, no history, unpaced (what a turn costs on its way to the first byte)",
@@ -120,17 +133,8 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 			}
 			s := rs.Summary
 			t := res.PerRound
-			t.add(a.Name, "ttfb_p50", s.TTFB.P50)
-			t.add(a.Name, "ttfb_p99", s.TTFB.P99)
-			t.add(a.Name, "ttfd_p50", s.TTFD.P50)
-			t.add(a.Name, "ttfd_p99", s.TTFD.P99)
-			t.add(a.Name, "gap_p50", s.Gap.P50)
-			t.add(a.Name, "gap_p99", s.Gap.P99)
+			t.addLatency(a.Name, &s, &s, rl)
 			t.add(a.Name, "max_gap", s.MaxGap.Max)
-			t.add(a.Name, "relay_p50", rl.LatP50)
-			t.add(a.Name, "relay_p99", rl.LatP99)
-			t.add(a.Name, "jitter_p99", rl.JitP99)
-			t.add(a.Name, "unmatched", float64(rl.Unmatched))
 			if s.Events > 0 {
 				t.add(a.Name, "cpu_us_per_event", rs.GatewayCPU/float64(s.Events))
 				t.add(a.Name, "sim_cpu_us_per_event", rs.SimCPU/float64(s.Events))
@@ -149,10 +153,7 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 		b.log.Info("c256 round done", "round", r+1)
 	}
 	for _, a := range b.arms[1:] {
-		res.Added[a.Name] = map[string]stats.Spread{}
-		for _, m := range latencyMetrics {
-			res.Added[a.Name][m] = res.PerRound.diff(a.Name, "A", m)
-		}
+		res.Added[a.Name] = res.PerRound.addedLatency(a.Name)
 		res.CPURatio[a.Name] = res.PerRound.ratio(a.Name, "B", "cpu_us_per_event")
 	}
 	if b.opt.profile {
