@@ -88,7 +88,16 @@ const hexDigits = "0123456789abcdef"
 // AppendQuote appends s as a JSON string token that is always valid UTF-8: invalid bytes become
 // U+FFFD (as encoding/json does); U+2028 and U+2029 are escaped for JavaScript consumers; HTML
 // characters are not escaped.
-func AppendQuote(dst []byte, s string) []byte {
+func AppendQuote(dst []byte, s string) []byte { return appendQuote(dst, s, false) }
+
+// AppendQuotePython appends s as a JSON string token the way Python writes it (json.dumps with
+// ensure_ascii=False, and pydantic's model_dump_json, which vLLM's answers use): as AppendQuote,
+// but backspace and form feed get their short escapes (\b, \f) and U+2028 and U+2029 stay raw.
+// The vLLM simulator (upstream/vllmsim) writes its strings so.
+func AppendQuotePython(dst []byte, s string) []byte { return appendQuote(dst, s, true) }
+
+// appendQuote is AppendQuote, or with python AppendQuotePython.
+func appendQuote(dst []byte, s string, python bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -108,6 +117,18 @@ func AppendQuote(dst []byte, s string) []byte {
 				dst = append(dst, '\\', 'r')
 			case '\t':
 				dst = append(dst, '\\', 't')
+			case '\b':
+				if python {
+					dst = append(dst, '\\', 'b')
+					break
+				}
+				dst = append(dst, '\\', 'u', '0', '0', '0', '8')
+			case '\f':
+				if python {
+					dst = append(dst, '\\', 'f')
+					break
+				}
+				dst = append(dst, '\\', 'u', '0', '0', '0', 'c')
 			default:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}
@@ -123,7 +144,7 @@ func AppendQuote(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
+		if (r == '\u2028' || r == '\u2029') && !python {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
 			i += size

@@ -6,7 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/respgate/respgate/internal/jsonscan"
 )
 
 // The simulator writes its JSON by hand: vLLM serialises pydantic models, so the key order is the
@@ -14,57 +15,9 @@ import (
 // stays raw and "<>&" are not escaped (pydantic's model_dump_json; starlette's JSONResponse uses
 // json.dumps(ensure_ascii=False, separators=(",", ":"))). encoding/json would reorder and escape.
 
-const hexDigits = "0123456789abcdef"
-
 // appendStr appends s as a JSON string the way pydantic does: only '"', '\\' and control characters
 // are escaped; invalid UTF-8 becomes U+FFFD.
-func appendStr(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, s[start:i]...)
-				b = append(b, `\ufffd`...)
-				i += size
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"':
-			b = append(b, `\"`...)
-		case '\\':
-			b = append(b, `\\`...)
-		case '\n':
-			b = append(b, `\n`...)
-		case '\r':
-			b = append(b, `\r`...)
-		case '\t':
-			b = append(b, `\t`...)
-		case '\b':
-			b = append(b, `\b`...)
-		case '\f':
-			b = append(b, `\f`...)
-		default:
-			b = append(b, `\u00`...)
-			b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		i++
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+func appendStr(b []byte, s string) []byte { return jsonscan.AppendQuotePython(b, s) }
 
 // appendPyFloat appends f the way Python's repr prints a float: always with a fraction or an
 // exponent ("1.0", "0.7", "1e-05").
