@@ -456,6 +456,23 @@ func (b *bench) stampedBody(a *arm, mdl string) (func(int) []byte, string) {
 	}, prefix
 }
 
+// measureStamped runs cfg against a with stamped bodies (stampedBody, model mdl), keeping every
+// inter-event gap and delta arrival time, and matches the deltas with the simulator's stamps
+// (relay): the runs whose gaps and relay latency the report shows.
+func (b *bench) measureStamped(ctx context.Context, a *arm, mdl string, cfg loadgen.Config) (*runStats, relayStats, error) {
+	body, prefix := b.stampedBody(a, mdl)
+	cfg.KeepGaps, cfg.KeepDeltaTimes, cfg.Body = true, true, body
+	rs, err := b.measure(ctx, a, cfg)
+	if err != nil {
+		return nil, relayStats{}, err
+	}
+	rl, err := b.relay(prefix, rs.samples)
+	if err != nil {
+		return nil, relayStats{}, err
+	}
+	return rs, rl, nil
+}
+
 // relayStats are per-delta relay figures of a run, in microseconds: the latency from the
 // simulator's flush of a delta event to its arrival at the client, and the jitter that adds to
 // the gap between consecutive deltas (latency of delta k − latency of delta k−1). Both are free of

@@ -75,13 +75,8 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			body, prefix := b.stampedBody(a, model(p.PaceMS, p.GapTokens, ""))
-			gaps, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: 1, Requests: p.GapStreams, KeepGaps: true,
-				KeepDeltaTimes: true, Body: body})
-			if err != nil {
-				return err
-			}
-			rl, err := b.relay(prefix, gaps.samples)
+			gaps, rl, err := b.measureStamped(ctx, a, model(p.PaceMS, p.GapTokens, ""),
+				loadgen.Config{Stream: true, Concurrency: 1, Requests: p.GapStreams})
 			if err != nil {
 				return err
 			}
@@ -121,13 +116,8 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 	b.rep.C256 = res
 	for r := range b.opt.rounds {
 		for _, a := range rotate(b.arms, r) {
-			body, prefix := b.stampedBody(a, model(p.PaceMS, p.Tokens, ""))
-			rs, err := b.measure(ctx, a, loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
-				KeepGaps: true, KeepDeltaTimes: true, Body: body})
-			if err != nil {
-				return err
-			}
-			rl, err := b.relay(prefix, rs.samples)
+			rs, rl, err := b.measureStamped(ctx, a, model(p.PaceMS, p.Tokens, ""),
+				loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread})
 			if err != nil {
 				return err
 			}
