@@ -125,12 +125,42 @@ func CancelDecision(status wire.Status, state rivertype.JobState) CancelOutcome 
 	}
 }
 
-// CancelTx is a backend's transaction as CancelBackgroundTx runs it.
-type CancelTx struct {
+// BackgroundTx is a backend's transaction as the background transactions every backend shares
+// (EnqueueBackgroundTx, CancelBackgroundTx) run it. River's own statements run in it too, so a job
+// and the rows that name it commit together.
+type BackgroundTx struct {
 	QueryRow func(sql string, args ...any) Row
 	Exec     func(sql string, args ...any) error
+	// InsertJob enqueues a background turn's River job in the transaction and returns its id.
+	InsertJob func(args BackgroundJobArgs) (int64, error)
 	// CancelJob cancels the River job in the transaction and returns the state River left it in.
 	CancelJob func(jobID int64) (rivertype.JobState, error)
+}
+
+// EnqueueBackgroundTx is ResponseEnqueueBackground's transaction, the same in every backend but
+// for insert, which writes the queued record and its input items (each backend with its
+// lineage): the queue's bounds are counted first (past them the error is ErrTenantBusy or
+// ErrQueueFull and nothing is written), then insert runs, then the River job is enqueued and the
+// turn's row names it. Errors are the driver's as tx returns them.
+func EnqueueBackgroundTx(tx BackgroundTx, d Driver, p *ResponseEnqueueBackgroundParams, insert func() error) error {
+	r := &p.Response
+	if p.MaxPerTenant > 0 || p.MaxQueued > 0 {
+		var tenant, queued int
+		if err := tx.QueryRow(BackgroundBoundsSQL, r.Tenant).Scan(&tenant, &queued); err != nil {
+			return err
+		}
+		if err := p.Bounds(tenant, queued); err != nil {
+			return err
+		}
+	}
+	if err := insert(); err != nil {
+		return err
+	}
+	id, err := tx.InsertJob(BackgroundJobArgs{Tenant: r.Tenant, ResponseID: r.ID})
+	if err != nil {
+		return err
+	}
+	return tx.Exec(BackgroundTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), d.Time(time.Now()))
 }
 
 // CancelBackgroundTx is ResponseCancelBackground's transaction, the same in every backend: it
@@ -138,7 +168,7 @@ type CancelTx struct {
 // asked); otherwise River cancels the job, and a response River will never run is stored
 // cancelled and frees its conversation (CancelDecision). It returns the outcome and the job; the
 // backend wakes a running job's worker after the commit. Errors are the driver's, uninterpreted.
-func CancelBackgroundTx(tx CancelTx, q *Queries, p *ResponseCancelBackgroundParams) (CancelOutcome, int64, error) {
+func CancelBackgroundTx(tx BackgroundTx, q *Queries, p *ResponseCancelBackgroundParams) (CancelOutcome, int64, error) {
 	var (
 		jobID  int64
 		status wire.Status

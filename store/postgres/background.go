@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -72,25 +71,19 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, ` + lineageValues + `
 func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.ResponseEnqueueBackgroundParams) error {
 	r := &p.Response
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := checkBounds(ctx, tx, p); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, bgResponseInsertSQL, store.ResponseArgs(s.Driver, r, wire.StatusQueued)...); err != nil {
-			return interpretError(err)
-		}
-		if len(p.Input) > 0 {
-			var items itemArrays
-			items.add(store.RoleInput, p.Input)
-			if _, err := tx.Exec(ctx, insertItemsSQL, r.Tenant, r.ID, items.roles, items.positions, items.ids, items.types, items.data, nil); err != nil {
+		return store.EnqueueBackgroundTx(s.backgroundTx(ctx, tx), s.Driver, p, func() error {
+			if _, err := tx.Exec(ctx, bgResponseInsertSQL, store.ResponseArgs(s.Driver, r, wire.StatusQueued)...); err != nil {
 				return interpretError(err)
 			}
-		}
-		id, err := s.jobs.InsertTx(ctx, tx, store.BackgroundJobArgs{Tenant: r.Tenant, ResponseID: r.ID})
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, store.BackgroundTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UTC())
-		return interpretError(err)
+			if len(p.Input) > 0 {
+				var items itemArrays
+				items.add(store.RoleInput, p.Input)
+				if _, err := tx.Exec(ctx, insertItemsSQL, r.Tenant, r.ID, items.roles, items.positions, items.ids, items.types, items.data, nil); err != nil {
+					return interpretError(err)
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("enqueue background response: %w", err)
@@ -98,16 +91,18 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 	return nil
 }
 
-// checkBounds answers ErrTenantBusy or ErrQueueFull when the enqueue would pass a bound.
-func checkBounds(ctx context.Context, tx pgx.Tx, p *store.ResponseEnqueueBackgroundParams) error {
-	if p.MaxPerTenant <= 0 && p.MaxQueued <= 0 {
-		return nil
+// backgroundTx is tx as the shared background transactions run it (store.BackgroundTx); Exec's
+// errors are interpreted.
+func (s *Store) backgroundTx(ctx context.Context, tx pgx.Tx) store.BackgroundTx {
+	return store.BackgroundTx{
+		QueryRow: func(q string, args ...any) store.Row { return tx.QueryRow(ctx, q, args...) },
+		Exec: func(q string, args ...any) error {
+			_, err := tx.Exec(ctx, q, args...)
+			return interpretError(err)
+		},
+		InsertJob: func(args store.BackgroundJobArgs) (int64, error) { return s.jobs.InsertTx(ctx, tx, args) },
+		CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
 	}
-	var tenant, queued int
-	if err := tx.QueryRow(ctx, store.BackgroundBoundsSQL, p.Response.Tenant).Scan(&tenant, &queued); err != nil {
-		return err
-	}
-	return p.Bounds(tenant, queued)
 }
 
 // ResponseCancelBackground cancels a background response's job; see store.Store.
@@ -116,14 +111,7 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	var jobID int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		out, jobID, err = store.CancelBackgroundTx(store.CancelTx{
-			QueryRow: func(q string, args ...any) store.Row { return tx.QueryRow(ctx, q, args...) },
-			Exec: func(q string, args ...any) error {
-				_, err := tx.Exec(ctx, q, args...)
-				return err
-			},
-			CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
-		}, &queries, p)
+		out, jobID, err = store.CancelBackgroundTx(s.backgroundTx(ctx, tx), &queries, p)
 		if err != nil || out != store.CancelQueued {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
@@ -45,36 +44,35 @@ func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
 func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.ResponseEnqueueBackgroundParams) error {
 	r := &p.Response
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if p.MaxPerTenant > 0 || p.MaxQueued > 0 {
-			var tenant, queued int
-			if err := tx.QueryRowContext(ctx, store.BackgroundBoundsSQL, r.Tenant).Scan(&tenant, &queued); err != nil {
+		return store.EnqueueBackgroundTx(s.backgroundTx(ctx, tx), s.Driver, p, func() error {
+			l, err := lineage(ctx, tx, r.Tenant, r.PreviousResponseID)
+			if err != nil {
 				return err
 			}
-			if err := p.Bounds(tenant, queued); err != nil {
-				return err
+			if _, err := tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...)...); err != nil {
+				return interpretError(err)
 			}
-		}
-		l, err := lineage(ctx, tx, r.Tenant, r.PreviousResponseID)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...)...); err != nil {
-			return interpretError(err)
-		}
-		if err := insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil); err != nil {
-			return err
-		}
-		id, err := s.jobs.InsertTx(ctx, tx, store.BackgroundJobArgs{Tenant: r.Tenant, ResponseID: r.ID})
-		if err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, store.BackgroundTurnInsertSQL, r.Tenant, r.ID, id, p.Turn.Body, string(p.Turn.State), time.Now().UnixMicro())
-		return interpretError(err)
+			return insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil)
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("enqueue background response: %w", interpretError(err))
 	}
 	return nil
+}
+
+// backgroundTx is tx as the shared background transactions run it (store.BackgroundTx); Exec's
+// errors are interpreted.
+func (s *Store) backgroundTx(ctx context.Context, tx *sql.Tx) store.BackgroundTx {
+	return store.BackgroundTx{
+		QueryRow: func(q string, args ...any) store.Row { return tx.QueryRowContext(ctx, q, args...) },
+		Exec: func(q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return interpretError(err)
+		},
+		InsertJob: func(args store.BackgroundJobArgs) (int64, error) { return s.jobs.InsertTx(ctx, tx, args) },
+		CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
+	}
 }
 
 // ResponseCancelBackground cancels a background response's job; see store.Store.
@@ -83,14 +81,7 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	var jobID int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, jobID, err = store.CancelBackgroundTx(store.CancelTx{
-			QueryRow: func(q string, args ...any) store.Row { return tx.QueryRowContext(ctx, q, args...) },
-			Exec: func(q string, args ...any) error {
-				_, err := tx.ExecContext(ctx, q, args...)
-				return err
-			},
-			CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
-		}, &queries, p)
+		out, jobID, err = store.CancelBackgroundTx(s.backgroundTx(ctx, tx), &queries, p)
 		return err
 	})
 	return store.CancelBackgroundResult(ctx, out, jobID, interpretError(err), s.jobs.Notify)
