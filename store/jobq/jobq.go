@@ -90,6 +90,18 @@ func (j *Client[TTx]) CancelTx(ctx context.Context, tx TTx, id int64) (rivertype
 	return job.State, nil
 }
 
+// BackgroundTx is tx as store's shared background transactions run it (store.BackgroundTx):
+// queryRow and exec are the backend's statements in tx, and River's enqueue and cancel of a job run
+// in tx too (InsertTx, CancelTx).
+func (j *Client[TTx]) BackgroundTx(ctx context.Context, tx TTx, queryRow func(sql string, args ...any) store.Row, exec func(sql string, args ...any) error) store.BackgroundTx {
+	return store.BackgroundTx{
+		QueryRow:  queryRow,
+		Exec:      exec,
+		InsertJob: func(args store.BackgroundJobArgs) (int64, error) { return j.InsertTx(ctx, tx, args) },
+		CancelJob: func(id int64) (rivertype.JobState, error) { return j.CancelTx(ctx, tx, id) },
+	}
+}
+
 // Notify tells the client running job id (this process's, or through River's notifier another
 // replica's) to cancel it now rather than at its next poll.
 func (j *Client[TTx]) Notify(ctx context.Context, id int64) error {

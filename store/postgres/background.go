@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/jobq"
@@ -94,15 +93,12 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 // backgroundTx is tx as the shared background transactions run it (store.BackgroundTx); Exec's
 // errors are interpreted.
 func (s *Store) backgroundTx(ctx context.Context, tx pgx.Tx) store.BackgroundTx {
-	return store.BackgroundTx{
-		QueryRow: func(q string, args ...any) store.Row { return tx.QueryRow(ctx, q, args...) },
-		Exec: func(q string, args ...any) error {
+	return s.jobs.BackgroundTx(ctx, tx,
+		func(q string, args ...any) store.Row { return tx.QueryRow(ctx, q, args...) },
+		func(q string, args ...any) error {
 			_, err := tx.Exec(ctx, q, args...)
 			return interpretError(err)
-		},
-		InsertJob: func(args store.BackgroundJobArgs) (int64, error) { return s.jobs.InsertTx(ctx, tx, args) },
-		CancelJob: func(jobID int64) (rivertype.JobState, error) { return s.jobs.CancelTx(ctx, tx, jobID) },
-	}
+		})
 }
 
 // ResponseCancelBackground cancels a background response's job; see store.Store.
