@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -62,12 +61,7 @@ func TestABodyIsNotReusedWhileTheTransportHoldsIt(t *testing.T) {
 	s.bodyBufs = &stackPool{} // hands out the buffer given back last, every time
 	turn := func(input string) {
 		t.Helper()
-		body := `{"model":"openai/gpt-oss-sim","input":"` + input + `","stream":true,"store":false}`
-		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/responses", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		req.Header.Set("Content-Type", "application/json")
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
+		rec, _ := do(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"`+input+`","stream":true,"store":false}`)
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "response.completed") {
 			t.Fatalf("turn %q: %d %s", input, rec.Code, rec.Body.String())
 		}
