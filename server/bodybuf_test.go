@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/respgate/respgate/upstream"
 )
 
 // holdingUpstream answers every request with a recorded stream; the first request's body it
@@ -26,9 +23,7 @@ func (h *holdingUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_ = r.Body.Close()
 	}
-	return &http.Response{StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(h.stream)),
-		ContentLength: -1, Request: r}, nil
+	return sseResponse(r, h.stream), nil
 }
 
 // stackPool is a bufPool that always hands out the buffer given back last.
@@ -49,14 +44,7 @@ func (p *stackPool) Put(b any) { p.free = append(p.free, b) }
 // has closed the body: a transport may still be sending it after the turn ended.
 func TestABodyIsNotReusedWhileTheTransportHoldsIt(t *testing.T) {
 	h := &holdingUpstream{stream: recordSimStream(t, `{"model":"openai/gpt-oss-sim?quirks=none&tokens=4","input":"hi","stream":true}`)}
-	up, err := upstream.New(upstream.Config{BaseURL: "http://upstream.invalid/v1", Transport: h})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &fakeStore{}, up)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := serverOver(t, h)
 	defer s.Shutdown(context.Background())
 	s.bodyBufs = &stackPool{} // hands out the buffer given back last, every time
 	turn := func(input string) {

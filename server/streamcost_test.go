@@ -210,9 +210,29 @@ func (c cannedUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_ = r.Body.Close()
 	}
+	return sseResponse(r, c.body), nil
+}
+
+// sseResponse is a 200 text/event-stream answer to r carrying stream.
+func sseResponse(r *http.Request, stream []byte) *http.Response {
 	return &http.Response{StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(c.body)),
-		ContentLength: -1, Request: r}, nil
+		Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(stream)),
+		ContentLength: -1, Request: r}
+}
+
+// serverOver is a server on fakeStore whose upstream is reached through rt; the caller shuts it
+// down.
+func serverOver(tb testing.TB, rt http.RoundTripper) (*Server, *upstream.Client) {
+	tb.Helper()
+	up, err := upstream.New(upstream.Config{BaseURL: "http://upstream.invalid/v1", Transport: rt})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := New(tb.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &fakeStore{}, up)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, up
 }
 
 // discardClient is a client that reads everything at once (http.ResponseWriter and Flusher).
@@ -283,14 +303,7 @@ func BenchmarkStreamTurn(b *testing.B) {
 		b.Run(fmt.Sprintf("tokens=%d", tokens), func(b *testing.B) {
 			raw := recordSimStream(b, `{"model":"openai/gpt-oss-sim?quirks=none&tokens=`+fmt.Sprint(tokens)+`","input":"hi","stream":true}`)
 			events := bytes.Count(raw, []byte("\nevent: ")) + 1
-			up, err := upstream.New(upstream.Config{BaseURL: "http://upstream.invalid/v1", Transport: cannedUpstream{raw}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := New(b.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &fakeStore{}, up)
-			if err != nil {
-				b.Fatal(err)
-			}
+			s, up := serverOver(b, cannedUpstream{raw})
 			defer s.Shutdown(context.Background())
 			body := `{"model":"openai/gpt-oss-sim","input":"hi","stream":true,"store":false}`
 			var mu sync.Mutex
