@@ -7,7 +7,8 @@ import (
 
 // Result, Snapshot and Accumulator hold model output (text, reasoning, tool arguments), which must
 // never reach logs (docs/design.md §1 invariant 6). Like openai-go's apierror, they print only a safe
-// summary, through fmt verbs and slog alike.
+// summary, through fmt verbs and slog alike. Format answers every verb, %#v included, so fmt never
+// reaches a GoString or the fields.
 
 // String prints status, item count and drops, never content.
 func (r *Result) String() string {
@@ -21,15 +22,6 @@ func (r *Result) String() string {
 	return fmt.Sprintf("accumulator.Result{status=%s items=%d dropped=%d error=%s}", r.Status, len(r.Output), r.Dropped, code)
 }
 
-// GoString is String.
-func (r *Result) GoString() string { return r.String() }
-
-// Format prints String for every verb.
-func (r *Result) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(r.String())) }
-
-// LogValue is the same summary for slog.
-func (r *Result) LogValue() slog.Value { return slog.StringValue(r.String()) }
-
 // String prints status and item count, never content.
 func (s *Snapshot) String() string {
 	if s == nil {
@@ -37,15 +29,6 @@ func (s *Snapshot) String() string {
 	}
 	return fmt.Sprintf("accumulator.Snapshot{id=%s status=%s items=%d}", s.ResponseID, s.Status, len(s.Output))
 }
-
-// GoString is String.
-func (s *Snapshot) GoString() string { return s.String() }
-
-// Format prints String for every verb.
-func (s *Snapshot) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(s.String())) }
-
-// LogValue is the same summary for slog.
-func (s *Snapshot) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // String prints the accumulator's progress, never content.
 func (a *Accumulator) String() string {
@@ -56,11 +39,20 @@ func (a *Accumulator) String() string {
 		a.opts.ResponseID, len(a.items), a.seq, a.done, a.dropped)
 }
 
-// GoString is String.
-func (a *Accumulator) GoString() string { return a.String() }
+// Format prints String for every verb.
+func (r *Result) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(r.String())) }
+
+// Format prints String for every verb.
+func (s *Snapshot) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(s.String())) }
 
 // Format prints String for every verb.
 func (a *Accumulator) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(a.String())) }
+
+// LogValue is the same summary for slog.
+func (r *Result) LogValue() slog.Value { return slog.StringValue(r.String()) }
+
+// LogValue is the same summary for slog.
+func (s *Snapshot) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // LogValue is the same summary for slog.
 func (a *Accumulator) LogValue() slog.Value { return slog.StringValue(a.String()) }

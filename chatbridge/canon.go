@@ -1,7 +1,6 @@
 package chatbridge
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -71,17 +70,6 @@ type canonWriter struct {
 	dst      []byte
 	budget   int
 	maxDepth int
-}
-
-// decode parses one JSON value keeping numbers as spelled (json.Number).
-func decode(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
 }
 
 // value appends v's canonical form: object members sorted by name, members whose value is null
@@ -249,7 +237,7 @@ func scopeValue(sc *Scope, lim Limits) (map[string]any, error) {
 		if len(raw) == 0 {
 			continue
 		}
-		d, err := decode(raw)
+		d, err := wire.DecodeValue(raw)
 		if err != nil {
 			return nil, err
 		}
@@ -275,7 +263,7 @@ func Identify(sc *Scope, msgs []Message, lim Limits) (h *History, ok bool) {
 	frame(h.h, scope)
 	h.Digests = append(h.Digests, sum(h.h))
 	for _, m := range msgs {
-		v, err := decode(m.JSON)
+		v, err := wire.DecodeValue(m.JSON)
 		if err != nil {
 			return nil, false
 		}
@@ -300,7 +288,7 @@ func scopeDigest(canon []byte) string {
 // extend returns the chain digest of the history followed by the message env (JSON), and env's
 // fingerprint, without changing h. ok is false when env is over the limits.
 func (h *History) extend(env []byte) (end, fp string, ok bool) {
-	v, err := decode(env)
+	v, err := wire.DecodeValue(env)
 	if err != nil {
 		return "", "", false
 	}

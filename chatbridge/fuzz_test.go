@@ -70,7 +70,7 @@ func mustBe400(t *testing.T, err error) {
 func checkIdempotent(t *testing.T, r *Request, h *History) {
 	canon := make([]Message, len(r.Messages))
 	for i, m := range r.Messages {
-		v, err := decode(m.JSON)
+		v, err := wire.DecodeValue(m.JSON)
 		if err != nil {
 			t.Fatal(err)
 		}

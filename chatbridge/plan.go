@@ -126,7 +126,7 @@ func countAssistant(msgs []Message) int {
 func predicts(r *Record) bool {
 	env := Envelope(r.Items)
 	h := History{lim: Limits{}.orDefaults()}
-	v, err := decode(env)
+	v, err := wire.DecodeValue(env)
 	if err != nil {
 		return false
 	}

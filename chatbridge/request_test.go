@@ -69,7 +69,7 @@ func TestTranslationToResponses(t *testing.T) {
 
 func canonicalString(t testing.TB, raw json.RawMessage) string {
 	t.Helper()
-	v, err := decode(raw)
+	v, err := wire.DecodeValue(raw)
 	if err != nil {
 		t.Fatalf("%s: %v", raw, err)
 	}

@@ -2,6 +2,8 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -39,4 +41,20 @@ func ValidUTF8(raw []byte) []byte {
 		return raw
 	}
 	return bytes.ToValidUTF8(raw, []byte("\uFFFD"))
+}
+
+// DecodeValue decodes raw, one JSON value and nothing after it, into Go values that keep what a
+// comparison needs: numbers as spelled (json.Number, so 1.0 and 1 differ and large integers stay
+// exact) and null distinct from an absent member.
+func DecodeValue(raw []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, errors.New("trailing data after the JSON value")
+	}
+	return v, nil
 }

@@ -31,3 +31,25 @@ func TestAppendRawReplacesInvalidUTF8AndWritesNullForEmpty(t *testing.T) {
 		t.Fatalf("ValidUTF8 copied valid input")
 	}
 }
+
+func TestDecodeValueKeepsNumbersAsSpelledAndRejectsTrailingData(t *testing.T) {
+	v, err := DecodeValue([]byte(`{"a":1.0,"b":12345678901234567890123,"c":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := v.(map[string]any)
+	if m["a"] != json.Number("1.0") || m["b"] != json.Number("12345678901234567890123") {
+		t.Fatalf("numbers not kept as spelled: %#v", m)
+	}
+	if c, ok := m["c"]; !ok || c != nil {
+		t.Fatalf("null member: got %#v, present %v", c, ok)
+	}
+	for _, bad := range []string{`{"a":1} {"b":2}`, `1 2`, `{"a":`, ``} {
+		if _, err := DecodeValue([]byte(bad)); err == nil {
+			t.Fatalf("DecodeValue(%q) accepted", bad)
+		}
+	}
+	if _, err := DecodeValue([]byte(" [1] \n")); err != nil {
+		t.Fatalf("white space around one value: %v", err)
+	}
+}

@@ -244,19 +244,6 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-func decode(raw []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	if d.More() {
-		return nil, errors.New("trailing data after the JSON value")
-	}
-	return v, nil
-}
-
 // Response checks a response object (POST /responses, GET /responses/{id}, and the response of
 // lifecycle events) against ResponseResource.
 func (s *Schema) Response(raw []byte) error {
@@ -281,7 +268,7 @@ func (s *Schema) Validate(component, what string, raw []byte) error {
 	if sch == nil {
 		return fmt.Errorf("orcheck: no component schema %s", component)
 	}
-	v, err := decode(raw)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return &Error{What: what, Violations: []Violation{{Path: what, Message: "not JSON: " + err.Error()}}}
 	}

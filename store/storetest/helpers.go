@@ -121,22 +121,10 @@ func noErr(t testing.TB, what string, err error) {
 	}
 }
 
-// decode decodes JSON keeping numbers as written (1.0 and 1 differ; big ints stay exact) and
-// null distinct from absent.
-func decode(b []byte) (any, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
 // sameJSON reports whether a and b are equal in meaning and, separately, byte for byte.
 func sameJSON(a, b []byte) (meaning, bytesEqual bool) {
-	va, errA := decode(a)
-	vb, errB := decode(b)
+	va, errA := wire.DecodeValue(a)
+	vb, errB := wire.DecodeValue(b)
 	meaning = errA == nil && errB == nil && reflect.DeepEqual(va, vb)
 	return meaning, bytes.Equal(a, b)
 }
