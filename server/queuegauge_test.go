@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -55,5 +56,40 @@ func TestQueuedGaugeIsCountedPerScrapeAndLeftOutWhenTheCountFails(t *testing.T) 
 				t.Fatalf("counted with limit %d, want twice the queue bound of 7", got)
 			}
 		})
+	}
+}
+
+// /metrics carries the Go runtime's and the process's standard series beside respgate's own, and
+// the allocation counter moves with the work done (make bench reads it).
+func TestMetricsCarryTheRuntimeAndProcessSeries(t *testing.T) {
+	s := newSimServer(t, Config{}, nil)
+	series := func() map[string]float64 {
+		code, body := call(t, s, http.MethodGet, "/metrics", "")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics: %d %s", code, body)
+		}
+		out := map[string]float64{}
+		for l := range strings.SplitSeq(body, "\n") {
+			name, val, ok := strings.Cut(l, " ")
+			if ok && !strings.HasPrefix(l, "#") {
+				if f, err := strconv.ParseFloat(val, 64); err == nil {
+					out[name] = f
+				}
+			}
+		}
+		return out
+	}
+	before := series()
+	for _, name := range []string{"go_goroutines", "go_memstats_mallocs_total", "go_memstats_heap_alloc_bytes",
+		"go_memstats_stack_inuse_bytes", "go_gc_duration_seconds_count", "process_cpu_seconds_total", "process_resident_memory_bytes"} {
+		if _, ok := before[name]; !ok {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	if code, body := call(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"hi"}`); code != http.StatusOK {
+		t.Fatalf("turn: %d %s", code, body)
+	}
+	if after := series(); after["go_memstats_mallocs_total"] <= before["go_memstats_mallocs_total"] {
+		t.Errorf("go_memstats_mallocs_total did not grow over a turn: %v then %v", before["go_memstats_mallocs_total"], after["go_memstats_mallocs_total"])
 	}
 }

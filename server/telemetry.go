@@ -7,6 +7,7 @@ import (
 	"time"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -58,6 +59,10 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 		tp = otel.GetTracerProvider()
 	}
 	reg := promclient.NewRegistry()
+	// The Go runtime's and the process's standard series (go_goroutines, go_memstats_*,
+	// process_cpu_seconds_total, process_resident_memory_bytes): what an operator sizing replicas
+	// reads (docs/scaling.md), and what make bench reads its allocation counters from.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err

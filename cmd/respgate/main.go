@@ -159,6 +159,9 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		// (--write-timeout).
 		IdleTimeout: 120 * time.Second,
 	}
+	if err := serveDebug(bg, &g, cfg.debugListen, log); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
@@ -192,6 +195,26 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	}
 	log.Info("respgate stopped")
 	return err
+}
+
+// serveDebug serves server.DebugHandler (profiles and runtime counters) on addr (--debug-listen;
+// nothing when it is empty) in g until stop ends.
+func serveDebug(stop context.Context, g *errgroup.Group, addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--debug-listen: %w", err)
+	}
+	log.Info("debug listener serving profiles", "addr", ln.Addr().String())
+	hs := &http.Server{Handler: server.DebugHandler(), ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error { return serveHTTP(hs, ln) })
+	g.Go(func() error {
+		<-stop.Done()
+		return hs.Close()
+	})
+	return nil
 }
 
 // serveHTTP is hs.Serve(ln) without the error every graceful shutdown returns.

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -100,13 +102,7 @@ func TestRunStopsCleanlyOnCancel(t *testing.T) {
 		done <- run(ctx, []string{"--listen", "127.0.0.1:0"},
 			env(map[string]string{"RESPGATE_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "db", "respgate.db")}), &out)
 	}()
-	for !bytes.Contains(out.Bytes(), []byte(`"msg":"respgate listening"`)) {
-		select {
-		case err := <-done:
-			t.Fatalf("run returned %v:\n%s", err, out.Bytes())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	logged(t, &out, done, "respgate listening")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v\n%s", err, out.Bytes())
@@ -114,6 +110,91 @@ func TestRunStopsCleanlyOnCancel(t *testing.T) {
 	if n := bytes.Count(out.Bytes(), []byte(`"msg":"respgate starting"`)); n != 1 {
 		t.Errorf("%d start-up lines:\n%s", n, out.Bytes())
 	}
+}
+
+// TestDebugListenServesTheDebugHandlerOnItsOwnAddress: --debug-listen serves server.DebugHandler
+// (its content is server's test) on its own address, not on the API's listener, and stops with
+// run; without it no debug listener starts.
+func TestDebugListenServesTheDebugHandlerOnItsOwnAddress(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		args := []string{"--listen", "127.0.0.1:0"}
+		if on {
+			args = append(args, "--debug-listen", "127.0.0.1:0")
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var out syncBuffer
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, args, env(map[string]string{"RESPGATE_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "respgate.db")}), &out)
+		}()
+		api := logged(t, &out, done, "respgate listening")
+		if !on {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if bytes.Contains(out.Bytes(), []byte("debug listener")) {
+				t.Fatalf("a debug listener started without --debug-listen:\n%s", out.Bytes())
+			}
+			continue
+		}
+		dbg := logged(t, &out, done, "debug listener serving profiles")
+		if got := status(t, "http://"+dbg+"/debug/vars"); got != http.StatusOK {
+			t.Errorf("debug /debug/vars: %d", got)
+		}
+		if got := status(t, "http://"+api+"/debug/pprof/heap"); got == http.StatusOK {
+			t.Errorf("the API listener serves profiles")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if _, err := get(t, "http://"+dbg+"/debug/pprof/"); err == nil {
+			t.Errorf("the debug listener still answers after run returned")
+		}
+	}
+}
+
+// logged waits for run's log line msg and returns its addr.
+func logged(t *testing.T, out *syncBuffer, done <-chan error, msg string) string {
+	t.Helper()
+	for {
+		for l := range bytes.SplitSeq(out.Bytes(), []byte("\n")) {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal(l, &rec) == nil && rec.Msg == msg {
+				return rec.Addr
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned %v before logging %q:\n%s", err, msg, out.Bytes())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func status(t *testing.T, url string) int {
+	t.Helper()
+	code, err := get(t, url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return code
+}
+
+// get answers url's status, its body read and closed.
+func get(t *testing.T, url string) (int, error) {
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 type syncBuffer struct {

@@ -21,13 +21,13 @@ import (
 // config is the parsed configuration: the command's own settings, and the server's and upstream
 // client's, filled in place through the settings table.
 type config struct {
-	listen, databaseURL, apiKeys, logLevel, toolPolicy string
-	sealKeys, sealKeysFile, reasoningExposure          string
-	dbMaxConns                                         int
-	shutdownTimeout                                    time.Duration
-	server                                             server.Config
-	upstream                                           upstream.Config
-	flags                                              *flag.FlagSet // the values as parsed, for the start-up log
+	listen, debugListen, databaseURL, apiKeys, logLevel   string
+	toolPolicy, sealKeys, sealKeysFile, reasoningExposure string
+	dbMaxConns                                            int
+	shutdownTimeout                                       time.Duration
+	server                                                server.Config
+	upstream                                              upstream.Config
+	flags                                                 *flag.FlagSet // the values as parsed, for the start-up log
 
 	// compactionPromptFile and compactionThresholdPercent are read into server.Config after
 	// parsing (docs/compaction.md).
@@ -82,6 +82,8 @@ func intDef[T int | int64](n T) string { return strconv.FormatInt(int64(n), 10) 
 var settings = []setting{
 	{flag: "listen", def: ":8080", help: "address to listen on",
 		bind: func(c *config) any { return &c.listen }},
+	{flag: "debug-listen", def: "", help: "address of a second listener serving Go's pprof profiles (`/debug/pprof/`), with no key: bind it to loopback or a private interface; empty serves none (docs/operations.md \"Metrics and traces\")",
+		bind: func(c *config) any { return &c.debugListen }},
 	{flag: "upstream-url", def: "", help: "vLLM base URL including `/v1`; empty starts the built-in simulator (and logs a loud warning)",
 		bind: func(c *config) any { return &c.upstream.BaseURL }, show: func(v string) any { return redactURL(v) }},
 	{flag: "upstream-api-key", def: "", help: "bearer key sent to vLLM (never logged)", secret: true,
