@@ -93,7 +93,7 @@ type bench struct {
 	sim      *child
 	proxy    *child
 	gws      map[string]*child // respgate binaries by arm
-	twins    map[string]*child // instrumented gateways: "pg", "sqlite"
+	twins    map[string]*child // respgate with --debug-listen, for counters and profiles: "pg", "sqlite"
 	arms     []*arm
 	armByKey map[string]*arm
 	clients  map[string]*http.Client
@@ -239,8 +239,7 @@ func (b *bench) setup(ctx context.Context) error {
 		{"pg", b.pgDSN},
 		{"sqlite", "sqlite:" + filepath.Join(b.sqliteDir, "twin.db")},
 	} {
-		c, err := startChild(ctx, b.logDir, "twin-"+t.name, self,
-			[]string{"gateway", "-listen", "ADDR", "-upstream-url", b.sim.baseURL(), "-database-url", t.dsn}, "/readyz")
+		c, err := startChild(ctx, b.logDir, "twin-"+t.name, respgate, append(gwArgs(t.dsn), "--debug-listen", "DEBUGADDR"), "/readyz")
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,8 @@ import (
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/store/postgres"
+	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
@@ -49,6 +51,17 @@ func (b *bench) backendStore(ctx context.Context, name string) (store.Store, str
 		return nil, "", err
 	}
 	return st, srv.TenantOf(benchKey), nil
+}
+
+// openStore opens the store at dsn in this process, as bin/respgate opens it.
+func openStore(ctx context.Context, dsn string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return postgres.Open(ctx, dsn)
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+	}
+	return nil, errors.New("database url must be a postgres:// or sqlite: URL")
 }
 
 // one sends a single request and returns its sample (an error if it failed).

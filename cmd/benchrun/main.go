@@ -27,7 +27,7 @@
 //
 //	benchrun [-bin bin] [-out bench/out] [-rounds 3] [-quick] [-only latency,c256,...]
 //
-// The helper servers are modes of this binary: `benchrun sim|proxy|gateway …` (see serve.go).
+// The simulator and the proxy are modes of this binary: `benchrun sim|proxy …` (see serve.go).
 package main
 
 import (
@@ -55,8 +55,6 @@ func main() {
 		err = serveSim(os.Args[2:])
 	case "proxy":
 		err = serveProxy(os.Args[2:])
-	case "gateway":
-		err = serveGateway(os.Args[2:])
 	case "", "run":
 		args := os.Args[1:]
 		if mode == "run" {
@@ -64,7 +62,7 @@ func main() {
 		}
 		err = runBench(args)
 	default:
-		err = fmt.Errorf("unknown mode %q (want sim, proxy, gateway or run)", mode)
+		err = fmt.Errorf("unknown mode %q (want sim, proxy or run)", mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)

@@ -175,10 +175,10 @@ func (r *report) markdown() string {
 		w("\n")
 	}
 	w("## Method\n\n")
-	w("- Processes: the simulator, the proxy (B) and the twins are modes of the benchrun binary; C, D and E are `bin/respgate` (three processes, so `/proc` charges each arm its own CPU time and RSS). The client (bench/loadgen) runs in benchrun. CPU time is the sum of the process's threads' run time from `/proc/<pid>/task/*/schedstat`; RSS is VmRSS, sampled every 50 ms.\n")
+	w("- Processes: the simulator and the proxy (B) are modes of the benchrun binary; C, D, D*, E and the two twins are `bin/respgate` (a process each, so `/proc` charges each arm its own CPU time and RSS). The client (bench/loadgen) runs in benchrun. CPU time is the sum of the process's threads' run time from `/proc/<pid>/task/*/schedstat`; RSS is VmRSS, sampled every 50 ms.\n")
 	w("- Every stream is checked event by event: sequence numbers dense from 0 (lost, reordered, duplicated), exactly one terminal event and it is last, `[DONE]` after it on respgate, every delta's item announced first, deltas adding up to the terminal output. A request that fails any check counts as failed and is left out of the latency figures.\n")
 	w("- Time to first byte is the response's status line (httptrace GotFirstResponseByte); time to first delta is when the first `*.delta` event's frame is complete; gaps are between consecutive events' frames.\n")
-	w("- Allocations per event come from instrumented twins (the `gateway` mode: respgate's server package wired as cmd/respgate wires it, plus a memstats endpoint), because the respgate binary exposes no allocation counters; B's come from the proxy process itself. \"Marginal\" divides the extra allocations of a %d-token answer over a 64-token one by the extra delta events, which removes the per-request cost.\n", r.Params.Tokens)
+	w("- Allocations per event, and the memory an open stream holds, come from twins: two more `bin/respgate` processes with the arms' settings plus `--debug-listen`, one on arm D's database, one on SQLite, so the measured arms are never profiled or collected mid-run. The counters are `runtime.MemStats` from the debug listener's `/debug/vars`, read after a garbage collection that pprof's heap profile forces where live memory is wanted; B's come from the proxy process itself, which serves the same debug handler. \"Marginal\" divides the extra allocations of a %d-token answer over a 64-token one by the extra delta events, which removes the per-request cost.\n", r.Params.Tokens)
 	w("- Chain histories are written straight through the store (the records respgate writes, copied from a real stored turn), not by a thousand model calls; arm A receives the exact body respgate sends upstream for the same chain (rehydrate.Build over the stored history), so D − A is what the gateway adds for being stateful.\n")
 	w("- Scenario wall times (s): %s.\n", timingsLine(r.Timings))
 	return sb.String()
@@ -477,7 +477,7 @@ func (r *report) profilesMD(w writer) {
 	if len(r.Profiles) == 0 {
 		return
 	}
-	w("## CPU profiles\n\nOf the Postgres twin (the gateway with pprof, on arm D's database), for `go tool pprof -top`:\n\n")
+	w("## CPU profiles\n\nOf the Postgres twin (`bin/respgate` with `--debug-listen`, on arm D's database), for `go tool pprof -top`:\n\n")
 	for _, p := range r.Profiles {
 		w("- `%s`: %s\n", p.Path, p.What)
 		if p.Trace != "" {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/respgate/respgate/server"
 )
 
 // child is a helper or respgate process started by benchrun on a loopback port. Its stdout and
@@ -19,8 +23,10 @@ type child struct {
 	name string
 	cmd  *exec.Cmd
 	addr string // host:port
-	log  string
-	done chan struct{}
+	// debugAddr serves /debug/pprof/: respgate's --debug-listen, or addr for benchrun's own modes.
+	debugAddr string
+	log       string
+	done      chan struct{}
 }
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
@@ -38,17 +44,25 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// startChild runs bin with args (ADDR in args is replaced by a free loopback address) and waits
+// startChild runs bin with args (ADDR and DEBUGADDR in args are replaced by free loopback
+// addresses, the listener's and the debug listener's) and waits
 // until GET readyPath answers 200.
 func startChild(ctx context.Context, logDir, name, bin string, args []string, readyPath string) (*child, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
+	debugAddr := addr
 	full := make([]string, len(args))
 	for i, a := range args {
-		if a == "ADDR" {
+		switch a {
+		case "ADDR":
 			a = addr
+		case "DEBUGADDR":
+			if debugAddr, err = freeAddr(); err != nil {
+				return nil, err
+			}
+			a = debugAddr
 		}
 		full[i] = a
 	}
@@ -64,7 +78,7 @@ func startChild(ctx context.Context, logDir, name, bin string, args []string, re
 		lf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, addr: addr, log: logPath, done: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, addr: addr, debugAddr: debugAddr, log: logPath, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); lf.Close(); close(c.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -117,19 +131,41 @@ func (c *child) alive() bool {
 	}
 }
 
-// memstats reads a proxy or gateway child's allocation counters (after a garbage collection
-// when gc is set, so the heap figures are the live heap).
-func (c *child) memstats(gc ...bool) (memStats, error) {
-	var m memStats
-	u := "http://" + c.addr + memstatsPath
+// memstats reads a proxy or respgate child's runtime counters from its debug listener's
+// /debug/vars (server.DebugHandler: runtime.MemStats, exact), after a garbage collection when gc
+// is set (pprof's heap profile with gc=1 runs one), so heap_live_bytes is what that collection found
+// live.
+func (c *child) memstats(ctx context.Context, gc ...bool) (server.DebugVars, error) {
+	var v server.DebugVars
 	if len(gc) > 0 && gc[0] {
-		u += "?gc=1"
+		if err := get(ctx, "http://"+c.debugAddr+"/debug/pprof/heap?gc=1", io.Discard); err != nil {
+			return v, err
+		}
 	}
-	resp, err := http.Get(u)
+	var body bytes.Buffer
+	if err := get(ctx, "http://"+c.debugAddr+"/debug/vars", &body); err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(body.Bytes(), &v); err != nil {
+		return v, fmt.Errorf("%s /debug/vars: %w", c.name, err)
+	}
+	return v, nil
+}
+
+// get copies url's body to dst; a status other than 200 is an error.
+func get(ctx context.Context, url string, dst io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return m, err
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
 	}
 	defer resp.Body.Close()
-	err = json.NewDecoder(resp.Body).Decode(&m)
-	return m, err
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	_, err = io.Copy(dst, resp.Body)
+	return err
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -172,13 +170,13 @@ func (b *bench) profileTwin(ctx context.Context, name, what string, secs int, tr
 	done := make(chan error, 2)
 	go func() {
 		defer stop() // the profile is taken: the load stops
-		done <- fetchTo(pctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tw.addr, max(secs, 1)), path)
+		done <- fetchTo(pctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", tw.debugAddr, max(secs, 1)), path)
 	}()
 	tracePath := ""
 	if traced {
 		tracePath = filepath.Join(b.logDir, name+".trace")
 		go func() {
-			done <- fetchTo(pctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=2", tw.addr), tracePath)
+			done <- fetchTo(pctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=2", tw.debugAddr), tracePath)
 		}()
 	} else {
 		done <- nil
@@ -200,29 +198,18 @@ func (b *bench) profileTwin(ctx context.Context, name, what string, secs int, tr
 	b.rep.Profiles = append(b.rep.Profiles, profileRef{Path: path, Trace: tracePath, What: what})
 }
 
-// fetchTo saves the body of a GET of url to path.
+// fetchTo saves the body of a GET of url to path (nothing when the GET fails).
 func fetchTo(ctx context.Context, url, path string) error {
-	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
+	err = get(context.WithoutCancel(ctx), url, f)
+	if cerr := f.Close(); err == nil {
+		return cerr
 	}
-	return f.Close()
+	_ = os.Remove(path)
+	return err
 }
 
 // allocResult: heap allocations per relayed event in the instrumented twins (B is the proxy
@@ -284,7 +271,7 @@ func (b *bench) scenarioAllocs(ctx context.Context) error {
 		aa := allocArm{Arm: a.Name, Label: a.Label, AllocsPerRequest: map[int]float64{}}
 		var deltas = map[int]float64{}
 		for _, tokens := range []int{short, long} {
-			m0, err := a.proc.memstats()
+			m0, err := a.proc.memstats(ctx)
 			if err != nil {
 				return err
 			}
@@ -293,7 +280,7 @@ func (b *bench) scenarioAllocs(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			m1, err := a.proc.memstats()
+			m1, err := a.proc.memstats(ctx)
 			if err != nil {
 				return err
 			}
@@ -349,7 +336,7 @@ func (b *bench) holdOn(ctx context.Context, a *arm) (*holdResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	m0, err := a.proc.memstats(true)
+	m0, err := a.proc.memstats(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +361,7 @@ func (b *bench) holdOn(ctx context.Context, a *arm) (*holdResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	m1, err := a.proc.memstats(true)
+	m1, err := a.proc.memstats(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +373,7 @@ func (b *bench) holdOn(ctx context.Context, a *arm) (*holdResult, error) {
 	h := &holdResult{
 		GoroutinesPerStream: float64(m1.Goroutines-m0.Goroutines) / f,
 		HeapKiBPerStream:    (float64(m1.HeapInuse) - float64(m0.HeapInuse)) / f / 1024,
-		LiveKiBPerStream:    (float64(m1.HeapAlloc) - float64(m0.HeapAlloc)) / f / 1024,
+		LiveKiBPerStream:    (float64(m1.HeapLiveBytes) - float64(m0.HeapLiveBytes)) / f / 1024,
 		StackKiBPerStream:   (float64(m1.StackInuse) - float64(m0.StackInuse)) / f / 1024,
 		RSSKiBPerStream:     float64(st1.RSS-st0.RSS) / f / 1024,
 		OutputBytes:         o.rs.OutputBytes,

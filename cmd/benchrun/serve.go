@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,21 +11,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/respgate/respgate/server"
-	"github.com/respgate/respgate/store"
-	"github.com/respgate/respgate/store/postgres"
-	"github.com/respgate/respgate/store/sqlite"
-	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
@@ -35,45 +28,17 @@ import (
 //
 //	benchrun sim     -listen ADDR                       the vLLM simulator, request log off
 //	benchrun proxy   -listen ADDR -target URL           arm B: a bare httputil.ReverseProxy
-//	benchrun gateway -listen ADDR -upstream-url URL -database-url DSN
-//	                                                    respgate's server package wired as
-//	                                                    cmd/respgate wires it, plus memstats and pprof
 //
-// proxy and gateway also serve /debug/benchrun/memstats (allocation counters) and /debug/pprof/.
+// proxy also serves server.DebugHandler's /debug/ paths, as respgate does on --debug-listen, so
+// child.memstats reads both the same way.
 
-// memstatsPath answers runtime.MemStats counters as JSON.
-const memstatsPath = "/debug/benchrun/memstats"
-
-type memStats struct {
-	Mallocs    uint64 `json:"mallocs"`
-	Frees      uint64 `json:"frees"`
-	TotalAlloc uint64 `json:"total_alloc"`
-	HeapInuse  uint64 `json:"heap_inuse"`
-	HeapAlloc  uint64 `json:"heap_alloc"`
-	StackInuse uint64 `json:"stack_inuse"`
-	Sys        uint64 `json:"sys"`
-	NumGC      uint32 `json:"num_gc"`
-	Goroutines int    `json:"goroutines"`
-}
-
-// debugMux serves memstats and pprof; everything else goes to next.
+// debugMux serves server.DebugHandler (profiles and runtime counters), as respgate's
+// --debug-listen does, for benchrun's own proxy; everything else goes to next.
 func debugMux(next http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc(memstatsPath, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("gc") == "1" {
-			runtime.GC() // so HeapAlloc is the live heap
-		}
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		_ = json.NewEncoder(w).Encode(memStats{Mallocs: m.Mallocs, Frees: m.Frees, TotalAlloc: m.TotalAlloc, HeapInuse: m.HeapInuse,
-			HeapAlloc: m.HeapAlloc, StackInuse: m.StackInuse, Sys: m.Sys, NumGC: m.NumGC, Goroutines: runtime.NumGoroutine()})
-	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	debug := server.DebugHandler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/debug/") {
-			mux.ServeHTTP(w, r)
+			debug.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -260,46 +225,4 @@ func serveProxy(args []string) error {
 		rp.ServeHTTP(w, r)
 	})
 	return serveUntilSignal(*listen, debugMux(h), slog.New(slog.NewJSONHandler(os.Stderr, nil)))
-}
-
-// serveGateway runs respgate's server package exactly as cmd/respgate wires it (defaults for
-// every setting not named here), inside a process that can also report its allocation counters
-// and profiles. It exists because the respgate binary exposes neither; latency, CPU and RSS
-// figures come from the binary itself.
-func serveGateway(args []string) error {
-	fs := flag.NewFlagSet("gateway", flag.ExitOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address")
-	upURL := fs.String("upstream-url", "", "vLLM base URL incl. /v1")
-	dsn := fs.String("database-url", "", "postgres://… or sqlite:PATH")
-	_ = fs.Parse(args)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	st, err := openStore(ctx, *dsn)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	up, err := upstream.New(upstream.Config{BaseURL: *upURL})
-	if err != nil {
-		return err
-	}
-	srv, err := server.New(ctx, server.Config{Logger: log}, st, up)
-	if err != nil {
-		return err
-	}
-	bg, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go srv.Run(bg)
-	return serveUntilSignal(*listen, debugMux(srv), log)
-}
-
-func openStore(ctx context.Context, dsn string) (store.Store, error) {
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return postgres.Open(ctx, dsn)
-	case strings.HasPrefix(dsn, "sqlite:"):
-		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
-	}
-	return nil, errors.New("database url must be a postgres:// or sqlite: URL")
 }
