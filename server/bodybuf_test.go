@@ -68,3 +68,26 @@ func TestABodyIsNotReusedWhileTheTransportHoldsIt(t *testing.T) {
 		t.Fatalf("the first turn's body changed while the transport held it: %.200s", sent)
 	}
 }
+
+// A frame batch takes its buffer only when a frame is built and gives it back, emptied, once
+// written, so a stream between upstream reads holds none.
+func TestFrameBatchHoldsABufferOnlyWhileItHasFrames(t *testing.T) {
+	var f frameBatch
+	f.release() // nothing held: a no-op
+	b := f.buf()
+	if b == nil || f.b != b || f.buf() != b {
+		t.Fatal("buf does not keep one buffer for the batch")
+	}
+	*b = append(*b, "event: x\n\n"...)
+	f.release()
+	if f.b != nil {
+		t.Fatal("the batch still holds its buffer after release")
+	}
+	if len(*b) != 0 {
+		t.Fatalf("a released buffer keeps %d bytes of frames", len(*b))
+	}
+	if got := f.buf(); len(*got) != 0 {
+		t.Fatalf("a new batch starts with %q", *got)
+	}
+	f.release()
+}

@@ -146,9 +146,7 @@ func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSi
 		out = t.chat.sink(w)
 	}
 	acc := accumulator.New(s.accOptions(t))
-	buf := getRelayBuf()
-	defer putRelayBuf(buf)
-	cause := s.relay(ctx, cancel, out, acc, up, span, buf)
+	cause := s.relay(ctx, cancel, out, acc, up, span)
 	if cause != nil {
 		_ = up.Close() // nothing more is read: a client that left stops the model at once
 	}
@@ -170,13 +168,27 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return 
 
 const maxPooledRelayBuf = 256 << 10
 
-func getRelayBuf() *[]byte { return relayBufs.Get().(*[]byte) }
+// frameBatch holds the frames built from one upstream read until they are written. Its buffer is
+// taken from relayBufs for the batch and given back once the batch is written, so a stream that
+// waits for its next token (a paced model: most of its life) holds none (issue 25: memory per
+// open stream).
+type frameBatch struct{ b *[]byte }
 
-func putRelayBuf(b *[]byte) {
-	if cap(*b) <= maxPooledRelayBuf {
-		*b = (*b)[:0]
-		relayBufs.Put(b)
+// buf is the batch's buffer, taken from the pool when the batch has none.
+func (f *frameBatch) buf() *[]byte {
+	if f.b == nil {
+		f.b = relayBufs.Get().(*[]byte)
 	}
+	return f.b
+}
+
+// release gives the buffer back; the batch must have been written (or dropped).
+func (f *frameBatch) release() {
+	if f.b != nil && cap(*f.b) <= maxPooledRelayBuf {
+		*f.b = (*f.b)[:0]
+		relayBufs.Put(f.b)
+	}
+	f.b = nil
 }
 
 // connect writes the in-progress record (with the input) concurrently with the upstream connect,
@@ -264,19 +276,22 @@ func (s *Server) failOpenStream(w *sseWriter, err error) error {
 // (httputil.ReverseProxy flushes the same way, issue 25). A failed write cancels the turn's
 // context (cancel), which also ends a read waiting on upstream.
 func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w frameWriter, acc *accumulator.Accumulator,
-	up *upstream.Stream, span trace.Span, pooled *[]byte) error {
+	up *upstream.Stream, span trace.Span) error {
 	start := time.Now()
 	var werr error
+	var batch frameBatch
+	defer batch.release()
 	flush := func() {
-		if len(*pooled) > 0 && werr == nil {
-			if werr = w.write(*pooled); werr != nil {
+		if batch.b != nil && len(*batch.b) > 0 && werr == nil {
+			if werr = w.write(*batch.b); werr != nil {
 				cancel(errClientGone)
 			}
 		}
-		*pooled = (*pooled)[:0]
+		batch.release()
 	}
 	up.BeforeRead(flush)
-	*pooled = acc.Start((*pooled)[:0])
+	b := batch.buf()
+	*b = acc.Start(*b)
 	flush()
 	if werr != nil {
 		return errClientGone
@@ -305,7 +320,8 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 				s.tel.ttft.Record(ctx, time.Since(start).Seconds())
 				span.AddEvent("first_token")
 			}
-			*pooled, err = acc.Feed(*pooled, ev)
+			b := batch.buf()
+			*b, err = acc.Feed(*b, ev)
 			if err != nil {
 				return err
 			}
