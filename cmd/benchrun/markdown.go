@@ -275,7 +275,7 @@ func (r *report) allocsMD(w writer) {
 		w("| %s | %s | %.0f | %.0f | %.2f | %.0f | %.2f | %d |\n", x.Arm, x.Label, x.AllocsPerRequest[64], long, x.AllocsPerEvent, x.BytesPerEvent, x.MarginalAllocsPerDelt, x.Failed)
 	}
 	if h := a.Hold; h != nil {
-		w("\nWhat an open stream holds (Postgres twin, %d streams open at once; runtime counters after a forced GC at mid-stream, minus the same when idle): %.1f goroutines, %.1f KiB of goroutine stacks, %.1f KiB of live heap (%.1f KiB of in-use heap spans), and %.1f KiB of RSS before that GC (garbage awaiting collection included); the stream's accumulated output is %.1f KiB.\n",
+		w("\nWhat an open stream holds (Postgres twin, %d streams open at once; runtime counters after two forced collections at mid-stream (the second empties what sync.Pools kept through the first), minus the same when idle): %.1f goroutines, %.1f KiB of goroutine stacks, %.1f KiB of live heap (%.1f KiB of in-use heap spans), and %.1f KiB of RSS before those collections (garbage awaiting collection included); the stream's accumulated output is %.1f KiB.\n",
 			a.HoldStreams, h.GoroutinesPerStream, h.StackKiBPerStream, h.LiveKiBPerStream, h.HeapKiBPerStream, h.RSSKiBPerStream, h.OutputBytes/1024)
 	}
 	if h := a.HoldProxy; h != nil {

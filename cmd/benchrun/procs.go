@@ -132,14 +132,18 @@ func (c *child) alive() bool {
 }
 
 // memstats reads a proxy or respgate child's runtime counters from its debug listener's
-// /debug/vars (server.DebugHandler: runtime.MemStats, exact), after a garbage collection when gc
-// is set (pprof's heap profile with gc=1 runs one), so heap_live_bytes is what that collection found
-// live.
+// /debug/vars (server.DebugHandler: runtime.MemStats, exact), after garbage collections when gc
+// is set (pprof's heap profile with gc=1 runs one), so heap_live_bytes is what is really live.
 func (c *child) memstats(ctx context.Context, gc ...bool) (server.DebugVars, error) {
 	var v server.DebugVars
 	if len(gc) > 0 && gc[0] {
-		if err := get(ctx, "http://"+c.debugAddr+"/debug/pprof/heap?gc=1", io.Discard); err != nil {
-			return v, err
+		// Two collections: an object only a sync.Pool holds survives the first (in the pool's
+		// victim cache), so after one, buffers the idle process keeps pooled count as live and
+		// cancel the same buffers held by open streams.
+		for range 2 {
+			if err := get(ctx, "http://"+c.debugAddr+"/debug/pprof/heap?gc=1", io.Discard); err != nil {
+				return v, err
+			}
 		}
 	}
 	var body bytes.Buffer
