@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,6 +91,7 @@ type bench struct {
 	rep     *report
 
 	self     string // this executable
+	pgConns  int    // --database-max-conns of each Postgres respgate process (pgConnShare)
 	sim      *child
 	proxy    *child
 	gws      map[string]*child // respgate binaries by arm
@@ -218,9 +220,9 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.gws = map[string]*child{}
 	b.twins = map[string]*child{}
-	gwArgs := func(dsn string) []string {
-		return []string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", dsn}
-	}
+	b.rep.Postgres = b.pgSettings(ctx)
+	b.pgConns = pgConnShare(b.rep.Postgres)
+	gwArgs := b.gatewayArgs
 	for _, g := range []struct{ arm, name, dsn string }{
 		{"C", "C", b.pgDSN},
 		{"D", "D", b.pgDSN},
@@ -265,8 +267,32 @@ func (b *bench) setup(ctx context.Context) error {
 		}
 	}
 	b.rep.Arms = b.arms
-	b.rep.Postgres = b.pgSettings(ctx)
 	return nil
+}
+
+// pgProcesses is how many respgate processes of a run may hold Postgres connections at once: C,
+// D, D*, the Postgres twin and the capacity ramp's fresh D.
+const pgProcesses = 5
+
+// pgConnShare is the --database-max-conns of every Postgres respgate process of the run: an equal
+// share of the server's max_connections, less the superuser reserve and what benchrun's own
+// connections need, at most respgate's default of 32. Idle pools keep their connections (pgxpool
+// closes them after 30 minutes), so without a budget the processes together outgrow a default
+// max_connections of 100 and streams fail with "too many clients", counted as the gateway's.
+func pgConnShare(settings map[string]string) int {
+	maxConns, err1 := strconv.Atoi(settings["max_connections"])
+	reserved, err2 := strconv.Atoi(settings["superuser_reserved_connections"])
+	if err1 != nil || err2 != nil {
+		return 16
+	}
+	const own = 10 // benchrun's in-process stores (4 each) and its administrative connections
+	return min(max((maxConns-reserved-own)/pgProcesses, 4), 32)
+}
+
+// gatewayArgs are the flags of a respgate arm or twin on dsn.
+func (b *bench) gatewayArgs(dsn string) []string {
+	return []string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", dsn,
+		"--database-max-conns", strconv.Itoa(b.pgConns)}
 }
 
 // createSchema makes a fresh schema for this run in the configured database; every Postgres
@@ -301,7 +327,8 @@ func (b *bench) pgSettings(ctx context.Context) map[string]string {
 		return out
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, s := range []string{"server_version", "synchronous_commit", "fsync", "wal_sync_method", "shared_buffers"} {
+	for _, s := range []string{"server_version", "synchronous_commit", "fsync", "wal_sync_method", "shared_buffers",
+		"max_connections", "superuser_reserved_connections"} {
 		var v string
 		if conn.QueryRow(ctx, "SHOW "+s).Scan(&v) == nil {
 			out[s] = v

@@ -188,8 +188,8 @@ func pgLine(m map[string]string) string {
 	if len(m) == 0 {
 		return "unknown"
 	}
-	return fmt.Sprintf("%s, synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s",
-		m["server_version"], m["synchronous_commit"], m["fsync"], m["wal_sync_method"], m["shared_buffers"])
+	return fmt.Sprintf("%s, synchronous_commit=%s, fsync=%s, wal_sync_method=%s, shared_buffers=%s, max_connections=%s (each Postgres respgate process: --database-max-conns %d)",
+		m["server_version"], m["synchronous_commit"], m["fsync"], m["wal_sync_method"], m["shared_buffers"], m["max_connections"], pgConnShare(m))
 }
 
 func timingsLine(t map[string]float64) string {

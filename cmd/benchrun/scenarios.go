@@ -500,13 +500,6 @@ type capStep struct {
 func (b *bench) scenarioCapacity(ctx context.Context) error {
 	res := &capResult{MaxPassed: map[string]int{}, IdleRSS: map[string]int64{}}
 	b.rep.Capacity = res
-	// The ramp runs last and never uses the twins. The Postgres twin's pool keeps the connections
-	// its profiles opened (pgxpool closes idle ones after 30 minutes); beside D, D* and the fresh
-	// D, it took the ramp's large steps past a default max_connections of 100 ("too many
-	// clients": streams failed at the store, not for want of CPU).
-	if tw := b.twins["pg"]; tw != nil {
-		tw.stop()
-	}
 	var arms []*arm
 	for _, name := range b.opt.rampArms {
 		a := b.armByKey[name]
@@ -543,11 +536,8 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 			res.Steps = append(res.Steps, st)
 			if st.Passed {
 				res.MaxPassed[a.Name] = n
-				continue
-			}
-			failed[a.Name] = true
-			if a.proc != nil && a.proc != b.gws[a.Name] && a.proc.alive() {
-				a.proc.stop() // the fresh D is done: its pool's connections go to the next steps
+			} else {
+				failed[a.Name] = true
 			}
 		}
 	}
@@ -559,7 +549,7 @@ func (b *bench) scenarioCapacity(ctx context.Context) error {
 func (b *bench) freshCapacityArm(ctx context.Context, a *arm) (*child, *arm, error) {
 	respgate, _ := filepath.Abs(filepath.Join(b.opt.binDir, "respgate"))
 	c, err := startChild(ctx, b.logDir, "respgate-D-capacity", respgate,
-		[]string{"--listen", "ADDR", "--upstream-url", b.sim.baseURL(), "--database-url", b.pgDSN}, "/readyz")
+		b.gatewayArgs(b.pgDSN), "/readyz")
 	if err != nil {
 		return nil, nil, err
 	}
