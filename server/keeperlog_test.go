@@ -110,8 +110,8 @@ func TestLeaseKeeperWarnsOfFailedRenewalsButNotOfItsOwnStop(t *testing.T) {
 	}
 }
 
-// A run taken from the event log is its own copy of the frames: events logged after it,
-// which reuse the log's scratch buffer, never change it, and the log's end (seal) stops logging.
+// A run taken from the event log is the store's to keep: events logged after it go to a run of
+// their own and never change it, and the log's end (seal) stops logging.
 func TestEventLogRunsAreCopiesTheLaterEventsNeverTouch(t *testing.T) {
 	l := &eventLog{}
 	l.observe(0, wire.EventCreated, []byte(`{"a":0}`))

@@ -23,7 +23,8 @@ type child struct {
 	name string
 	cmd  *exec.Cmd
 	addr string // host:port
-	// debugAddr serves /debug/pprof/: respgate's --debug-listen, or addr for benchrun's own modes.
+	// debugAddr serves server.DebugHandler (/debug/pprof/, /debug/vars): respgate's
+	// --debug-listen, or addr for benchrun's own proxy.
 	debugAddr string
 	log       string
 	done      chan struct{}
@@ -45,8 +46,7 @@ func freeAddr() (string, error) {
 }
 
 // startChild runs bin with args (ADDR and DEBUGADDR in args are replaced by free loopback
-// addresses, the listener's and the debug listener's) and waits
-// until GET readyPath answers 200.
+// addresses, the listener's and the debug listener's) and waits until GET readyPath answers 200.
 func startChild(ctx context.Context, logDir, name, bin string, args []string, readyPath string) (*child, error) {
 	addr, err := freeAddr()
 	if err != nil {
