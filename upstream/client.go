@@ -192,10 +192,19 @@ const (
 // idleReader and releases with call.end; any other answer becomes an *Error here, after reading
 // at most maxErrorBody bytes of it to find vLLM's envelope.
 func (c *Client) do(ctx context.Context, method, u string, body []byte, accept string, bound headersBound, release func()) (*http.Response, *call, error) {
+	// A lent body (release set) goes to the transport through a lentBody, which releases it; one
+	// never handed over (an empty body, sent as none, or a call that ends before sending) is the
+	// caller's again when do returns.
+	lend := release != nil && len(body) > 0
+	var lent *lentBody
+	if release != nil {
+		defer func() {
+			if lent == nil {
+				release()
+			}
+		}()
+	}
 	if ctx.Err() != nil {
-		if release != nil {
-			release()
-		}
 		return nil, nil, ctxError(ctx)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
@@ -210,25 +219,17 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 			},
 		})
 	}
-	if release != nil && len(body) == 0 {
-		release() // nothing to lend: an empty body is sent as none
-		release = nil
-	}
 	var rd io.Reader
-	if body != nil && release == nil {
+	if body != nil && !lend {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(reqCtx, method, u, rd)
 	if err != nil {
 		connect.Stop()
 		cancel(nil)
-		if release != nil {
-			release()
-		}
 		return nil, nil, &Error{Kind: KindBadBody, Message: "cannot build the request", cause: err}
 	}
-	var lent *lentBody
-	if release != nil {
+	if lend {
 		lent = newLentBody(req, body, release)
 	}
 	if body != nil {

@@ -222,7 +222,6 @@ func (b *bench) setup(ctx context.Context) error {
 	b.twins = map[string]*child{}
 	b.rep.Postgres = b.pgSettings(ctx)
 	b.pgConns = pgConnShare(b.rep.Postgres)
-	gwArgs := b.gatewayArgs
 	for _, g := range []struct{ arm, name, dsn string }{
 		{"C", "C", b.pgDSN},
 		{"D", "D", b.pgDSN},
@@ -231,7 +230,7 @@ func (b *bench) setup(ctx context.Context) error {
 		{"D*", "Dstar", b.pgDSN + "&synchronous_commit=off"},
 		{"E", "E", "sqlite:" + filepath.Join(b.sqliteDir, "E.db")},
 	} {
-		c, err := startChild(ctx, b.logDir, "respgate-"+g.name, respgate, gwArgs(g.dsn), "/readyz")
+		c, err := startChild(ctx, b.logDir, "respgate-"+g.name, respgate, b.gatewayArgs(g.dsn), "/readyz")
 		if err != nil {
 			return err
 		}
@@ -241,7 +240,7 @@ func (b *bench) setup(ctx context.Context) error {
 		{"pg", b.pgDSN},
 		{"sqlite", "sqlite:" + filepath.Join(b.sqliteDir, "twin.db")},
 	} {
-		c, err := startChild(ctx, b.logDir, "twin-"+t.name, respgate, append(gwArgs(t.dsn), "--debug-listen", "DEBUGADDR"), "/readyz")
+		c, err := startChild(ctx, b.logDir, "twin-"+t.name, respgate, append(b.gatewayArgs(t.dsn), "--debug-listen", "DEBUGADDR"), "/readyz")
 		if err != nil {
 			return err
 		}
