@@ -28,9 +28,3 @@ func (s *Store) Exec(ctx context.Context, sql string, args ...any) error {
 	_, err := s.pool.Exec(ctx, sql, args...)
 	return err
 }
-
-// CommitLoad is the store's commit groups being written and commits queued (store.Committer.Load).
-func (s *Store) CommitLoad() (writing, queued int) { return s.commits.Load() }
-
-// CommitLanes is how many commit groups the store writes at once.
-func (s *Store) CommitLanes() int { return s.commits.Lanes }

@@ -38,7 +38,6 @@ type Store struct {
 	// channel is the store's notification channel.
 	watch   *watcher
 	channel string
-	commits store.Committer // groups concurrent ResponseCommits (writes.go)
 }
 
 var (
@@ -112,7 +111,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	channel := channelFor(schema)
 	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool, jobs: jobs,
-		watch: newWatcher(pool.Config().ConnConfig, channel), channel: channel, commits: store.Committer{Lanes: int(pool.Config().MaxConns)}}, nil
+		watch: newWatcher(pool.Config().ConnConfig, channel), channel: channel}, nil
 }
 
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is

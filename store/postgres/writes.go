@@ -49,57 +49,10 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 // needs raises (respgate_no_row, migrations/postgres/006), which rolls the whole batch back:
 // when the response write changed nothing, commitNoop then explains why (store.CommitDecision),
 // in a second round trip that only retries and lost races take.
-//
-// Concurrent commits are grouped (commitGroup): as many groups are written at once as the pool
-// has connections, so a commit is grouped only when it would otherwise wait for a connection;
-// the commits that queue while every lane is writing then go together in one batch, so one
-// implicit transaction, one round trip and one WAL flush carry them all. A grouped commit is exactly as durable as a lone
-// one: each caller returns only once the transaction carrying its commit has committed.
 func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
 	if err := store.CommitCheck(p); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
-	return s.commits.Run(ctx, p, s.commitGroup)
-}
-
-// commitGroup writes a group of commits. Two or more go in one batch, under the first one's
-// context; if that batch fails, nothing of it was written (its implicit transaction rolled
-// back), and each commit is then written alone, so each gets its own outcome: a commit that
-// fails or is a no-op never takes the others with it, it only costs them a second round trip.
-func (s *Store) commitGroup(group []*store.PendingCommit) {
-	if len(group) > 1 {
-		b := &pgx.Batch{}
-		for _, c := range group {
-			s.queueCommit(b, c.P)
-		}
-		if err := s.pool.SendBatch(group[0].Ctx, b).Close(); err == nil {
-			return
-		}
-	}
-	for _, c := range group {
-		c.Err = s.commitAlone(c.Ctx, c.P)
-	}
-}
-
-// commitAlone writes one commit in its own batch and explains its failure.
-func (s *Store) commitAlone(ctx context.Context, p *store.ResponseCommitParams) error {
-	b := &pgx.Batch{}
-	s.queueCommit(b, p)
-	err := s.pool.SendBatch(ctx, b).Close()
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == noRowCode && pgErr.Message == noResponseWritten:
-		return s.commitNoop(ctx, p)
-	case errors.As(err, &pgErr) && pgErr.Code == noRowCode && pgErr.Message == noConversation:
-		return fmt.Errorf("commit response: conversation: %w", store.ErrNotFound)
-	}
-	return fmt.Errorf("commit response: %w", interpretError(err))
-}
-
-// queueCommit queues the statements of one commit (see ResponseCommit) on b.
-func (s *Store) queueCommit(b *pgx.Batch, p *store.ResponseCommitParams) {
 	r := &p.Response
 	var items itemArrays
 	if !p.Begun {
@@ -107,6 +60,8 @@ func (s *Store) queueCommit(b *pgx.Batch, p *store.ResponseCommitParams) {
 	}
 	items.add(store.RoleOutput, p.Output)
 	conv := store.NullString(p.ConversationID)
+
+	b := &pgx.Batch{}
 	if p.Begun {
 		b.Queue(mustWrite("WITH", finishResponseSQL, noResponseWritten), store.FinishArgs(s.Driver, r)...)
 	} else {
@@ -129,6 +84,17 @@ func (s *Store) queueCommit(b *pgx.Batch, p *store.ResponseCommitParams) {
 		// In the batch's transaction: delivered when it commits, never for a rolled-back one.
 		b.Queue(notifySQL, s.channel, r.ID)
 	}
+	err := s.pool.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == noRowCode && pgErr.Message == noResponseWritten:
+		return s.commitNoop(ctx, p)
+	case errors.As(err, &pgErr) && pgErr.Code == noRowCode && pgErr.Message == noConversation:
+		return fmt.Errorf("commit response: conversation: %w", store.ErrNotFound)
+	}
+	return fmt.Errorf("commit response: %w", interpretError(err))
 }
 
 // The no_data_found errors mustWrite raises, told apart by message.

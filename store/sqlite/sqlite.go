@@ -47,7 +47,7 @@ const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate"
 type Store struct {
 	store.Base
 	db      *sql.DB
-	commits store.Committer       // groups concurrent ResponseCommits (store/group.go)
+	commits committer             // groups concurrent ResponseCommits (group.go)
 	jobs    *jobq.Client[*sql.Tx] // River, in this database (background.go)
 }
 

@@ -85,7 +85,7 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 	if err := store.CommitCheck(p); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
-	if err := s.commits.Run(ctx, p, s.commitGroup); err != nil {
+	if err := s.commits.run(ctx, p, s.commitGroup); err != nil {
 		return fmt.Errorf("commit response: %w", err)
 	}
 	return nil
@@ -126,10 +126,10 @@ func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, p *store.ResponseComm
 // interrupted write inside a transaction by rolling the whole transaction back, which would
 // take the other commits of the group with it. A commit is short and lock waits are bounded by
 // the busy timeout.
-func (s *Store) commitGroup(group []*store.PendingCommit) {
+func (s *Store) commitGroup(group []*pendingCommit) {
 	fail := func(err error) {
 		for _, c := range group {
-			c.Err = err
+			c.err = err
 		}
 	}
 	tx, err := s.db.BeginTx(context.Background(), nil)
@@ -139,18 +139,18 @@ func (s *Store) commitGroup(group []*store.PendingCommit) {
 	}
 	for _, c := range group {
 		if _, err := tx.ExecContext(context.Background(), "SAVEPOINT c"); err != nil {
-			c.Err = err
+			c.err = err
 			continue
 		}
-		c.Err = s.commitOne(context.WithoutCancel(c.Ctx), tx, c.P)
-		if c.Err != nil {
+		c.err = s.commitOne(context.WithoutCancel(c.ctx), tx, c.p)
+		if c.err != nil {
 			if _, err := tx.ExecContext(context.Background(), "ROLLBACK TO c"); err != nil {
 				_ = tx.Rollback()
 				fail(fmt.Errorf("roll back to savepoint: %w", err))
 				return
 			}
-			if errors.Is(c.Err, errNoop) {
-				c.Err = nil
+			if errors.Is(c.err, errNoop) {
+				c.err = nil
 			}
 		}
 		if _, err := tx.ExecContext(context.Background(), "RELEASE c"); err != nil {
