@@ -87,7 +87,7 @@ func New(t testing.TB, opts ...Options) *Gateway {
 	if scfg.Logger == nil {
 		scfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	srv, err := server.New(ctx, scfg, st, up)
+	srv, err := server.New(ctx, scfg, st, upstream.Single(up))
 	if err != nil {
 		t.Fatalf("respgatetest: server: %v", err)
 	}

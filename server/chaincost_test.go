@@ -47,7 +47,7 @@ func chainServer(b *testing.B, up upstream.Config, depth int) (*Server, string) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(b.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, client)
+	s, err := New(b.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, upstream.Single(client))
 	if err != nil {
 		b.Fatal(err)
 	}

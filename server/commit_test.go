@@ -85,7 +85,7 @@ func newSimServerAndSim(t *testing.T, cfg Config, wrap func(store.Store) store.S
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s, err := New(t.Context(), cfg, st, up)
+	s, err := New(t.Context(), cfg, st, upstream.Single(up))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func newIntakeServer(t *testing.T, cfg Config) (*Server, *atomic.Int64) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s, err := New(t.Context(), cfg, &fakeStore{}, uc)
+	s, err := New(t.Context(), cfg, &fakeStore{}, upstream.Single(uc))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func newTestServer(t *testing.T, cfg Config) (*Server, *countingStore) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := &countingStore{Store: sq}
-	s, err := New(t.Context(), cfg, st, up)
+	s, err := New(t.Context(), cfg, st, upstream.Single(up))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func newHeldBeginServer(t *testing.T, beginErr error) (*Server, *heldBeginStore)
 	}
 	t.Cleanup(up.CloseIdleConnections)
 	st := &heldBeginStore{Store: sq, entered: make(chan struct{}, 1), release: make(chan struct{}), beginErr: beginErr}
-	s, err := New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, up)
+	s, err := New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, upstream.Single(up))
 	if err != nil {
 		t.Fatal(err)
 	}

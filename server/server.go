@@ -219,7 +219,7 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 type Server struct {
 	cfg      Config
 	store    store.Store
-	upstream *upstream.Client
+	upstream upstream.Caller
 	log      *slog.Logger
 	tel      *telemetry
 	echo     *echo.Echo
@@ -274,7 +274,7 @@ type Server struct {
 
 // New builds the server: it loads (or creates) the server secret from the store and registers the
 // routes. It does not start background work; call Run for the sweeper.
-func New(ctx context.Context, cfg Config, st store.Store, up *upstream.Client) (*Server, error) {
+func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*Server, error) {
 	cfg.defaults()
 	if cfg.LeaseTTL <= cfg.WriteTimeout {
 		// A turn can wait up to WriteTimeout on a client write before it commits; its lease must

@@ -203,7 +203,7 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*
 		t.bodyBuf = nil
 		release = func() { s.putBodyBuf(buf) }
 	}
-	up, upErr := s.upstream.StreamLent(uctx, t.body, release)
+	up, _, upErr := s.upstream.StreamLent(uctx, upstream.Route{Model: t.req.Model}, t.body, release)
 	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
 	var beginErr error
 	select {

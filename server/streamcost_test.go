@@ -173,7 +173,7 @@ func TestAnOpenStreamCostsAtMostThreeGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.CloseIdleConnections()
-	s, err := New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sq, up)
+	s, err := New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sq, upstream.Single(up))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func serverOver(tb testing.TB, rt http.RoundTripper) (*Server, *upstream.Client)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := New(tb.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &fakeStore{}, up)
+	s, err := New(tb.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &fakeStore{}, upstream.Single(up))
 	if err != nil {
 		tb.Fatal(err)
 	}

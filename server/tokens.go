@@ -86,7 +86,7 @@ func (s *Server) countTokens(ctx context.Context, model string, items []wire.Ite
 	}
 	tctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
-	raw, err := s.upstream.Tokenize(tctx, body) // not in upstreamLatency: that is generation's
+	raw, err := s.upstream.Tokenize(tctx, upstream.Route{Model: model}, body) // not in upstreamLatency: that is generation's
 	if err != nil {
 		var ue *upstream.Error
 		if errors.As(err, &ue) && (ue.Status == http.StatusNotFound || ue.Status == http.StatusMethodNotAllowed) && !strings.Contains(ue.Message, "model") {

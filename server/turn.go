@@ -16,6 +16,7 @@ import (
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -458,7 +459,7 @@ func (s *Server) createSync(ctx context.Context, span string, body []byte) ([]by
 	uctx, cancel := context.WithTimeoutCause(uctx, s.cfg.SyncTimeout, errSyncTimeout)
 	defer cancel()
 	start := time.Now()
-	raw, err := s.upstream.Create(uctx, body)
+	raw, _, err := s.upstream.Create(uctx, upstream.Route{}, body)
 	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
 	return raw, err
 }

@@ -297,7 +297,7 @@ func newTurnHarness(t *testing.T, configure func(*turnStore, *upstreamGate)) *tu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.s, err = New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h.st, up)
+	h.s, err = New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h.st, upstream.Single(up))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func (b *bench) backendStore(ctx context.Context, name string) (store.Store, str
 		st.Close()
 		return nil, "", err
 	}
-	srv, err := server.New(ctx, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, up)
+	srv, err := server.New(ctx, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, upstream.Single(up))
 	if err != nil {
 		st.Close()
 		return nil, "", err

@@ -137,7 +137,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	}
 	srvCfg := cfg.server
 	srvCfg.Logger = log
-	srv, err := server.New(ctx, srvCfg, st, up)
+	srv, err := server.New(ctx, srvCfg, st, upstream.Single(up))
 	if err != nil {
 		return err
 	}

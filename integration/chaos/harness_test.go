@@ -156,7 +156,7 @@ func (e *env) startGateway(upTimeout time.Duration) {
 	}
 	cfg := gatewayConfig()
 	cfg.SyncTimeout = 2 * upTimeout
-	srv, err := server.New(context.Background(), cfg, st, up)
+	srv, err := server.New(context.Background(), cfg, st, upstream.Single(up))
 	if err != nil {
 		e.t.Fatalf("server: %v", err)
 	}
@@ -195,7 +195,7 @@ func (e *env) cleanGateway() string {
 	// The auditor's gateway is not under test: its turns must not time out on a loaded machine
 	// (the scenario gateways' 2 s sync limit made continuations answer 504 upstream_timeout).
 	cfg.SyncTimeout = 2 * time.Minute
-	srv, err := server.New(context.Background(), cfg, st, up)
+	srv, err := server.New(context.Background(), cfg, st, upstream.Single(up))
 	if err != nil {
 		e.t.Fatalf("server: %v", err)
 	}
