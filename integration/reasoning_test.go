@@ -106,7 +106,10 @@ func TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns(t *testing.T)
 		t.Fatalf("first item %s", r.Output[0].RawJSON())
 	}
 	blob := rs.EncryptedContent
-	tampered := blob[:len(blob)-2] + map[bool]string{true: "AA", false: "BB"}[!strings.HasSuffix(blob, "AA")]
+	// One character of the sealed payload changed, away from its end: the last characters of
+	// base64 may carry padding bits, whose change would make the blob malformed, not modified.
+	mid := len(blob) - 20
+	tampered := blob[:mid] + map[bool]string{true: "A", false: "B"}[blob[mid] != 'A'] + blob[mid+1:]
 	item := func(id, enc, content string) string {
 		return `{"model":"` + harmony + `","store":false,"input":[{"role":"user","content":"hello"},{"type":"reasoning","id":"` + id +
 			`","summary":[],"encrypted_content":"` + enc + `"` + content + `},{"role":"user","content":"next"}]}`

@@ -129,7 +129,7 @@ func TestRetentionDeletesOldResponsesButKeepsConversationItems(t *testing.T) {
 		conv := newConversation(t, g, `{}`)
 		inConv := g.create(t, `{"model":"`+harmony+`","input":"kept in the conversation","conversation":"`+conv+`"}`)
 		// With workers running, retention is the River leader's periodic job (docs/background.md): run it now.
-		g.Server.Purge(t.Context())
+		g.Server.Engine().Purge(t.Context())
 		for _, id := range []string{plain.ID, inConv.ID} {
 			if s, _, _ := rawDo(t, "GET", g.URL+"/responses/"+id, "", "Authorization", "Bearer test-key"); s != 404 {
 				t.Fatalf("response %s outlived the retention period: %d", id, s)

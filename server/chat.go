@@ -11,6 +11,7 @@ import (
 
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/chatbridge"
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -31,29 +32,42 @@ type chatTurn struct {
 	hist   *chatbridge.History // nil: over the canonical limits, no replay and no capture
 	plan   *chatbridge.Plan
 	chunks chatbridge.Chunker
+	model  string
 }
 
 // createChatCompletion serves POST /v1/chat/completions.
 func (s *Server) createChatCompletion(c echo.Context) error {
-	return s.serveTurn(c, s.prepareChat)
+	ct, spec, origin, err := s.prepareChat(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.engine.Serve(c.Request().Context(), spec, &chatDoor{httpDoor: httpDoor{s: s, c: c}, ct: ct})
+	switch {
+	case err != nil:
+		return chatParam(err, origin)
+	case spec.Stream:
+		return nil // the chunks have been written
+	}
+	return ct.respond(c, out.Result)
 }
 
-// prepareChat reads and translates a chat request, plans its replay from the tenant's records
-// (one store round trip) and prepares the Responses turn for it.
-func (s *Server) prepareChat(c echo.Context) (*turn, error) {
+// prepareChat reads and translates a chat request and plans its replay from the tenant's
+// records (one store round trip): the Responses turn's spec, and the chat message each of its
+// input items came from.
+func (s *Server) prepareChat(c echo.Context) (*chatTurn, *engine.Spec, []int, error) {
 	body, err := readBody(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	members, err := scanObject(body, min(s.cfg.MaxJSONDepth, jsonscan.MaxDepth+1))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	req, err := chatbridge.Decode(members)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	ct := &chatTurn{s: s, tenant: tenant(c), plan: &chatbridge.Plan{}}
+	ct := &chatTurn{s: s, tenant: tenant(c), plan: &chatbridge.Plan{}, model: req.Model}
 	ct.chunks.IncludeUsage = req.IncludeUsage
 	if s.cfg.ReasoningExposure == ExposureHidden {
 		ct.chunks.Exposure = chatbridge.ExposeHidden // captured and replayed, never shown
@@ -61,21 +75,33 @@ func (s *Server) prepareChat(c echo.Context) (*turn, error) {
 	ct.planReplay(c.Request().Context(), req)
 	tr, err := req.ToResponses(ct.plan.Replace)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	creq, err := decodeCreate(tr.Body, s.cfg.MaxJSONDepth)
 	if err != nil {
-		return nil, chatParam(err, tr.Origin)
+		return nil, nil, nil, chatParam(err, tr.Origin)
 	}
-	t, err := s.prepareTurn(c.Request().Context(), tenant(c), creq, nil)
+	spec, err := creq.spec(tenant(c))
 	if err != nil {
-		return nil, chatParam(err, tr.Origin)
+		return nil, nil, nil, err
 	}
-	t.chat = ct
-	ct.chunks.Meta = chatbridge.Meta{ID: "chatcmpl-" + strings.TrimPrefix(t.rec.ID, wire.PrefixResponse),
-		Created: t.rec.CreatedAt.Unix(), Model: req.Model}
-	return t, nil
+	spec.Face = ct
+	return ct, spec, tr.Origin, nil
 }
+
+// chatDoor is a chat turn's engine.Door: its stream carries chat chunks.
+type chatDoor struct {
+	httpDoor
+	ct *chatTurn
+}
+
+func (d *chatDoor) Prepared(p engine.Prepared) {
+	d.httpDoor.Prepared(p)
+	d.ct.chunks.Meta = chatbridge.Meta{ID: "chatcmpl-" + strings.TrimPrefix(p.ID, wire.PrefixResponse),
+		Created: p.CreatedAt.Unix(), Model: d.ct.model}
+}
+
+func (d *chatDoor) Open() engine.Sink { return &chatSink{Sink: d.httpDoor.Open(), ct: d.ct} }
 
 // planReplay identifies the request's visible history and plans its replay. A history over the
 // canonical limits, or a store that cannot list records, means no replay, never an error.
@@ -92,7 +118,7 @@ func (ct *chatTurn) planReplay(ctx context.Context, req *chatbridge.Request) {
 	}
 	start := time.Now()
 	recs, err := s.store.ReplayRecordList(ctx, &store.ReplayRecordListParams{Tenant: ct.tenant, Scope: hist.Scope, Ends: ends})
-	s.tel.store(ctx, "replay_record_list", start)
+	s.tel.Store(ctx, "replay_record_list", start)
 	if err != nil {
 		s.log.Warn("chat replay records not loaded; sending the visible history as is", "error", err)
 		return
@@ -103,10 +129,10 @@ func (ct *chatTurn) planReplay(ctx context.Context, req *chatbridge.Request) {
 			Payload: r.Payload, Items: r.Items, Blocked: r.Blocked}
 	}
 	ct.plan = hist.Plan(req.Messages, records, s.cfg.ChatReplayMaxBytes)
-	s.tel.replayHits.Add(ctx, int64(ct.plan.Hits))
-	s.tel.replayMisses.Add(ctx, int64(ct.plan.Misses))
-	s.tel.replayConflicts.Add(ctx, int64(ct.plan.Conflicts))
-	s.tel.replayBytes.Add(ctx, int64(ct.plan.Bytes))
+	s.tel.ReplayHits.Add(ctx, int64(ct.plan.Hits))
+	s.tel.ReplayMisses.Add(ctx, int64(ct.plan.Misses))
+	s.tel.ReplayConflicts.Add(ctx, int64(ct.plan.Conflicts))
+	s.tel.ReplayBytes.Add(ctx, int64(ct.plan.Bytes))
 }
 
 // chatParam makes a 400 about the translated Responses request name the chat message it came
@@ -124,33 +150,31 @@ func chatParam(err error, origin []int) error {
 	return &out
 }
 
-// observe is the accumulator's Observe: every client event becomes chat chunks.
-func (ct *chatTurn) observe(_ int64, typ wire.EventType, data []byte) { ct.chunks.Event(typ, data) }
+// Observe is the accumulator's Observe (engine.Face): every client event becomes chat chunks.
+func (ct *chatTurn) Observe(_ int64, typ wire.EventType, data []byte) { ct.chunks.Event(typ, data) }
 
 // chatSink writes the chat chunks built from the events the relay would have written.
 type chatSink struct {
-	w   frameWriter
+	engine.Sink
 	ct  *chatTurn
 	buf []byte
 }
 
-func (k *chatSink) write([]byte) error {
+func (k *chatSink) Write([]byte) error {
 	k.buf = k.ct.chunks.Take(k.buf[:0])
 	if len(k.buf) == 0 {
 		return nil
 	}
-	return k.w.write(k.buf)
+	return k.Sink.Write(k.buf)
 }
-
-func (ct *chatTurn) sink(w frameWriter) frameWriter { return &chatSink{w: w, ct: ct} }
 
 func outcome(r *accumulator.Result) *chatbridge.Outcome {
 	return &chatbridge.Outcome{Status: r.Status, Items: r.Output, Usage: r.Usage, IncompleteDetails: r.IncompleteDetails}
 }
 
-// finished runs when the turn's result is final (Server.finish), before its terminal frame:
-// it commits the capture, then queues the final chunks.
-func (ct *chatTurn) finished(ctx context.Context, r *accumulator.Result) {
+// Finished runs when the turn's result is final (engine.Face), before its terminal frame: it
+// commits the capture, then queues the final chunks.
+func (ct *chatTurn) Finished(ctx context.Context, r *accumulator.Result) {
 	ct.capture(ctx, r)
 	ct.chunks.Finish(outcome(r), r.Error)
 }
@@ -178,7 +202,7 @@ func (ct *chatTurn) capture(ctx context.Context, r *accumulator.Result) {
 	defer cancel()
 	start := time.Now()
 	err := s.store.ReplayRecordSave(cctx, p)
-	s.tel.store(ctx, "replay_record_save", start)
+	s.tel.Store(ctx, "replay_record_save", start)
 	if err != nil {
 		s.log.Warn("chat replay record not saved", "error", err)
 	}
@@ -195,15 +219,4 @@ func (ct *chatTurn) respond(c echo.Context, r *accumulator.Result) error {
 	}
 	out := chatbridge.AppendCompletion(make([]byte, 0, 1024), &ct.chunks.Meta, outcome(r), ct.chunks.Exposure)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
-}
-
-// purgeReplay deletes the chat replay records unused for ChatReplayIdle (with the sweep).
-func (s *Server) purgeReplay(ctx context.Context) {
-	before := time.Now().Add(-s.cfg.ChatReplayIdle)
-	total := s.purgeBatches(ctx, "purge chat replay records", func(limit int) (int, error) {
-		return s.store.ReplayPurge(ctx, &store.ReplayPurgeParams{Before: before, Limit: limit})
-	})
-	if total > 0 {
-		s.log.Info("purged idle chat replay records", "count", total)
-	}
 }

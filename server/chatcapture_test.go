@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respgate/respgate/internal/logtest"
+
 	"github.com/respgate/respgate/store"
 )
 
@@ -80,12 +82,12 @@ func TestChatCaptureStoresCompletedTurnsWithinTheRecordBound(t *testing.T) {
 	}
 }
 
-// purgeReplay deletes the records unused for ChatReplayIdle: the cut-off is now minus the idle time.
+// Purge deletes the chat replay records unused for ChatReplayIdle: the cut-off is now minus the idle time.
 func TestChatReplayPurgeCutsOffAtTheIdleTime(t *testing.T) {
 	rs := &replaySaves{}
 	s := newSimServer(t, Config{ChatReplayIdle: time.Hour}, func(st store.Store) store.Store { rs.Store = st; return rs })
 	before := time.Now()
-	s.purgeReplay(t.Context())
+	s.engine.Purge(t.Context())
 	after := time.Now()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -101,7 +103,7 @@ func TestChatReplayPurgeCutsOffAtTheIdleTime(t *testing.T) {
 // a purge that deleted records says how many, and one that deleted none says nothing.
 func TestChatCaptureAndPurgeLogWhatHappened(t *testing.T) {
 	for _, fail := range []bool{false, true} {
-		logs := &logRecords{}
+		logs := &logtest.Records{}
 		rs := &replaySaves{failSaves: fail}
 		s := newSimServer(t, Config{Logger: slog.New(logs), ChatReplayIdle: time.Hour},
 			func(st store.Store) store.Store { rs.Store = st; return rs })
@@ -109,35 +111,33 @@ func TestChatCaptureAndPurgeLogWhatHappened(t *testing.T) {
 			t.Fatalf("chat completion with failing saves=%t: %d %s", fail, code, body)
 		}
 		warned := false
-		for _, l := range logs.snapshot() {
+		for _, l := range logs.Snapshot() {
 			warned = warned || strings.HasPrefix(l, "WARN chat replay record not saved")
 		}
 		if warned != fail {
-			t.Fatalf("saves failing=%t: warned=%t: %q", fail, warned, logs.snapshot())
+			t.Fatalf("saves failing=%t: warned=%t: %q", fail, warned, logs.Snapshot())
 		}
 	}
 
-	logs := &logRecords{}
-	s := newSimServer(t, Config{Logger: slog.New(logs), ChatReplayIdle: time.Hour}, nil)
-	if code, body := call(t, s, http.MethodPost, "/v1/chat/completions", `{"model":"openai/gpt-oss-sim","messages":[{"role":"user","content":"hi"}]}`); code != http.StatusOK {
-		t.Fatalf("chat completion: %d %s", code, body)
-	}
-	purged := func() []string {
+	purgeAfter := func(idle time.Duration) []string {
+		logs := &logtest.Records{}
+		s := newSimServer(t, Config{Logger: slog.New(logs), ChatReplayIdle: idle}, nil)
+		if code, body := call(t, s, http.MethodPost, "/v1/chat/completions", `{"model":"openai/gpt-oss-sim","messages":[{"role":"user","content":"hi"}]}`); code != http.StatusOK {
+			t.Fatalf("chat completion: %d %s", code, body)
+		}
+		s.engine.Purge(t.Context())
 		var out []string
-		for _, l := range logs.snapshot() {
+		for _, l := range logs.Snapshot() {
 			if strings.Contains(l, "purged idle chat replay records") {
 				out = append(out, l)
 			}
 		}
 		return out
 	}
-	s.purgeReplay(t.Context()) // the record was used just now: nothing is an hour idle
-	if got := purged(); len(got) != 0 {
+	if got := purgeAfter(time.Hour); len(got) != 0 { // the record was used just now: nothing is an hour idle
 		t.Fatalf("a purge that deleted nothing logged %q", got)
 	}
-	s.cfg.ChatReplayIdle = -time.Hour // every record is idle
-	s.purgeReplay(t.Context())
-	if got := purged(); len(got) != 1 || !strings.Contains(got[0], "count=1") {
+	if got := purgeAfter(time.Nanosecond); len(got) != 1 || !strings.Contains(got[0], "count=1") { // every record is idle
 		t.Fatalf("a purge of one record logged %q", got)
 	}
 }

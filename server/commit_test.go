@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/upstream"
@@ -178,12 +179,12 @@ func TestCommitRetriesAndStoresTheFailureOfABegunRecord(t *testing.T) {
 		stored      string // the status read back ("" no record)
 	}{
 		{"sync: the third attempt succeeds", false, 2, nil, http.StatusOK, "", 3, "completed"},
-		{"sync: three attempts fail", false, 3, nil, http.StatusInternalServerError, errNotStored, 3, ""},
-		{"sync: conflict is not retried", false, 1, store.ErrConflict, http.StatusInternalServerError, msgLeaseLost, 1, ""},
-		{"sync: not found is not retried", false, 1, store.ErrNotFound, http.StatusInternalServerError, errNotStored, 1, ""},
+		{"sync: three attempts fail", false, 3, nil, http.StatusInternalServerError, engine.MsgNotStored, 3, ""},
+		{"sync: conflict is not retried", false, 1, store.ErrConflict, http.StatusInternalServerError, engine.MsgLeaseLost, 1, ""},
+		{"sync: not found is not retried", false, 1, store.ErrNotFound, http.StatusInternalServerError, engine.MsgNotStored, 1, ""},
 		{"stream: the third attempt succeeds", true, 2, nil, http.StatusOK, "", 3, "completed"},
-		{"stream: stored failed in the background", true, 4, nil, http.StatusOK, errNotStored, 5, "failed"},
-		{"stream: deleted meanwhile", true, 1, store.ErrNotFound, http.StatusOK, msgDeleted, 1, "in_progress"},
+		{"stream: stored failed in the background", true, 4, nil, http.StatusOK, engine.MsgNotStored, 5, "failed"},
+		{"stream: deleted meanwhile", true, 1, store.ErrNotFound, http.StatusOK, engine.MsgDeleted, 1, "in_progress"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fc := &flakyCommits{fail: tc.fail, err: tc.err, stored: make(chan struct{})}
@@ -238,8 +239,8 @@ func TestCommitRetriesAndStoresTheFailureOfABegunRecord(t *testing.T) {
 				t.Fatalf("read back %s: %v, want no record", id, err)
 			case tc.stored != "" && (err != nil || string(r.Status) != tc.stored):
 				t.Fatalf("read back %s: %v %v, want %s", id, r, err, tc.stored)
-			case tc.stored == "failed" && !strings.Contains(string(r.Error), errNotStored):
-				t.Fatalf("stored error %s, want %q", r.Error, errNotStored)
+			case tc.stored == "failed" && !strings.Contains(string(r.Error), engine.MsgNotStored):
+				t.Fatalf("stored error %s, want %q", r.Error, engine.MsgNotStored)
 			}
 		})
 	}

@@ -1,323 +1,65 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/respgate/respgate/accumulator"
-	"github.com/respgate/respgate/compact"
-	"github.com/respgate/respgate/rehydrate"
-	"github.com/respgate/respgate/seal"
-	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
-
-// This file serves compaction (docs/compaction.md): POST /v1/responses/compact, the opening and
-// expansion of compaction items a request brings back, and the summarising side call to the
-// model. The planning, the handoff prompt and the expansion itself are package compact's.
 
 // compactMembers are the members of a compact body (CompactResponseMethodPublicBody) passed on
 // to the create decoder; others are ignored, as create ignores unknown members.
 var compactMembers = []string{"model", "input", "previous_response_id", "instructions", "prompt_cache_key"}
 
-// compactResponse serves POST /v1/responses/compact: it plans the session (the request's
-// previous_response_id chain, then its input), asks the model for a handoff summary of the
-// region the plan compacts, and answers the lead, one sealed compaction item and the recent turns,
-// which the client sends back as the next request's input. Nothing is stored but the archive
-// record of what the summary replaced.
+// compactResponse serves POST /v1/responses/compact (docs/compaction.md): the engine plans and
+// summarises the session (engine.Engine.Compact); this door decodes the body and renders the
+// answer.
 func (s *Server) compactResponse(c echo.Context) error {
-	return s.admitted(func() error {
-		body, err := readBody(c)
-		if err != nil {
-			return err
-		}
-		members, err := scanCreate(body, s.cfg.MaxJSONDepth)
-		if err != nil {
-			return err
-		}
-		kept := map[string]json.RawMessage{"store": json.RawMessage("false")}
-		for _, k := range compactMembers {
-			if v, ok := members[k]; ok {
-				kept[k] = v
-			}
-		}
-		req, err := createFromMembers(kept)
-		if err != nil {
-			return err
-		}
-		ctx, tn := c.Request().Context(), tenant(c)
-		req.Store = true // read the chain from the store, never a socket's cache
-		all, err := s.sessionItems(ctx, tn, req)
-		if err != nil {
-			return err
-		}
-		// The answer's id keys nothing else (a compact answer is not a stored response); the archive
-		// record keeps it, so the id a client or its logs show leads an operator to the record.
-		id := wire.NewID(wire.PrefixResponse)
-		out, usage, err := s.compactItems(ctx, tn, req, all, id)
-		if err != nil {
-			return err
-		}
-		b := make([]byte, 0, 1024)
-		b = append(b, `{"id":`...)
-		b = wire.AppendString(b, id)
-		b = append(b, `,"object":"response.compaction","created_at":`...)
-		b = strconv.AppendInt(b, time.Now().Unix(), 10)
-		b = append(b, `,"output":[`...)
-		for i, it := range s.view(tn, false).items(out) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = wire.AppendRaw(b, it.JSON)
-		}
-		b = append(b, `],"usage":`...)
-		b = wire.AppendRaw(b, usage)
-		b = append(b, '}')
-		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
-	})
-}
-
-// sessionItems is every item of the session a request describes, in the form the store keeps:
-// its history (chain or conversation), then its input, normalised, references resolved and
-// checked as a turn would check them (an encrypted-only reasoning item is a 400 here too).
-// Compaction items stay as they are.
-func (s *Server) sessionItems(ctx context.Context, tn string, req *createRequest) ([]wire.Item, error) {
-	src, err := s.loadSources(ctx, tn, req, nil)
+	body, err := readBody(c)
 	if err != nil {
-		return nil, err
-	}
-	res, err := s.rehydrate(tn, req, src, nil)
-	if err != nil {
-		return nil, err
-	}
-	return append(append([]wire.Item(nil), src.history...), res.Input...), nil
-}
-
-// compactItems plans items and, when the plan compacts something, asks the model for the
-// summary and returns lead + compaction item + recent, with the summary call's usage (OpenAI's
-// shape; zeros when nothing was compacted). responseID is the id of the compact answer, which the
-// archive record keeps beside the compaction item's id.
-func (s *Server) compactItems(ctx context.Context, tn string, req *createRequest, items []wire.Item, responseID string) ([]wire.Item, json.RawMessage, error) {
-	plan := compact.PlanItems(items, s.cfg.CompactionKeepTurns)
-	if plan.Empty() {
-		return items, zeroUsage, nil
-	}
-	summary, usage, err := s.summarise(ctx, tn, req, plan.Region)
-	if err != nil {
-		return nil, nil, err
-	}
-	id := wire.NewID(compact.PrefixCompaction)
-	payload := compact.Payload{V: 1, Summary: summary, Replaced: compact.ItemIDs(plan.Region), Model: req.Model}
-	blob, err := s.ring.Seal(seal.Binding{Tenant: tn, ItemID: id, ItemType: compact.TypeCompaction}, payload.Marshal())
-	if err != nil {
-		return nil, nil, &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "compaction_failed",
-			Message: "The summary is larger than a compaction item can hold; nothing was compacted."}
-	}
-	s.archiveCompaction(ctx, tn, id, responseID, req.Model, plan.Region)
-	out := make([]wire.Item, 0, len(plan.Lead)+1+len(plan.Recent))
-	out = append(append(append(out, plan.Lead...), compact.NewItem(id, blob)), plan.Recent...)
-	s.log.Info("compacted", "compaction_id", id, "replaced_items", len(plan.Region), "kept_items", len(plan.Lead)+len(plan.Recent),
-		"summary_bytes", len(summary))
-	return out, usage, nil
-}
-
-var zeroUsage = json.RawMessage(`{"input_tokens":0,"input_tokens_details":{"cached_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}`)
-
-// errEmptySummary: the model answered the handoff prompt with no text.
-var errEmptySummary = &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "compaction_failed",
-	Message: "The model returned an empty summary; nothing was compacted."}
-
-// summarise asks the request's model, without tools and not streamed, for the handoff summary of
-// region (compaction items in it expanded to their summaries), and returns the text of its answer's
-// messages (never its reasoning) and the call's usage.
-func (s *Server) summarise(ctx context.Context, tn string, req *createRequest, region []wire.Item) (string, json.RawMessage, error) {
-	ex, err := s.expandCompactions(tn, region, nil, "previous_response_id")
-	if err != nil {
-		return "", nil, err
-	}
-	members := map[string]json.RawMessage{"model": jsonString(req.Model), "store": json.RawMessage("false")}
-	if req.body.Instructions.Set() {
-		members["instructions"] = jsonString(req.body.Instructions.Value)
-	}
-	sreq, err := wire.DecodeCreateRequest(members)
-	if err != nil {
-		return "", nil, err
-	}
-	prompt := s.cfg.CompactionPrompt
-	res, err := rehydrate.Build(&rehydrate.Params{History: ex.history, Input: []wire.Item{compact.HandoffMessage(prompt)},
-		Request: sreq, NewID: wire.NewID, Keys: s.ring, Tenant: tn, ReasoningContext: s.reasoningContext(req.body)})
-	if err != nil {
-		return "", nil, err
-	}
-	raw, err := s.createSync(ctx, "upstream.compact", res.Body)
-	if err != nil {
-		return "", nil, err
-	}
-	r, err := accumulator.FromResponse(accumulator.Options{ResponseID: wire.NewID(wire.PrefixResponse), NewID: wire.NewID}, raw)
-	if err != nil || r.Status != wire.StatusCompleted {
-		s.log.Warn("compaction summary not usable", "bytes", len(raw))
-		return "", nil, errEmptySummary
-	}
-	var text strings.Builder
-	for _, it := range r.Output {
-		if it.Type == wire.TypeMessage {
-			text.WriteString(messageText(it))
-		}
-	}
-	if strings.TrimSpace(text.String()) == "" {
-		return "", nil, errEmptySummary
-	}
-	usage := r.Usage
-	if len(usage) == 0 {
-		usage = zeroUsage
-	}
-	return strings.TrimSpace(text.String()), usage, nil
-}
-
-// messageText joins the output_text parts of a message item.
-func messageText(it wire.Item) string {
-	var m struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	}
-	_ = json.Unmarshal(it.JSON, &m)
-	var b strings.Builder
-	for _, p := range m.Content {
-		if p.Type == "output_text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String()
-}
-
-func jsonString(s string) json.RawMessage {
-	return wire.AppendString(nil, s)
-}
-
-// expanded is a request's history and input with compaction items expanded for vLLM; restore
-// turns Build's Result.Input back into what the client sent (the compaction items themselves).
-type expanded struct {
-	history, input []wire.Item
-	originals      map[string]wire.Item
-	// output leads the turn's output (the compaction item of automatic compaction: streamed
-	// first, stored as the first output item, accumulator.Options.Prepend), and truncated counts
-	// the items truncation:"auto" left out of what vLLM receives.
-	output    []wire.Item
-	truncated int
-	// prevUsage is the previous response's usage (historyInfo.usage), and historyCut says that a
-	// compaction item of the input left history items out, so that usage no longer sizes it.
-	prevUsage  json.RawMessage
-	historyCut bool
-}
-
-func (e *expanded) restore(items []wire.Item) []wire.Item {
-	if len(e.originals) == 0 {
-		return items
-	}
-	out := make([]wire.Item, len(items))
-	for i, it := range items {
-		if orig, ok := e.originals[it.ID]; ok {
-			it = orig
-		}
-		out[i] = it
-	}
-	return out
-}
-
-// expandCompactions opens the compaction items of history and input (sealed for tenant tn) and
-// replaces each with its summary message (compact.Expand); the items a compaction item of the
-// input replaced are left out of the history too. An item that does not open is a 400
-// invalid_encrypted_content naming it.
-func (s *Server) expandCompactions(tn string, history, input []wire.Item, histParam string) (*expanded, error) {
-	e := &expanded{history: history, input: input}
-	has := false
-	for _, it := range input {
-		has = has || compact.IsCompaction(it)
-	}
-	for _, it := range history {
-		has = has || compact.IsCompaction(it)
-	}
-	if !has {
-		return e, nil
-	}
-	open := func(id, enc string) (*compact.Payload, error) {
-		if !seal.IsSealed(enc) {
-			return nil, seal.ErrNotSealed
-		}
-		pt, err := s.ring.Open(seal.Binding{Tenant: tn, ItemID: id, ItemType: compact.TypeCompaction}, enc)
-		if err != nil {
-			return nil, err
-		}
-		return compact.ParsePayload(pt)
-	}
-	var err error
-	var dropped map[string]bool
-	e.input, dropped, err = compact.Expand(input, open, nil)
-	if err != nil {
-		return nil, compactionError(err, "input")
-	}
-	e.historyCut = len(dropped) > 0
-	e.history, _, err = compact.Expand(history, open, dropped)
-	if err != nil {
-		return nil, compactionError(err, histParam)
-	}
-	e.originals = map[string]wire.Item{}
-	for _, it := range input {
-		if compact.IsCompaction(it) {
-			e.originals[it.ID] = it
-		}
-	}
-	return e, nil
-}
-
-// compactionError is the 400 of a compaction item that does not open.
-func compactionError(err error, param string) error {
-	var ie *compact.ItemError
-	if !errors.As(err, &ie) {
 		return err
 	}
-	subject := "a compaction item in the " + param // the history: "conversation" or "previous_response_id" chain
-	if param == "previous_response_id" {
-		subject += " chain"
+	members, err := scanCreate(body, s.cfg.MaxJSONDepth)
+	if err != nil {
+		return err
 	}
-	if param == "input" {
-		param = "input[" + strconv.Itoa(ie.Index) + "]"
-		subject = "compaction item " + param
+	kept := map[string]json.RawMessage{"store": json.RawMessage("false")}
+	for _, k := range compactMembers {
+		if v, ok := members[k]; ok {
+			kept[k] = v
+		}
 	}
-	reason := "is not well-formed"
-	switch {
-	case errors.Is(err, seal.ErrNotSealed):
-		reason = "was not issued by this gateway"
-	case errors.Is(err, seal.ErrOtherTenant):
-		reason = "was issued to another API key; it opens only for the key it was issued to"
-	case errors.Is(err, seal.ErrTampered):
-		reason = "was modified, or was issued for another item (its id or type differs)"
-	case errors.Is(err, seal.ErrRetiredKey):
-		reason = "was sealed under a key that has been retired"
-	case errors.Is(err, seal.ErrUnknownKey):
-		reason = "was sealed under a key this gateway does not have"
+	req, err := createFromMembers(kept)
+	if err != nil {
+		return err
 	}
-	return wire.Invalid(param, rehydrate.CodeInvalidEncryptedContent, "The encrypted_content of %s %s.", subject, reason)
-}
-
-// archiveCompaction records what a summary replaced (ids and SHA-256 of their stored bytes), so
-// an operator can audit it; the items themselves stay where they are stored. A failure is logged:
-// the compaction itself does not depend on it.
-func (s *Server) archiveCompaction(ctx context.Context, tn, id, responseID, model string, region []wire.Item) {
-	rec := store.Compaction{ID: id, Tenant: tn, ResponseID: responseID, Model: model, CreatedAt: time.Now()}
-	for _, it := range region {
-		rec.Replaced = append(rec.Replaced, store.CompactedItem{ItemID: it.ID, SHA256: compact.Digest(it)})
+	req.Store = true // read the chain from the store, never a socket's cache
+	spec, err := req.spec(tenant(c))
+	if err != nil {
+		return err
 	}
-	if err := s.store.CompactionInsert(context.WithoutCancel(ctx), &store.CompactionInsertParams{Compaction: rec}); err != nil {
-		s.log.Error("archive compaction", "compaction_id", id, "error", err)
+	out, err := s.engine.Compact(c.Request().Context(), spec)
+	if err != nil {
+		return err
 	}
+	b := make([]byte, 0, 1024)
+	b = append(b, `{"id":`...)
+	b = wire.AppendString(b, out.ID)
+	b = append(b, `,"object":"response.compaction","created_at":`...)
+	b = strconv.AppendInt(b, time.Now().Unix(), 10)
+	b = append(b, `,"output":[`...)
+	for i, it := range out.Output {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = wire.AppendRaw(b, it.JSON)
+	}
+	b = append(b, `],"usage":`...)
+	b = wire.AppendRaw(b, out.Usage)
+	b = append(b, '}')
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
 }

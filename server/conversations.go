@@ -50,8 +50,8 @@ func (s *Server) readJSONBody(c echo.Context) (map[string]json.RawMessage, error
 // each given an id when it has none and stored losslessly (reasoning sealed by respgate for
 // tenant tn: with the plaintext its blob holds).
 func (s *Server) conversationItems(raw json.RawMessage, tn string) ([]wire.Item, error) {
-	ring := s.ring
-	if isNull(raw) {
+	ring := s.engine.Ring()
+	if wire.IsNull(raw) {
 		return nil, nil
 	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '[' {
@@ -197,7 +197,7 @@ func (s *Server) listConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page.Items = s.readView(c).items(page.Items)
+	page.Items = s.readView(c).Items(page.Items)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
 }
 
@@ -221,7 +221,7 @@ func (s *Server) addConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: s.readView(c).items(items)}))
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: s.readView(c).Items(items)}))
 }
 
 func (s *Server) getConversationItem(c echo.Context) error {
@@ -233,7 +233,7 @@ func (s *Server) getConversationItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	shown := s.readView(c).items([]wire.Item{it})[0]
+	shown := s.readView(c).Items([]wire.Item{it})[0]
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(shown.JSON))
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // The echo completes what the client sent with the members the Open Responses schema requires,
@@ -53,7 +55,7 @@ func TestDecodeCreateEchoCompletesWhatTheClientSent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			echo, err := jsonMarshal(r.echo)
+			echo, err := wire.Marshal(r.echo)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 
 // errorSources are the packages whose code builds the errors respgate returns (the simulator's
 // are vLLM's, not respgate's).
-var errorSources = []string{"../server", "../wire", "../rehydrate", "../upstream", "../accumulator", "../store", "../cmd/respgate"}
+var errorSources = []string{"../server", "../engine", "../wire", "../rehydrate", "../upstream", "../accumulator", "../store", "../cmd/respgate"}
 
 // relayedCodes are the functions that set an error's code or type from a variable: each passes on
 // a value that is checked where it is chosen (a caller's constant) or that comes from upstream,
@@ -25,8 +25,8 @@ var relayedCodes = map[string]string{
 	"wire.Conflict":             "its callers' code argument is checked at each call",
 	"wire.Body":                 "copies an APIError's code into the envelope",
 	"upstream.httpAPIError":     "relays vLLM's word code and OpenAI client type (the mapping's 'other 4xx' row)",
-	"server.failureObject":      "the code of an envelope checked where that envelope is built",
-	"server.errorJSON":          "renders a stored error object whose code is checked where it is built",
+	"engine.failureObject":      "the code of an envelope checked where that envelope is built",
+	"engine.errorJSON":          "renders a stored error object whose code is checked where it is built",
 	"server.respond":            "answers a failed chat turn with its error object, whose code is checked where it is built",
 	"accumulator.upstreamError": "relays the upstream's own code of a failed response (the 'failed' rows)",
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -21,11 +22,11 @@ import (
 // favours plainness over allocations. An item it cannot read is an error, never a gap in
 // output_index.
 func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int64) ([]byte, error) {
-	output = validItems(output) // stored JSON may hold invalid UTF-8 (render.go)
+	output = engine.ValidItems(output) // stored JSON may hold invalid UTF-8 (render.go)
 	rp := &replayer{dst: dst, after: after}
 	start := *r
 	start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = wire.StatusInProgress, nil, nil, nil, nil
-	startJSON := json.RawMessage(renderResponse(nil, &start, nil))
+	startJSON := json.RawMessage(engine.RenderResponse(nil, &start, nil))
 	rp.emit(wire.EventCreated, map[string]any{"response": startJSON})
 	rp.emit(wire.EventInProgress, map[string]any{"response": startJSON})
 	for i, it := range output {
@@ -49,7 +50,7 @@ func (rp *replayer) emit(typ wire.EventType, fields map[string]any) {
 	if rp.seq > rp.after {
 		fields["type"] = typ
 		fields["sequence_number"] = rp.seq
-		data, _ := jsonMarshal(fields)
+		data, _ := wire.Marshal(fields)
 		rp.dst = wire.Event{Type: typ, Data: data}.AppendSSE(rp.dst)
 	}
 	rp.seq++
@@ -65,9 +66,9 @@ func (rp *replayer) item(i int, it wire.Item) error {
 	added["status"] = json.RawMessage(`"in_progress"`)
 	switch it.Type {
 	case wire.TypeMessage:
-		added["content"] = emptyArray
+		added["content"] = wire.EmptyArray
 	case wire.TypeReasoning:
-		added["summary"] = emptyArray
+		added["summary"] = wire.EmptyArray
 		delete(added, "content")
 		delete(added, "encrypted_content")
 	case wire.TypeFunctionCall:
@@ -81,8 +82,8 @@ func (rp *replayer) item(i int, it wire.Item) error {
 		err = rp.reasoningParts(i, it.ID, f)
 	case wire.TypeFunctionCall:
 		var args, name string
-		if err = unmarshalOpt(f["arguments"], &args); err == nil {
-			err = unmarshalOpt(f["name"], &name)
+		if err = wire.UnmarshalOpt(f["arguments"], &args); err == nil {
+			err = wire.UnmarshalOpt(f["name"], &name)
 		}
 		rp.emit(wire.EventArgsDelta, map[string]any{"output_index": i, "item_id": it.ID, "delta": args})
 		rp.emit(wire.EventArgsDone, map[string]any{"output_index": i, "item_id": it.ID, "arguments": args, "name": name})
@@ -99,24 +100,24 @@ type storedPart = map[string]json.RawMessage
 
 func (rp *replayer) messageParts(i int, id string, content json.RawMessage) error {
 	var parts []storedPart
-	if err := unmarshalOpt(content, &parts); err != nil {
+	if err := wire.UnmarshalOpt(content, &parts); err != nil {
 		return err
 	}
 	for ci, p := range parts {
 		var typ, text string
-		if err := unmarshalOpt(p["type"], &typ); err != nil {
+		if err := wire.UnmarshalOpt(p["type"], &typ); err != nil {
 			return err
 		}
 		pe, key := outputTextPart, "text"
 		if typ == wire.PartRefusal {
 			pe, key = refusalPart, "refusal"
 		}
-		if err := unmarshalOpt(p[key], &text); err != nil {
+		if err := wire.UnmarshalOpt(p[key], &text); err != nil {
 			return err
 		}
 		empty := map[string]any{"type": typ, key: ""}
 		if typ == wire.PartOutputText {
-			empty["annotations"], empty["logprobs"] = emptyArray, emptyArray
+			empty["annotations"], empty["logprobs"] = wire.EmptyArray, wire.EmptyArray
 		}
 		rp.part(pe, i, id, ci, empty, p, text)
 	}
@@ -129,12 +130,12 @@ func (rp *replayer) reasoningParts(i int, id string, f map[string]json.RawMessag
 		pe       partEvents
 	}{{"summary", wire.PartSummaryText, summaryPart}, {"content", wire.PartReasoningText, reasoningPart}} {
 		var parts []storedPart
-		if err := unmarshalOpt(f[kind.key], &parts); err != nil {
+		if err := wire.UnmarshalOpt(f[kind.key], &parts); err != nil {
 			return err
 		}
 		for pi, p := range parts {
 			var text string
-			if err := unmarshalOpt(p["text"], &text); err != nil {
+			if err := wire.UnmarshalOpt(p["text"], &text); err != nil {
 				return err
 			}
 			rp.part(kind.pe, i, id, pi, map[string]any{"type": kind.typ, "text": ""}, p, text)
@@ -153,18 +154,10 @@ func (rp *replayer) part(pe partEvents, i int, id string, idx int, empty any, fu
 	}{{pe.added, "part", empty}, {pe.delta, "delta", text}, {pe.done, pe.doneKey, text}, {pe.partDone, "part", full}} {
 		ev := map[string]any{"output_index": i, "item_id": id, pe.indexKey: idx, step.key: step.val}
 		if pe.logprobs && (step.typ == pe.delta || step.typ == pe.done) {
-			ev["logprobs"] = emptyArray
+			ev["logprobs"] = wire.EmptyArray
 		}
 		rp.emit(step.typ, ev)
 	}
-}
-
-// unmarshalOpt decodes raw into v; an absent member (or null) leaves v as it is.
-func unmarshalOpt(raw json.RawMessage, v any) error {
-	if isNull(raw) {
-		return nil
-	}
-	return json.Unmarshal(raw, v)
 }
 
 // appendTerminalEvent appends the terminal event of a stored (terminal) response with sequence
@@ -178,14 +171,10 @@ func appendTerminalEvent(dst []byte, r *store.Response, output []wire.Item, seq 
 	data = append(data, `","sequence_number":`...)
 	data = strconv.AppendInt(data, seq, 10)
 	data = append(data, `,"response":`...)
-	data = renderResponse(data, r, output)
+	data = engine.RenderResponse(data, r, output)
 	data = append(data, '}')
 	return wire.Event{Type: typ, Data: data}.AppendSSE(dst)
 }
-
-// followPoll is how often a GET ?stream=true of a response in progress looks for new events
-// when nothing wakes it (Server.followInterval).
-const followPoll = 100 * time.Millisecond
 
 // streamStored serves GET ?stream=true. A response that was streamed replays its event log: the
 // events the live stream sent, with their sequence numbers, so a client that dropped after N
@@ -200,8 +189,8 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 	// replica, wakes the follow when it logs events or ends (background turns,
 	// server/background.go). The channel is taken before each read so no wake is missed; the
 	// first one before the status is read again, as r was read before it.
-	wake := s.bgWake.wait(list.ResponseID)
-	defer s.bgWake.forget(list.ResponseID)
+	wake := s.engine.WakeOn(list.ResponseID)
+	defer s.engine.Forget(list.ResponseID)
 	if !r.Status.Terminal() {
 		nr, nout, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID})
 		if errors.Is(err, store.ErrNotFound) {
@@ -210,7 +199,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		if err != nil {
 			return err
 		}
-		r, out = nr, s.readView(c).items(nout)
+		r, out = nr, s.readView(c).Items(nout)
 	}
 	evs, err := s.store.ResponseEventList(ctx, list)
 	if err != nil {
@@ -221,12 +210,12 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		if err != nil {
 			return err
 		}
-		_ = s.openStream(c).write(append(buf, wire.DoneFrame...))
+		_ = s.openStream(c).Write(append(buf, wire.DoneFrame...))
 		return nil
 	}
 	lr := &logReplay{w: s.openStream(c), after: after, last: -1, lastRun: -1, keepAlive: s.cfg.KeepAlive}
 	// Where notifications wake the follow, the ticker is a fallback for a missed one.
-	ticker := time.NewTicker(s.followInterval(r))
+	ticker := time.NewTicker(s.engine.FollowInterval(r))
 	defer ticker.Stop()
 	for err = lr.send(evs); err == nil && !r.Status.Terminal(); err = lr.send(evs) {
 		select {
@@ -235,12 +224,12 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		case <-ticker.C:
 		case <-wake:
 		}
-		wake = s.bgWake.wait(list.ResponseID)
+		wake = s.engine.WakeOn(list.ResponseID)
 		// The status first: the events committed with a terminal status are all listed next.
 		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID}); err != nil {
 			break
 		}
-		out = s.readView(c).items(out)
+		out = s.readView(c).Items(out)
 		list.After = lr.lastRun // runs are contiguous: every later run starts after it
 		if evs, err = s.store.ResponseEventList(ctx, list); err != nil {
 			break
@@ -264,7 +253,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 	case lr.last+1 > after:
 		buf = appendTerminalEvent(buf, r, out, lr.last+1)
 	}
-	_ = lr.w.write(append(buf, wire.DoneFrame...))
+	_ = lr.w.Write(append(buf, wire.DoneFrame...))
 	return nil
 }
 
@@ -296,12 +285,12 @@ func (lr *logReplay) send(runs []store.Event) error {
 		}
 	}
 	if len(lr.buf) == 0 {
-		if time.Since(lr.w.idleSince()) < lr.keepAlive {
+		if time.Since(lr.w.IdleSince()) < lr.keepAlive {
 			return nil
 		}
 		lr.buf = append(lr.buf, ": keepalive\n\n"...)
 	}
-	return lr.w.write(lr.buf)
+	return lr.w.Write(lr.buf)
 }
 
 // partEvents names the events that stream one kind of part.

@@ -336,7 +336,7 @@ func (h *turnHarness) follow(t *testing.T, runs []store.Event, output []wire.Ite
 	if err := h.st.Store.ResponseCommit(t.Context(), &store.ResponseCommitParams{Response: rec, Output: output, Begun: true}); err != nil {
 		t.Fatal(err)
 	}
-	h.s.bgWake.wake(rec.ID)
+	h.s.engine.Forget(rec.ID) // wakes its readers, as the turn that ends it does
 	<-done
 	return rec.ID, parseSSE(t, follower.body.String())
 }

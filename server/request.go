@@ -3,7 +3,10 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
+	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
@@ -61,12 +64,9 @@ type conversationRef struct {
 var (
 	jsonNull        = json.RawMessage("null")
 	emptyObject     = json.RawMessage("{}")
-	emptyArray      = json.RawMessage("[]")
 	defaultText     = json.RawMessage(`{"format":{"type":"text"}}`)
 	defaultToolAuto = json.RawMessage(`"auto"`)
 )
-
-func isNull(r json.RawMessage) bool { return len(r) == 0 || bytes.Equal(r, jsonNull) }
 
 // validMetadata validates a conversation's metadata (wire.DecodeMetadata); absent or null is {}.
 func validMetadata(v json.RawMessage, param string) (json.RawMessage, error) {
@@ -246,7 +246,7 @@ func withJSONSchemaDefaults(text json.RawMessage) json.RawMessage {
 // X-Respgate-Dropped-Tools header names them), under the reject policy there is no response.
 func toolsEcho(tools []wire.Tool) json.RawMessage {
 	if tools == nil {
-		return emptyArray
+		return wire.EmptyArray
 	}
 	fn := func(t wire.Tool) map[string]json.RawMessage {
 		var m map[string]json.RawMessage
@@ -278,7 +278,47 @@ func toolsEcho(tools []wire.Tool) json.RawMessage {
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return emptyArray
+		return wire.EmptyArray
 	}
 	return b
+}
+
+// spec is the engine's specification of the turn r asks for, from tenant tn.
+func (r *createRequest) spec(tn string) (*engine.Spec, error) {
+	echoJSON, err := wire.Marshal(r.echo)
+	if err != nil {
+		return nil, err
+	}
+	return &engine.Spec{Tenant: tn, Request: r.body, Input: r.Input, Model: r.Model, PreviousResponseID: r.PreviousResponseID,
+		ConversationID: r.ConversationID, Store: r.Store, Stream: r.Stream, Background: r.echo.Background, Echo: echoJSON,
+		CompactThreshold: r.compactThreshold}, nil
+}
+
+// compactThreshold reads a request's context_management (OpenAI's shape: an array of entries,
+// {"type":"compaction","compact_threshold":N}): the compaction entry's threshold in tokens, 0
+// when there is none. A compaction entry without a threshold uses the deployment's.
+func compactThreshold(raw json.RawMessage) (int, error) {
+	if wire.IsNull(raw) {
+		return 0, nil
+	}
+	var entries []map[string]json.RawMessage
+	if json.Unmarshal(raw, &entries) != nil {
+		return 0, wire.Invalid("context_management", "invalid_type", "Invalid type for 'context_management': expected an array of objects.")
+	}
+	n := 0
+	for i, e := range entries {
+		var typ string
+		if json.Unmarshal(e["type"], &typ) != nil || typ != compact.TypeCompaction {
+			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].type", i), "invalid_value",
+				"Invalid value for 'context_management[%d].type': the supported value is 'compaction'.", i)
+		}
+		if wire.IsNull(e["compact_threshold"]) {
+			continue
+		}
+		if json.Unmarshal(e["compact_threshold"], &n) != nil || n < 1 {
+			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].compact_threshold", i), "invalid_value",
+				"Invalid value for 'context_management[%d].compact_threshold': expected a positive integer (tokens).", i)
+		}
+	}
+	return n, nil
 }

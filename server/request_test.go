@@ -67,7 +67,7 @@ func TestDecodeCreateFillsTheEchoWithOpenAIDefaults(t *testing.T) {
 	if !r.Store || r.Stream || r.ConversationID != "conv_1" {
 		t.Fatalf("store/stream/conversation: %v %v %q", r.Store, r.Stream, r.ConversationID)
 	}
-	echo, err := jsonMarshal(r.echo)
+	echo, err := wire.Marshal(r.echo)
 	if err != nil {
 		t.Fatal(err)
 	}

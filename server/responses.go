@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -48,9 +49,9 @@ func (s *Server) getResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out = s.readView(c).items(out)
+	out = s.readView(c).Items(out)
 	if !stream {
-		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), r, out))
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, engine.RenderResponse(make([]byte, 0, 1024), r, out))
 	}
 	return s.streamStored(c, r, out, after)
 }
@@ -123,7 +124,7 @@ func (s *Server) listInputItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := paginate(s.readView(c).items(items), pg)
+	page, err := paginate(s.readView(c).Items(items), pg)
 	if err != nil {
 		return err
 	}
@@ -207,9 +208,30 @@ func renderList(page *store.ItemPage) []byte {
 
 // listModels proxies vLLM's model list.
 func (s *Server) listModels(c echo.Context) error {
-	raw, err := s.upstream.Models(c.Request().Context())
+	raw, err := s.up.Models(c.Request().Context())
 	if err != nil {
 		return err
 	}
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, raw)
+}
+
+// cancelBackground serves POST /v1/responses/{id}/cancel of a background response
+// (engine.Engine.CancelBackground) and answers the response as stored afterwards.
+func (s *Server) cancelBackground(c echo.Context, r *store.Response) error {
+	ctx, id := c.Request().Context(), r.ID
+	err := s.engine.CancelBackground(ctx, r.Tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return responseNotFound(id)
+	}
+	if err != nil {
+		return err
+	}
+	r, out, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return responseNotFound(id)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, engine.RenderResponse(make([]byte, 0, 1024), r, s.readView(c).Items(out)))
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -34,7 +35,7 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
 	// /metrics holds no tenant data but still needs a key when an allowlist is configured.
-	e.GET("/metrics", echo.WrapHandler(s.tel.handler), s.authMiddleware)
+	e.GET("/metrics", echo.WrapHandler(s.tel.Handler), s.authMiddleware)
 
 	v1 := e.Group("/v1", s.authMiddleware, s.pathIDMiddleware)
 	v1.POST("/responses", s.createResponse)
@@ -73,15 +74,10 @@ func (s *Server) Routes() []string {
 	return out
 }
 
-// errStoreUnavailable answers readiness while the store does not answer, and any request whose
-// store connection failed (store.Unreachable); the 503 brings Retry-After: 1.
-var errStoreUnavailable = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "store_unavailable",
-	Message: "The store is not reachable; retry the request."}
-
 func (s *Server) readyz(c echo.Context) error {
 	if err := s.store.Ping(c.Request().Context()); err != nil {
 		s.log.Warn("readiness: store unreachable", "error", err)
-		return errStoreUnavailable
+		return engine.ErrStoreUnavailable
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }
@@ -149,15 +145,15 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if route == "" || strings.HasSuffix(route, "/*") {
 			route = "unmatched"
 		}
-		ctx, span := s.tel.tracer.Start(c.Request().Context(), c.Request().Method+" "+route,
+		ctx, span := s.tel.Tracer.Start(c.Request().Context(), c.Request().Method+" "+route,
 			trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", c.Request().Method), attribute.String("http.route", route),
 				attribute.String("respgate.request_id", requestID(c))))
 		defer span.End()
-		var stored *storedLog
+		var stored *engine.StoredLog
 		if c.Request().Method == http.MethodPost {
-			stored = &storedLog{}
-			ctx = withStoredLog(ctx, stored)
+			stored = &engine.StoredLog{}
+			ctx = engine.WithStoredLog(ctx, stored)
 		}
 		c.SetRequest(c.Request().WithContext(ctx))
 		// Write the error here (the one error handler) so the status and size logged below are
@@ -167,7 +163,7 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
-		s.tel.request(ctx, route, status, time.Since(start))
+		s.tel.Request(ctx, route, status, time.Since(start))
 		attrs := append(make([]slog.Attr, 0, 12), // room for the stored response's 5 (accesslog.go)
 			slog.String("request_id", requestID(c)),
 			slog.String("method", c.Request().Method),
@@ -178,7 +174,7 @@ func (s *Server) logMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 		)
 		if stored != nil {
-			attrs = append(attrs, stored.take()...) // the turn's commit (accesslog.go)
+			attrs = append(attrs, stored.Take()...) // the turn's commit (accesslog.go)
 		}
 		s.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 		return nil
@@ -197,7 +193,7 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 				}
 				s.log.Error("panic in handler", "request_id", requestID(c), "route", c.Path(),
 					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				err = errInternal
+				err = engine.ErrInternal
 			}
 		}()
 		return next(c)

@@ -6,34 +6,43 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/respgate/respgate/background"
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/engine"
+	"github.com/respgate/respgate/internal/telemetry"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
-// ToolPolicy says what happens to request tools vLLM cannot serve (hosted tools, custom tools).
-type ToolPolicy string
+// ToolPolicy says what happens to request tools vLLM cannot serve (engine.ToolPolicy).
+type ToolPolicy = engine.ToolPolicy
 
 const (
 	// ToolPolicyDrop removes them, names them in the X-Respgate-Dropped-Tools header and counts them.
-	ToolPolicyDrop ToolPolicy = "drop"
+	ToolPolicyDrop = engine.ToolPolicyDrop
 	// ToolPolicyReject answers 400 naming the first unsupported tool.
-	ToolPolicyReject ToolPolicy = "reject"
+	ToolPolicyReject = engine.ToolPolicyReject
+)
+
+// ReasoningExposure is what clients see of reasoning items (engine.ReasoningExposure).
+type ReasoningExposure = engine.ReasoningExposure
+
+const (
+	// ExposureRaw shows reasoning as the model produced it.
+	ExposureRaw = engine.ExposureRaw
+	// ExposureHidden never shows reasoning text (docs/reasoning.md).
+	ExposureHidden = engine.ExposureHidden
 )
 
 // Config holds the server's settings. The zero value of every field means its default.
@@ -215,61 +224,43 @@ func setDefault[T int | int64 | time.Duration](v *T, def T) {
 	}
 }
 
-// Server is respgate's HTTP application. Build it with New; it is an http.Handler.
+// engineConfig is the part of c the turn engine runs with.
+func (c *Config) engineConfig() engine.Config {
+	return engine.Config{MaxInputItems: c.MaxInputItems, KeepAlive: c.KeepAlive, LeaseTTL: c.LeaseTTL, Retention: c.Retention,
+		SweepInterval: c.SweepInterval, SyncTimeout: c.SyncTimeout, CommitTimeout: c.CommitTimeout, WriteTimeout: c.WriteTimeout,
+		ToolPolicy: c.ToolPolicy, MaxConcurrentStreams: c.MaxConcurrentStreams, MaxOutputItems: c.MaxOutputItems,
+		MaxOutputItemBytes: c.MaxOutputItemBytes, MaxOutputBytes: c.MaxOutputBytes, SealKeys: c.SealKeys, SealRetired: c.SealRetired,
+		ReasoningExposure: c.ReasoningExposure, ReasoningContext: c.ReasoningContext, ChainCacheBytes: c.ChainCacheBytes,
+		ChatReplayIdle: c.ChatReplayIdle, CompactionKeepTurns: c.CompactionKeepTurns, CompactionPrompt: c.CompactionPrompt,
+		CompactionThreshold: c.CompactionThreshold, ContextWindow: c.ContextWindow,
+		BackgroundWorkers: c.BackgroundWorkers, BackgroundTimeout: c.BackgroundTimeout, BackgroundMaxQueued: c.BackgroundMaxQueued,
+		BackgroundMaxPerTenant: c.BackgroundMaxPerTenant, BackgroundPoll: c.BackgroundPoll, BackgroundFollowPoll: c.BackgroundFollowPoll,
+		Logger: c.Logger}
+}
+
+// Server is respgate's HTTP application: the front doors (routes, authentication, decoding,
+// error rendering per transport) over the turn engine. Build it with New; it is an
+// http.Handler.
 type Server struct {
-	cfg      Config
-	store    store.Store
-	upstream upstream.Caller
-	log      *slog.Logger
-	tel      *telemetry
-	echo     *echo.Echo
-	secret   []byte
-	ring     *seal.Ring        // seals and opens respgate's encrypted_content (reasoning.go)
-	contexts []byModel[string] // the default reasoning.context per model pattern
-	keys     []string          // tenant fingerprints of the allowlisted keys (nil: every key accepted)
-	owner    string            // lease owner id of this process
-	chains   *chainCache       // histories of recent chain heads (chaincache.go)
-	bodyBufs bufPool           // buffers of vLLM-bound bodies (bodybuf.go)
+	cfg    Config
+	store  store.Store
+	engine *engine.Engine
+	up     upstream.Caller // GET /v1/models
+	log    *slog.Logger
+	tel    *telemetry.Set
+	echo   *echo.Echo
+	secret []byte
+	keys   []string // tenant fingerprints of the allowlisted keys (nil: every key accepted)
 
-	// windows are the configured context windows, modelWindows caches vLLM's max_model_len per
-	// model (context.go).
-	windows      []byModel[int]
-	modelWindows sync.Map
-	// noTokenize: the upstream has no /tokenize route (404), so sizes are estimated (tokens.go).
-	noTokenize atomic.Bool
-
-	streams atomic.Int64 // active streaming responses
 	// budget is the request-body budget (MaxBodyBytesInFlight) shared by every request body and
 	// WebSocket message.
 	budget *semaphore.Weighted
 
-	// admission: inflight counts turns admitted while !closing; both change under mu, so no
-	// turn is added once Shutdown waits.
-	mu       sync.Mutex
-	closing  bool
-	inflight sync.WaitGroup
-	stopOnce sync.Once
-	stop     chan struct{} // closed when shutdown's deadline passes: cut the streams still running
-	// stopCtx ends when stop closes: streams watch it with context.AfterFunc (no goroutine).
-	stopCtx    context.Context
-	stopCancel context.CancelFunc
-	// background: goroutines the server owns beyond a request (storeFailure); quit stops them.
-	background sync.WaitGroup
-	quitOnce   sync.Once
-	quit       chan struct{}
-	// sockets counts open WebSocket connections (admitted while !closing, like turns); drained is
-	// closed once shutdown has drained the turns, and the connections then close (1001).
+	// sockets counts open WebSocket connections (admitted while the engine takes turns); drained
+	// is closed once shutdown has drained the turns, and the connections then close (1001).
 	sockets     sync.WaitGroup
 	drainedOnce sync.Once
 	drained     chan struct{}
-	// bgRunner runs background turns and housekeeping on River (StartBackground; nil: not
-	// started); bgWake wakes this process's readers of a background turn's event log.
-	bgRunner *background.Runner
-	bgWake   wakeHub
-	// bgWatch is this server's watcher of the store's event notifications (StartBackground;
-	// nil: not watching); watching is true while it runs, so followers poll only as a fallback.
-	bgWatch  *store.EventWatchParams
-	watching atomic.Bool
 }
 
 // New builds the server: it loads (or creates) the server secret from the store and registers the
@@ -288,48 +279,27 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*
 	if err != nil {
 		return nil, fmt.Errorf("load server secret: %w", err)
 	}
-	ring, err := loadRing(ctx, st, &cfg)
-	if err != nil {
-		return nil, err
-	}
-	contexts, err := ParseReasoningContext(cfg.ReasoningContext)
-	if err != nil {
-		return nil, err
-	}
-	windows, err := ParseContextWindows(cfg.ContextWindow)
-	if err != nil {
-		return nil, err
-	}
-	tel, err := newTelemetry(cfg.TracerProvider)
+	tel, err := telemetry.New(cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	eng, err := engine.New(ctx, cfg.engineConfig(), st, up, tel)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
-		tel:      tel,
-		cfg:      cfg,
-		store:    st,
-		upstream: up,
-		log:      cfg.Logger,
-		secret:   secret,
-		ring:     ring,
-		contexts: contexts,
-		windows:  windows,
-		owner:    wire.NewID("gw_"),
-		chains:   newChainCache(cfg.ChainCacheBytes),
-		bodyBufs: newBodyBufs(),
-		stop:     make(chan struct{}),
-		quit:     make(chan struct{}),
-		drained:  make(chan struct{}),
-		budget:   semaphore.NewWeighted(cfg.MaxBodyBytesInFlight),
+		tel:     tel,
+		cfg:     cfg,
+		store:   st,
+		engine:  eng,
+		up:      up,
+		log:     cfg.Logger,
+		secret:  secret,
+		drained: make(chan struct{}),
+		budget:  semaphore.NewWeighted(cfg.MaxBodyBytesInFlight),
 	}
-	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
-	if len(cfg.APIKeys) > 0 {
-		for _, k := range cfg.APIKeys {
-			s.keys = append(s.keys, s.tenantOf(k))
-		}
-	}
-	if err := s.registerQueueGauge(); err != nil {
-		return nil, fmt.Errorf("telemetry: %w", err)
+	for _, k := range cfg.APIKeys {
+		s.keys = append(s.keys, s.tenantOf(k))
 	}
 	s.echo = s.routes()
 	return s, nil
@@ -338,146 +308,25 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*
 // ServeHTTP serves one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
-// Run sweeps expired leases at start and every SweepInterval until ctx ends (crash recovery: a
-// response left in_progress by a process that died is moved to failed).
-func (s *Server) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		s.Sweep(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// Sweep runs the lease sweeper once and, unless River's leader runs it (StartBackground), the
-// retention purge.
-func (s *Server) Sweep(ctx context.Context) {
-	s.sweepLeases(ctx)
-	s.mu.Lock()
-	onRiver := s.bgRunner != nil
-	s.mu.Unlock()
-	if !onRiver {
-		s.Purge(ctx)
-	}
-}
-
-// Purge applies retention to responses (when configured) and to chat replay records once: the
-// housekeeping job River's elected leader runs every SweepInterval (docs/background.md).
-func (s *Server) Purge(ctx context.Context) {
-	if s.cfg.Retention > 0 {
-		s.purge(ctx)
-	}
-	s.purgeReplay(ctx)
-}
-
-// sweepLeases fails the responses whose lease expired (their gateway died). Every replica runs
-// it, not only River's leader: it is one indexed statement, and a leader that dies is replaced
-// only after River's leader TTL (about 15 s), which would delay exactly the recovery the sweep
-// exists for (docs/background.md, "Housekeeping").
-func (s *Server) sweepLeases(ctx context.Context) {
-	n, err := s.store.ResponseSweep(ctx, &store.ResponseSweepParams{
-		Now:     time.Now(),
-		Message: msgSweptExpired,
-	})
-	switch {
-	case err != nil && !errors.Is(err, context.Canceled):
-		s.log.Error("sweep expired leases", "error", err)
-	case n > 0:
-		s.tel.sweeps.Add(ctx, int64(n))
-		s.log.Warn("swept responses whose gateway died", "count", n)
-	}
-}
-
-// purge applies the retention period, in batches so one pass never holds the store for long.
-// Several replicas may purge at once: deleting an already deleted response is not an error.
-func (s *Server) purge(ctx context.Context) {
-	before := time.Now().Add(-s.cfg.Retention)
-	total := s.purgeBatches(ctx, "apply retention", func(limit int) (int, error) {
-		return s.store.ResponsePurge(ctx, &store.ResponsePurgeParams{Before: before, Limit: limit})
-	})
-	if total > 0 {
-		s.log.Info("retention deleted old responses", "count", total, "retention", s.cfg.Retention.String())
-	}
-}
-
-// purgeBatches calls del with a batch size until a batch deletes fewer, ctx ends or del fails
-// (logged as what), and returns how many were deleted.
-func (s *Server) purgeBatches(ctx context.Context, what string, del func(limit int) (int, error)) int {
-	const batch = 500
-	total := 0
-	for ctx.Err() == nil {
-		n, err := del(batch)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				s.log.Error(what, "error", err)
-			}
-			break
-		}
-		total += n
-		if n < batch {
-			break
-		}
-	}
-	return total
-}
-
-// ActiveStreams is the number of streaming responses in flight.
-func (s *Server) ActiveStreams() int64 { return s.streams.Load() }
-
-// admit counts a new turn in, unless the server is shutting down.
-func (s *Server) admit() bool { return s.admitInto(&s.inflight) }
-
-// admitted runs fn as a turn in flight (Shutdown waits for it to return), or answers
-// errShuttingDown without running it once the server is shutting down: the admission of every
-// turn, HTTP (serveTurn, compactResponse) or WebSocket (socket.turn).
-func (s *Server) admitted(fn func() error) error {
-	if !s.admit() {
-		return errShuttingDown
-	}
-	defer s.inflight.Done()
-	return fn()
-}
-
-// admitInto counts one more into wg (turns in flight, open WebSocket connections), unless the
-// server is shutting down: under mu, so nothing is added once Shutdown waits.
-func (s *Server) admitInto(wg *sync.WaitGroup) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	wg.Add(1)
-	return true
-}
+// Engine is the server's turn engine (the command starts its background work and sweeper).
+func (s *Server) Engine() *engine.Engine { return s.engine }
 
 // Shutdown stops taking new turns and waits for in-flight ones until ctx ends; streams still
 // running then are ended with response.failed (stored) by cancelling them. Then it closes the
-// WebSocket connections (status 1001, going away) and waits for them, and stops the server's
+// WebSocket connections (status 1001, going away) and waits for them, and stops the engine's
 // background work and waits for it.
 func (s *Server) Shutdown(ctx context.Context) {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.inflight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.stopOnce.Do(func() {
-			close(s.stop)
-			if s.stopCancel != nil {
-				s.stopCancel()
-			}
-		})
-		<-done
-	}
+	s.engine.Drain(ctx)
 	s.drainedOnce.Do(func() { close(s.drained) })
 	s.sockets.Wait()
-	s.stopBackground(ctx)
-	s.quitOnce.Do(func() { close(s.quit) })
-	s.background.Wait()
+	s.engine.Stop(ctx)
 }
+
+// Run sweeps expired leases until ctx ends (engine.Engine.Run).
+func (s *Server) Run(ctx context.Context) { s.engine.Run(ctx) }
+
+// StartBackground starts this process's background workers (engine.Engine.StartBackground).
+func (s *Server) StartBackground(ctx context.Context) error { return s.engine.StartBackground(ctx) }
+
+// ActiveStreams is the number of streaming turns in flight.
+func (s *Server) ActiveStreams() int64 { return s.engine.ActiveStreams() }

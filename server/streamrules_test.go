@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,136 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/respgate/respgate/wire"
 )
-
-// sinkLog is an eventSink on the bubble's clock that records when keepalives were written.
-type sinkLog struct {
-	mu         sync.Mutex
-	start      time.Time
-	last       time.Time
-	keepalives []time.Duration
-	fail       bool
-}
-
-func (s *sinkLog) write([]byte) error { return nil }
-
-func (s *sinkLog) keepalive() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.fail {
-		return errors.New("broken pipe (injected)")
-	}
-	s.last = time.Now()
-	s.keepalives = append(s.keepalives, s.last.Sub(s.start))
-	return nil
-}
-
-func (s *sinkLog) idleSince() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.last
-}
-
-// testServer is a Server with only what the stream watcher reads: KeepAlive and the shutdown
-// context; shutdown cuts the streams as Shutdown past its deadline does.
-func testServer(keepAlive time.Duration) (s *Server, shutdown func()) {
-	s = &Server{cfg: Config{KeepAlive: keepAlive}}
-	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
-	return s, s.stopCancel
-}
-
-// watch runs watchStream on sink until the returned stop is called; stop waits for it and
-// returns the cause the watcher cancelled the stream with (nil: none).
-func watch(ctx context.Context, s *Server, sink eventSink) (stop func() error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	sw := s.watchStream(cancel, sink)
-	return func() error {
-		sw.stop()
-		cause := context.Cause(ctx)
-		cancel(nil)
-		return cause
-	}
-}
-
-// During upstream silence a keepalive goes out once the stream has been idle for KeepAlive, and
-// not before.
-func TestWatchStreamSendsAKeepaliveAfterKeepAliveOfSilence(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s, _ := testServer(1500 * time.Millisecond)
-		sink := &sinkLog{start: time.Now(), last: time.Now()}
-		stop := watch(t.Context(), s, sink)
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		if cause := stop(); cause != nil {
-			t.Fatalf("the watcher cut a healthy stream: %v", cause)
-		}
-		want := []time.Duration{1500 * time.Millisecond, 3 * time.Second, 4500 * time.Millisecond}
-		if len(sink.keepalives) != len(want) {
-			t.Fatalf("keepalives at %v, want %v", sink.keepalives, want)
-		}
-		for i := range want {
-			if sink.keepalives[i] != want[i] {
-				t.Fatalf("keepalives at %v, want %v", sink.keepalives, want)
-			}
-		}
-	})
-	synctest.Test(t, func(t *testing.T) {
-		// A write in between postpones the keepalive: it is due KeepAlive after the last write.
-		s, _ := testServer(10*time.Second + 500*time.Millisecond)
-		sink := &sinkLog{start: time.Now(), last: time.Now()}
-		stop := watch(t.Context(), s, sink)
-		time.Sleep(4 * time.Second)
-		sink.mu.Lock()
-		sink.last = time.Now() // an event was written at 4s
-		sink.mu.Unlock()
-		time.Sleep(12 * time.Second)
-		synctest.Wait()
-		_ = stop()
-		if len(sink.keepalives) != 1 || sink.keepalives[0] != 14*time.Second+500*time.Millisecond {
-			t.Fatalf("keepalives at %v, want one at 14.5s", sink.keepalives)
-		}
-	})
-}
-
-// A keepalive that cannot be written means the client is gone; shutdown past its deadline cuts
-// the stream with errShutdown; a watch stopped at the stream's end cancels nothing afterwards.
-func TestWatchStreamCutsTheStream(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s, _ := testServer(time.Second)
-		stop := watch(t.Context(), s, &sinkLog{start: time.Now(), last: time.Now(), fail: true})
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		if cause := stop(); !errors.Is(cause, errClientGone) {
-			t.Fatalf("a failed keepalive: cause %v, want errClientGone", cause)
-		}
-	})
-	synctest.Test(t, func(t *testing.T) {
-		s, shutdown := testServer(time.Minute)
-		stop := watch(t.Context(), s, &sinkLog{start: time.Now(), last: time.Now()})
-		shutdown()
-		synctest.Wait()
-		if cause := stop(); !errors.Is(cause, errShutdown) {
-			t.Fatalf("shutdown: cause %v, want errShutdown", cause)
-		}
-	})
-	synctest.Test(t, func(t *testing.T) {
-		s, shutdown := testServer(time.Minute)
-		ctx, cancel := context.WithCancelCause(t.Context())
-		defer cancel(nil)
-		sw := s.watchStream(cancel, &sinkLog{start: time.Now(), last: time.Now(), fail: true})
-		sw.stop()  // the stream ended
-		shutdown() // too late: the watch has stopped
-		time.Sleep(2 * time.Minute)
-		synctest.Wait()
-		if cause := context.Cause(ctx); cause != nil {
-			t.Fatalf("a stopped watch cancelled the stream: %v", cause)
-		}
-	})
-}
 
 // signalClient is a client that closes first at its first write.
 type signalClient struct {
@@ -158,8 +30,7 @@ func (c *signalClient) Write(b []byte) (int, error) {
 // With MaxConcurrentStreams streams running, another stream is a 503 too_many_streams before it
 // reaches upstream; a stream that ended frees its place.
 func TestStreamsPastMaxConcurrentStreamsAre503(t *testing.T) {
-	h := newTurnHarness(t, func(_ *turnStore, g *upstreamGate) { g.hold = true })
-	h.s.cfg.MaxConcurrentStreams = 1
+	h := newTurnHarnessConfig(t, Config{MaxConcurrentStreams: 1}, func(_ *turnStore, g *upstreamGate) { g.hold = true })
 	ctxA, cancelA := context.WithCancel(t.Context())
 	aDone := make(chan struct{})
 	go func() { defer close(aDone); h.serve(ctxA, h.newClient(), streamBody) }()
@@ -273,8 +144,7 @@ func TestAStreamThatEndsEarlyClosesTheUpstreamBeforeTheCommit(t *testing.T) {
 		{"an item over the limit", 0, 64, "store: commit failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newTurnHarness(t, func(s *turnStore, g *upstreamGate) { g.steps = s.steps })
-			h.s.cfg.MaxOutputItemBytes = tc.itemLimit
+			h := newTurnHarnessConfig(t, Config{MaxOutputItemBytes: tc.itemLimit}, func(s *turnStore, g *upstreamGate) { g.steps = s.steps })
 			c := h.newClient()
 			c.failAfter = tc.failAfter
 			h.serve(t.Context(), c, `{"model":"openai/gpt-oss-sim?tokens=2000","input":"hi","stream":true}`)

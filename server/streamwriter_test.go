@@ -50,31 +50,31 @@ func TestSSEWriterKeepsItsIdleClockDeadlinesAndFirstError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, d := newDeadlineSSE(30 * time.Second)
 		time.Sleep(5 * time.Second)
-		w.sendHeaders()
-		if got := w.idleSince(); !got.Equal(time.Now()) {
+		w.SendHeaders()
+		if got := w.IdleSince(); !got.Equal(time.Now()) {
 			t.Fatalf("idle since %s after the header flush at %s", got, time.Now())
 		}
 		time.Sleep(5 * time.Second)
-		if err := w.write([]byte("event: a\n\n")); err != nil {
+		if err := w.Write([]byte("event: a\n\n")); err != nil {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		if !w.idleSince().Equal(now) || len(d.deadlines) != 1 || !d.deadlines[0].Equal(now.Add(30*time.Second)) {
-			t.Fatalf("after a write: idle since %s, deadlines %v; want %s and one deadline 30s on", w.idleSince(), d.deadlines, now)
+		if !w.IdleSince().Equal(now) || len(d.deadlines) != 1 || !d.deadlines[0].Equal(now.Add(30*time.Second)) {
+			t.Fatalf("after a write: idle since %s, deadlines %v; want %s and one deadline 30s on", w.IdleSince(), d.deadlines, now)
 		}
 		time.Sleep(time.Second)
 		d.failWrites = true
-		err := w.write([]byte("event: b\n\n"))
-		if err == nil || !w.idleSince().Equal(now) {
-			t.Fatalf("a failed write: %v, idle since %s (want the last good write's %s)", err, w.idleSince(), now)
+		err := w.Write([]byte("event: b\n\n"))
+		if err == nil || !w.IdleSince().Equal(now) {
+			t.Fatalf("a failed write: %v, idle since %s (want the last good write's %s)", err, w.IdleSince(), now)
 		}
 		d.failWrites = false
-		if again := w.write([]byte("event: c\n\n")); !errors.Is(again, err) || strings.Contains(d.body.String(), "event: c") {
+		if again := w.Write([]byte("event: c\n\n")); !errors.Is(again, err) || strings.Contains(d.body.String(), "event: c") {
 			t.Fatalf("a write after a failure: %v, body %q; want the first error and nothing written", again, d.body.String())
 		}
 
 		untimed, ud := newDeadlineSSE(0)
-		if err := untimed.write([]byte("event: a\n\n")); err != nil || len(ud.deadlines) != 0 {
+		if err := untimed.Write([]byte("event: a\n\n")); err != nil || len(ud.deadlines) != 0 {
 			t.Fatalf("WriteTimeout 0: %v, deadlines %v; want none", err, ud.deadlines)
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/upstream"
@@ -278,6 +279,12 @@ type turnHarness struct {
 // failed record still being retried) and closes every connection.
 func newTurnHarness(t *testing.T, configure func(*turnStore, *upstreamGate)) *turnHarness {
 	t.Helper()
+	return newTurnHarnessConfig(t, Config{}, configure)
+}
+
+// newTurnHarnessConfig is newTurnHarness with the server's configuration cfg.
+func newTurnHarnessConfig(t *testing.T, cfg Config, configure func(*turnStore, *upstreamGate)) *turnHarness {
+	t.Helper()
 	sq, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "respgate.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +304,8 @@ func newTurnHarness(t *testing.T, configure func(*turnStore, *upstreamGate)) *tu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.s, err = New(t.Context(), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h.st, upstream.Single(up))
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	h.s, err = New(t.Context(), cfg, h.st, upstream.Single(up))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,9 +407,9 @@ func TestStreamWhoseCommitFailsEndsWithResponseFailed(t *testing.T) {
 		err       error
 		code, msg string
 	}{
-		{"store unreachable", errors.New("connection refused (injected)"), "server_error", errNotStored},
-		{"lease lost", fmt.Errorf("swept (injected): %w", store.ErrConflict), "server_error", msgLeaseLost},
-		{"deleted meanwhile", fmt.Errorf("gone (injected): %w", store.ErrNotFound), codeDeleted, msgDeleted},
+		{"store unreachable", errors.New("connection refused (injected)"), "server_error", engine.MsgNotStored},
+		{"lease lost", fmt.Errorf("swept (injected): %w", store.ErrConflict), "server_error", engine.MsgLeaseLost},
+		{"deleted meanwhile", fmt.Errorf("gone (injected): %w", store.ErrNotFound), engine.CodeDeleted, engine.MsgDeleted},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newTurnHarness(t, func(st *turnStore, _ *upstreamGate) { st.commitErr = c.err })
@@ -532,8 +540,8 @@ func TestNonStreamedTurnAnswersAfterItsCommit(t *testing.T) {
 		h.serve(t.Context(), cl, syncBody)
 		var env struct{ Error wire.ErrorBody }
 		if err := json.Unmarshal(cl.body.Bytes(), &env); err != nil || cl.code != http.StatusInternalServerError ||
-			env.Error.Message != errNotStored || deref(env.Error.Code) != "server_error" {
-			t.Fatalf("%d %s, want the 500 envelope %q", cl.code, cl.body.String(), errNotStored)
+			env.Error.Message != engine.MsgNotStored || deref(env.Error.Code) != "server_error" {
+			t.Fatalf("%d %s, want the 500 envelope %q", cl.code, cl.body.String(), engine.MsgNotStored)
 		}
 		// No in-progress record was written, so nothing is retried in the background.
 		if p := h.st.firstCommit(t); p.Begun {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -96,10 +97,10 @@ func FuzzWritersEmitValidJSON(f *testing.F) {
 		}
 		meta := obj(text, msg, "k", id)
 		for _, st := range []wire.Status{wire.Status(status), wire.StatusCompleted, wire.StatusFailed, wire.StatusIncomplete} {
-			r := &store.Response{ID: id, Status: st, Model: text, CreatedAt: time.Unix(1, 0), CompletedAt: unixPtr(time.Unix(2, 0)),
+			r := &store.Response{ID: id, Status: st, Model: text, CreatedAt: time.Unix(1, 0), CompletedAt: new(time.Unix(2, 0)),
 				Echo:  obj("model", text, "metadata", meta, "instructions", msg, "previous_response_id", id),
-				Error: errorJSON(status, msg), IncompleteDetails: obj("reason", msg), Usage: obj("note", text)}
-			checkJSON(t, "renderResponse", renderResponse(nil, r, items))
+				Error: obj("code", status, "message", msg), IncompleteDetails: obj("reason", msg), Usage: obj("note", text)}
+			checkJSON(t, "renderResponse", engine.RenderResponse(nil, r, items))
 			sse, err := replayEvents(nil, r, items, -1)
 			if err != nil {
 				continue // an item whose parts are not what its type says: refused, nothing written

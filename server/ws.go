@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
-	"github.com/respgate/respgate/rehydrate"
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -29,10 +28,6 @@ import (
 // Goroutines per connection: the handler's own (the loop: turns, pings, idle and shutdown), and
 // one reader it starts and waits for. A turn adds streamTurn's watcher and the lease keeper, as
 // over HTTP.
-
-// socketCacheEntries bounds how many store:false responses a connection remembers (the most
-// recent ones; continuing from the last is the common case, a few more allow a short fork).
-const socketCacheEntries = 8
 
 var (
 	errUpgradeRequired = &wire.APIError{Status: http.StatusUpgradeRequired, Type: wire.ErrInvalidRequest, Code: "websocket_required",
@@ -52,8 +47,8 @@ func (s *Server) responsesSocket(c echo.Context) error {
 		c.Response().Header().Set("Upgrade", "websocket")
 		return errUpgradeRequired
 	}
-	if !s.admitInto(&s.sockets) {
-		return errShuttingDown
+	if !s.engine.AdmitInto(&s.sockets) {
+		return engine.ErrShuttingDown
 	}
 	defer s.sockets.Done()
 	// Cross-origin requests are refused (Accept's default): a browser page cannot open a
@@ -65,12 +60,12 @@ func (s *Server) responsesSocket(c echo.Context) error {
 	conn.SetReadLimit(s.cfg.WSMaxMessageBytes)
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	k := &socket{s: s, conn: conn, tenant: tenant(c), ctx: ctx, cancel: cancel,
-		msgs: make(chan socketMessage, 1), cache: socketCache{maxBytes: s.cfg.WSCacheBytes}}
+		msgs: make(chan socketMessage, 1), cache: engine.NewSocketCache(s.cfg.WSCacheBytes)}
 	k.sink = &socketSink{k: k, last: time.Now()}
 	readerDone := make(chan struct{})
 	go func() { defer close(readerDone); k.read() }()
 	k.loop()
-	cancel(errClientGone)
+	cancel(engine.ErrClientGone)
 	_ = conn.CloseNow() // after a clean Close, a no-op
 	<-readerDone
 	return nil
@@ -93,7 +88,7 @@ type socket struct {
 	turnOpen atomic.Bool
 	msgs     chan socketMessage // the accepted create (at most one: busy)
 	sink     *socketSink
-	cache    socketCache // used only by the loop's goroutine
+	cache    *engine.SocketCache // used only by the loop's goroutine
 }
 
 type socketMessage struct {
@@ -108,7 +103,7 @@ func (k *socket) read() {
 	for {
 		typ, data, err := k.conn.Read(k.ctx)
 		if err != nil {
-			k.cancel(errClientGone)
+			k.cancel(engine.ErrClientGone)
 			return
 		}
 		if !k.busy.CompareAndSwap(false, true) {
@@ -164,8 +159,8 @@ func (k *socket) endTurn() {
 	}
 }
 
-// turn runs one response.create through the turn lifecycle. An error it returns was not streamed:
-// the loop sends it as an error event.
+// turn runs one response.create through the engine. An error it returns was not streamed: the
+// loop sends it as an error event.
 func (k *socket) turn(m socketMessage) error {
 	s := k.s
 	if m.typ != websocket.MessageText {
@@ -180,35 +175,24 @@ func (k *socket) turn(m socketMessage) error {
 	if err != nil {
 		return err
 	}
-	return s.admitted(func() error {
-		t, err := s.prepareTurn(k.ctx, k.tenant, req, &k.cache)
-		if err == nil && !generate {
-			err = k.warmup(t)
-		} else if err == nil {
-			var release func()
-			if release, err = s.holdStream(t); err == nil {
-				err = s.streamTurn(k.ctx, t, func() eventSink { return k.sink })
-				release()
-			}
-		}
-		k.remember(req, t, err)
+	spec, err := req.spec(k.tenant)
+	if err != nil {
 		return err
-	})
+	}
+	spec.Local, spec.WarmUp = k.cache, !generate
+	out, err := s.engine.Serve(k.ctx, spec, socketDoor{k.sink})
+	if err != nil {
+		out = nil
+	}
+	k.cache.Remember(spec, out)
+	return err
 }
 
-// remember keeps a finished store:false response on the connection so the next turn can continue
-// it; a continuation of a cached response that failed evicts that response (a retry then gets
-// previous_response_not_found, as OpenAI answers).
-func (k *socket) remember(req *createRequest, t *turn, err error) {
-	ok := err == nil && t != nil && (t.rec.Status == wire.StatusCompleted || t.rec.Status == wire.StatusIncomplete)
-	if !ok {
-		k.cache.evict(req.PreviousResponseID)
-		return
-	}
-	if !req.Store {
-		k.cache.put(t.rec.ID, t.history, t.input, t.output, t.rec.Usage, t.projected)
-	}
-}
+// socketDoor is a socket turn's engine.Door: its events go to the connection's sink.
+type socketDoor struct{ sink *socketSink }
+
+func (socketDoor) Prepared(engine.Prepared) {}
+func (d socketDoor) Open() engine.Sink      { return d.sink }
 
 // decodeSocketCreate decodes a response.create message: the create body with "type" beside it.
 // Every socket turn is streamed, so the spec says stream, stream_options and background are not
@@ -252,9 +236,9 @@ func (k *socket) send(msg []byte) error {
 // sendError sends err as a WebSocket error event (WebSocketErrorEvent):
 // {"type":"error","status":N,"error":{"message","type","param","code"}}.
 func (k *socket) sendError(err error) error {
-	ae := knownAPIError(err)
+	ae := engine.KnownAPIError(err)
 	if ae == nil {
-		ae = k.s.unexpected(err) // as the HTTP error handler answers it
+		ae = k.s.engine.Unexpected(err) // as the HTTP error handler answers it
 	}
 	b := append(make([]byte, 0, 256), `{"type":"error","status":`...)
 	b = strconv.AppendInt(b, int64(ae.Status), 10)
@@ -269,13 +253,13 @@ func (k *socket) ping() error {
 	defer cancel()
 	err := k.conn.Ping(ctx)
 	if err != nil {
-		k.cancel(errClientGone)
+		k.cancel(engine.ErrClientGone)
 		_ = k.conn.CloseNow()
 	}
 	return err
 }
 
-// socketSink is a turn's eventSink on a socket: each SSE frame's data becomes one text message;
+// socketSink is a turn's engine.Sink on a socket: each SSE frame's data becomes one text message;
 // the [DONE] frame is not sent (the terminal event ends a turn on a socket).
 type socketSink struct {
 	k    *socket
@@ -285,7 +269,7 @@ type socketSink struct {
 
 var doneFrame = []byte(wire.DoneFrame)
 
-func (w *socketSink) write(frames []byte) error {
+func (w *socketSink) Write(frames []byte) error {
 	if bytes.HasSuffix(frames, doneFrame) {
 		// The turn is over once the client has its terminal event, which may lead it to send the
 		// next response.create at once: that create must not be refused as concurrent.
@@ -307,73 +291,25 @@ func (w *socketSink) write(frames []byte) error {
 	return nil
 }
 
-func (w *socketSink) keepalive() error { return w.k.ping() }
+func (w *socketSink) Keepalive() error { return w.k.ping() }
 
-func (w *socketSink) idleSince() time.Time {
+func (w *socketSink) IdleSince() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last
 }
 
-// socketCache is a connection's memory of its recent store:false responses: for each, the whole
-// context a continuation replays (history, input, output), so continuing one needs no store. It
-// holds at most socketCacheEntries responses and about maxBytes of item JSON; the oldest go first.
-// A response larger than maxBytes is not kept (a continuation of it gets
-// previous_response_not_found). A nil *socketCache is empty.
-type socketCache struct {
-	maxBytes int64
-	entries  []cachedResponse // oldest first
-	bytes    int64
-}
-
-type cachedResponse struct {
-	id    string
-	items []wire.Item
-	bytes int64
-	usage json.RawMessage // the response's usage (sizes its continuation, server/tokens.go)
-	// prep is the projection of the history the turn replayed, a prefix of items (as in
-	// chainEntry.prep): a continuation projects only the turn's input and output.
-	prep *rehydrate.History
-}
-
-func (c *socketCache) get(id string) ([]wire.Item, historyInfo, bool) {
-	if c == nil {
-		return nil, historyInfo{}, false
+// socketGenerate reads a response.create message's "generate" member (OpenAI's WebSocket warm-up,
+// docs/clients.md) and removes it: true or absent runs the model, false only prepares the turn.
+func socketGenerate(members map[string]json.RawMessage) (bool, error) {
+	raw, sent := members["generate"]
+	delete(members, "generate")
+	if !sent || string(raw) == "null" {
+		return true, nil
 	}
-	for _, e := range c.entries {
-		if e.id == id {
-			return slices.Clip(e.items), historyInfo{usage: e.usage, prep: e.prep}, true // a caller's append copies
-		}
+	var generate bool
+	if json.Unmarshal(raw, &generate) != nil {
+		return false, wire.Invalid("generate", "invalid_type", "'generate' must be a boolean.")
 	}
-	return nil, historyInfo{}, false
-}
-
-// put remembers response id with its context (history, then the turn's input and output), its
-// usage and the projection of its history (nil if none).
-func (c *socketCache) put(id string, history, input, output []wire.Item, usage json.RawMessage, prep *rehydrate.History) {
-	items := make([]wire.Item, 0, len(history)+len(input)+len(output))
-	items = append(append(append(items, history...), input...), output...)
-	n := prep.Size()
-	for _, it := range items {
-		n += int64(len(it.JSON))
-	}
-	if n > c.maxBytes {
-		return
-	}
-	c.entries = append(c.entries, cachedResponse{id: id, items: items, bytes: n, usage: usage, prep: prep})
-	c.bytes += n
-	for len(c.entries) > socketCacheEntries || c.bytes > c.maxBytes {
-		c.bytes -= c.entries[0].bytes
-		c.entries = c.entries[1:]
-	}
-}
-
-func (c *socketCache) evict(id string) {
-	for i, e := range c.entries {
-		if e.id == id {
-			c.bytes -= e.bytes
-			c.entries = append(c.entries[:i:i], c.entries[i+1:]...)
-			return
-		}
-	}
+	return generate, nil
 }

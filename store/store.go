@@ -291,6 +291,10 @@ type ResponseCommitParams struct {
 	Output   []wire.Item
 	// ConversationID, when set, appends Input then Output to that conversation.
 	ConversationID string
+	// ReleaseTurn, when set and ConversationID is not, releases that conversation's turn lease
+	// if the response holds it, in the commit's transaction, appending nothing: a turn that did
+	// not finish ends its lease with its terminal record (ConversationID's append ends it too).
+	ReleaseTurn string
 	// Begun: ResponseBegin wrote the in-progress record and the input items; the commit only
 	// updates that record (ErrNotFound if it was deleted) and does not write Input again.
 	Begun bool

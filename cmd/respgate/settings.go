@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/upstream"
@@ -356,13 +357,13 @@ func (c *config) check() error {
 		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --write-timeout (%s): a lease must outlive a blocked client write",
 			c.server.LeaseTTL, c.server.WriteTimeout))
 	}
-	if _, err := server.ParseContextWindows(c.server.ContextWindow); err != nil {
+	if _, err := engine.ParseContextWindows(c.server.ContextWindow); err != nil {
 		errs = append(errs, fmt.Errorf("--context-window (RESPGATE_CONTEXT_WINDOW): %w", err))
 	}
 	if c.compactionThresholdPercent > 100 {
 		errs = append(errs, fmt.Errorf("--compaction-threshold-percent (RESPGATE_COMPACTION_THRESHOLD_PERCENT) must be at most 100, got %d", c.compactionThresholdPercent))
 	}
-	if _, err := server.ParseReasoningContext(c.server.ReasoningContext); err != nil {
+	if _, err := engine.ParseReasoningContext(c.server.ReasoningContext); err != nil {
 		errs = append(errs, fmt.Errorf("--reasoning-context (RESPGATE_REASONING_CONTEXT): %w", err))
 	}
 	if isPostgresURL(c.databaseURL) && ambiguousURL(c.databaseURL) {

@@ -207,7 +207,7 @@ func (e *env) audit(injected faults) []violation {
 	return vs
 }
 
-// Messages of server/commit.go the auditor recognises.
+// Messages of engine/commit.go the auditor recognises.
 const (
 	msgNotStored    = "The response could not be stored: the store did not accept it."
 	msgSweptExpired = "The response's lease expired before it finished: the gateway serving it stopped, or lost the store, before storing it."

@@ -264,6 +264,38 @@ func allScenarios() []scenario {
 			e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
 		}})
 	}
+	// A stalled write of the in-progress record (issue 37: it ran without a deadline): the turn
+	// is answered with a clear error within CommitTimeout, never hangs, and leaves nothing
+	// in progress; the gateway works once the statement is let through.
+	add(scenario{name: "pg/stalled-in-progress-write", backends: pgOnly, faults: fDB, run: func(e *env, rng *rand.Rand) {
+		prev := chain(e, rng)
+		s := faultproxy.Spec{Match: []byte("INSERT INTO responses (tenant"), Action: faultproxy.StallAt}
+		tr := e.pg.Arm(faultproxy.ToServer, s)
+		e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
+		e.requireFired(tr, s)
+		tr.Release()
+		e.stream(body(model(rng, ""), fact(rng), true, opt(prev)...), streamOpts{})
+	}})
+	// A stalled write of the compaction archive: POST /v1/responses/compact still answers within
+	// CommitTimeout (the archive is an audit record, logged when it cannot be written).
+	add(scenario{name: "pg/stalled-compaction-archive", backends: pgOnly, faults: fDB, run: func(e *env, rng *rand.Rand) {
+		prev := ""
+		for range 3 { // more user turns than compaction keeps verbatim
+			tr := e.create(body(model(rng, ""), fact(rng), false, opt(prev)...))
+			if tr.terminal != "completed" {
+				e.t.Fatalf("fault-free base turn: %d %s %s %q", tr.status, tr.terminal, tr.errCode, tr.transport)
+			}
+			prev = fmt.Sprintf(`"previous_response_id":%q`, tr.id)
+		}
+		s := faultproxy.Spec{Match: []byte("INSERT INTO compactions"), Action: faultproxy.StallAt}
+		tr := e.pg.Arm(faultproxy.ToServer, s)
+		c := e.do("compact", "POST", "", "/v1/responses/compact", body(model(rng, ""), fact(rng), false, prev))
+		e.requireFired(tr, s)
+		tr.Release()
+		if c.status != 200 {
+			e.t.Errorf("compact with its archive write stalled: %d %s %q", c.status, c.errCode, c.transport)
+		}
+	}})
 	add(scenario{name: "pg/commit-lands-after-the-gateway-gave-up", backends: pgOnly, faults: fDB | fNoAmbiguity, fullOnly: true, run: func(e *env, rng *rand.Rand) {
 		// The COMMIT is held on the wire past the commit timeout; once the gateway reads the
 		// outcome back, the COMMIT goes through, and only then does the read-back run. The

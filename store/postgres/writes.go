@@ -67,11 +67,14 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 	} else {
 		b.Queue(mustWrite(lineageCTE+",", upsertResponseInsertSQL, noResponseWritten), store.ResponseArgs(s.Driver, r, r.Status)...)
 	}
-	if conv != nil {
+	switch {
+	case conv != nil:
 		b.Queue(mustWrite("WITH", lockConversationReleaseTurnSQL, noConversation), r.Tenant, p.ConversationID, r.ID)
 		if p.Begun {
 			b.Queue(appendStoredInputSQL, r.Tenant, r.ID, p.ConversationID)
 		}
+	case p.ReleaseTurn != "":
+		b.Queue(lockConversationReleaseTurnSQL, r.Tenant, p.ReleaseTurn, r.ID)
 	}
 	if items.len() > 0 {
 		queueInsertItems(b, r.Tenant, r.ID, conv, &items)

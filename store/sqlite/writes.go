@@ -169,6 +169,11 @@ func (s *Store) commitGroup(group []*pendingCommit) {
 func (s *Store) commitItems(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
 	r := &p.Response
 	var seq int64
+	if p.ConversationID == "" && p.ReleaseTurn != "" {
+		if _, err := tx.ExecContext(ctx, releaseTurnSQL, r.Tenant, p.ReleaseTurn, r.ID); err != nil {
+			return fmt.Errorf("conversation: %w", interpretError(err))
+		}
+	}
 	if p.ConversationID != "" {
 		// Release the turn if this response holds it; no row means no such conversation.
 		res, err := tx.ExecContext(ctx, releaseTurnSQL, r.Tenant, p.ConversationID, r.ID)

@@ -33,6 +33,7 @@ var turnCases = []storeCase{
 	{"response delete refuses an unfinished response whose lease is live", testResponseDeleteLiveLease},
 	{"conversation delete refuses while a turn holds a live lease", testConversationDeleteLiveTurn},
 	{"turn extend moves only the holder's lease and never takes a free one", testTurnExtend},
+	{"a failed turn's commit that releases the turn frees the holder's lease and appends nothing", testFailedCommitReleasesTurn},
 }
 
 // beginTurn begins an in-progress response with the given input, leased by w1 until leaseUntil.
@@ -544,4 +545,30 @@ func testTurnExtend(t *testing.T, s store.Store) {
 
 	isNotFound(t, "extend on an unknown conversation", s.ConversationTurnExtend(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_none", ResponseID: "resp_3", ExpiresAt: now().Add(time.Hour)}))
 	isNotFound(t, "extend of another tenant's lease", s.ConversationTurnExtend(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantB, ConversationID: "conv_1", ResponseID: "resp_3", ExpiresAt: now().Add(time.Hour)}))
+}
+
+func testFailedCommitReleasesTurn(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	createConversation(t, s, tenantA, "conv_1", nil)
+	acquire := func(resp string) error {
+		return s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1",
+			ResponseID: resp, ExpiresAt: now().Add(time.Hour)})
+	}
+	noErr(t, "acquire", acquire("resp_1"))
+	begun := beginTurn(t, s, tenantA, "resp_1", "conv_1", []wire.Item{msg(t, "in_1", "hi")}, now().Add(time.Hour))
+	final := finalOf(begun)
+	final.Status = wire.StatusFailed
+	noErr(t, "commit releasing the turn", s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: final, Begun: true, ReleaseTurn: "conv_1"}))
+	noErr(t, "acquire after the commit released the turn", acquire("resp_2"))
+	if items := conversationItems(t, s, tenantA, "conv_1"); len(items) != 0 {
+		t.Errorf("a releasing commit appended %d items", len(items))
+	}
+	// A commit of a response that does not hold the lease leaves the holder's lease alone.
+	begun = beginTurn(t, s, tenantA, "resp_3", "conv_1", []wire.Item{msg(t, "in_3", "hi")}, now().Add(time.Hour))
+	final = finalOf(begun)
+	final.Status = wire.StatusFailed
+	noErr(t, "commit of a non-holder", s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: final, Begun: true, ReleaseTurn: "conv_1"}))
+	if err := acquire("resp_4"); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("acquire after a non-holder's releasing commit: %v, want ErrConflict", err)
+	}
 }

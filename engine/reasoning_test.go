@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 
 // viewServer is the part of a Server an itemView uses: the exposure policy and a seal ring whose
 // blobs hold at most maxPlaintext bytes.
-func viewServer(t *testing.T, exposure ReasoningExposure, maxPlaintext int) *Server {
+func viewServer(t *testing.T, exposure ReasoningExposure, maxPlaintext int) *Engine {
 	t.Helper()
 	secret, err := seal.NewKeySecret()
 	if err != nil {
@@ -21,11 +21,11 @@ func viewServer(t *testing.T, exposure ReasoningExposure, maxPlaintext int) *Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Server{cfg: Config{ReasoningExposure: exposure}, ring: ring}
+	return &Engine{cfg: Config{ReasoningExposure: exposure}, ring: ring}
 }
 
 // opened is the plaintext of the encrypted_content of a reasoning item shown to tenant "t1".
-func opened(t *testing.T, s *Server, it wire.Item) string {
+func opened(t *testing.T, s *Engine, it wire.Item) string {
 	t.Helper()
 	var v struct {
 		EncryptedContent string `json:"encrypted_content"`
@@ -52,10 +52,10 @@ func TestItemViewSealsTheContentAndHidesOnlyUnderTheHiddenPolicy(t *testing.T) {
 	items := []wire.Item{msg, withText, noText}
 
 	raw := viewServer(t, ExposureRaw, 0)
-	if got := raw.view("t1", false).items(items); &got[0] != &items[0] {
+	if got := raw.View("t1", false).Items(items); &got[0] != &items[0] {
 		t.Fatal("the raw policy without include changed the items")
 	}
-	got := raw.view("t1", true).items(items)
+	got := raw.View("t1", true).Items(items)
 	if string(got[0].JSON) != string(msg.JSON) || !strings.Contains(string(got[1].JSON), `"text":"think twice"`) {
 		t.Fatalf("include under the raw policy changed more than the blob: %s %s", got[0].JSON, got[1].JSON)
 	}
@@ -67,7 +67,7 @@ func TestItemViewSealsTheContentAndHidesOnlyUnderTheHiddenPolicy(t *testing.T) {
 	}
 
 	hidden := viewServer(t, ExposureHidden, 0)
-	got = hidden.view("t1", false).items(items)
+	got = hidden.View("t1", false).Items(items)
 	if strings.Contains(string(got[1].JSON), "think twice") || !strings.Contains(string(got[1].JSON), `"summary":[]`) {
 		t.Fatalf("the hidden policy showed the reasoning text: %s", got[1].JSON)
 	}
@@ -76,10 +76,10 @@ func TestItemViewSealsTheContentAndHidesOnlyUnderTheHiddenPolicy(t *testing.T) {
 	}
 
 	small := viewServer(t, ExposureRaw, len(content)-1)
-	if enc := small.view("t1", true).seal("rs_1", []byte(content)); enc != "" {
+	if enc := small.View("t1", true).seal("rs_1", []byte(content)); enc != "" {
 		t.Fatalf("a content over the ring's bound got a blob: %q", enc)
 	}
-	if enc := small.view("t1", true).seal("rs_2", nil); !seal.IsSealed(enc) {
+	if enc := small.View("t1", true).seal("rs_2", nil); !seal.IsSealed(enc) {
 		t.Fatalf("an empty content within the bound got no blob: %q", enc)
 	}
 }

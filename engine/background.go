@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/respgate/respgate/background"
@@ -33,6 +32,10 @@ type bgState struct {
 	Prepend []wire.Item `json:"prepend,omitempty"`
 }
 
+// followPoll is how often a reader of a response in progress looks for new events when nothing
+// wakes it (FollowInterval).
+const followPoll = 100 * time.Millisecond
+
 // bgFlushInterval is how often a background turn's new events reach its event log (a foreground
 // stream's client reads them live; a background stream's readers read the log).
 const bgFlushInterval = 50 * time.Millisecond
@@ -50,122 +53,108 @@ var (
 // retryAfter is the Retry-After (seconds) of the background queue's 429 and 503.
 const retryAfter = "5"
 
-// serveBackground stores a prepared background turn queued with its job and answers with the
-// queued response, or (stream:true) follows its event log live until the terminal event.
-func (s *Server) serveBackground(c echo.Context, t *turn) error {
-	ctx := c.Request().Context()
-	if _, ok := s.store.(store.Jobs); !ok {
-		s.releaseConversation(t)
-		return errNoWorkers
+// enqueue stores a prepared background turn queued with its job; the door answers with the
+// queued response, or follows its event log (Follow).
+func (e *Engine) enqueue(ctx context.Context, t *Turn) (*Outcome, error) {
+	if _, ok := e.store.(store.Jobs); !ok {
+		return nil, errNoWorkers
 	}
-	state, err := json.Marshal(bgState{ToolNames: t.toolNames, IncludeEncrypted: t.req.body.Includes(wire.IncludeEncryptedReasoning), Prepend: t.prepend})
+	state, err := json.Marshal(bgState{ToolNames: t.toolNames, IncludeEncrypted: t.include, Prepend: t.prepend})
 	if err != nil {
-		s.releaseConversation(t)
-		return err
+		return nil, err
 	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CommitTimeout)
+	defer cancel()
 	if t.convTurn.Load() {
 		// The conversation's turn lease is held from now until the worker commits: while the
 		// turn waits in the queue nothing renews it, so it lasts as long as a run may.
-		err := s.store.ConversationTurnExtend(ctx, &store.ConversationTurnAcquireParams{Tenant: t.rec.Tenant,
-			ConversationID: t.req.ConversationID, ResponseID: t.rec.ID, ExpiresAt: time.Now().Add(s.cfg.BackgroundTimeout + s.cfg.LeaseTTL)})
+		err := e.store.ConversationTurnExtend(sctx, &store.ConversationTurnAcquireParams{Tenant: t.rec.Tenant,
+			ConversationID: t.rec.ConversationID, ResponseID: t.rec.ID, ExpiresAt: time.Now().Add(e.cfg.BackgroundTimeout + e.cfg.LeaseTTL)})
 		if err != nil {
-			s.releaseConversation(t)
-			return err
+			return nil, err
 		}
 	}
 	t.rec.Status = wire.StatusQueued
 	start := time.Now()
-	err = s.store.ResponseEnqueueBackground(ctx, &store.ResponseEnqueueBackgroundParams{Response: t.rec, Input: t.input,
+	err = e.store.ResponseEnqueueBackground(sctx, &store.ResponseEnqueueBackgroundParams{Response: t.rec, Input: t.input,
 		Turn:      store.BackgroundTurn{Body: t.body, State: state},
-		MaxQueued: s.cfg.BackgroundMaxQueued, MaxPerTenant: s.cfg.BackgroundMaxPerTenant})
-	s.tel.store(ctx, "response_enqueue_background", start)
-	if err != nil {
-		s.releaseConversation(t)
-		switch {
-		case errors.Is(err, store.ErrQueueFull):
-			return errQueueFull
-		case errors.Is(err, store.ErrTenantBusy):
-			return errTenantBusy
-		}
-		return err
+		MaxQueued: e.cfg.BackgroundMaxQueued, MaxPerTenant: e.cfg.BackgroundMaxPerTenant})
+	e.tel.Store(ctx, "response_enqueue_background", start)
+	switch {
+	case errors.Is(err, store.ErrQueueFull):
+		return nil, errQueueFull
+	case errors.Is(err, store.ErrTenantBusy):
+		return nil, errTenantBusy
+	case err != nil:
+		return nil, err
 	}
-	t.convTurn.Store(false) // the worker holds it now
-	s.log.Info("background response queued", "response_id", t.rec.ID, "input_items", len(t.input))
-	if t.req.Stream {
-		// The follow is an admitted turn: shutdown's deadline ends it like a live stream.
-		fctx, cancel := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			select {
-			case <-s.stop:
-				cancel()
-			case <-fctx.Done():
-			}
-		}()
-		defer func() { cancel(); <-watched }()
-		c.SetRequest(c.Request().WithContext(fctx))
-		return s.streamStored(c, &t.rec, nil, -1)
-	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), &t.rec, nil))
+	t.handOff() // the queued job holds it now: its worker releases it
+	e.log.Info("background response queued", "response_id", t.rec.ID, "input_items", len(t.input))
+	return t.outcome(nil), nil
 }
 
-// runBackground is background.TurnFunc: it claims the queued response and runs its turn through
-// streamTurn, the lifecycle of every streamed turn, into a sink with no client.
-func (s *Server) runBackground(ctx context.Context, tn, id string) error {
-	bt, err := s.store.BackgroundTurnGet(ctx, &store.BackgroundTurnGetParams{Tenant: tn, ResponseID: id})
+// RunBackground is background.TurnFunc: it claims the queued response and runs its turn through
+// streamTurn, the lifecycle of every streamed turn, into a sink with no client. The
+// conversation's turn lease, taken when the turn was queued, is released here, in one deferred
+// call, unless the commit ended it.
+func (e *Engine) RunBackground(ctx context.Context, tn, id string) error {
+	t, err := e.claim(ctx, tn, id)
+	if t == nil || err != nil {
+		return err
+	}
+	defer t.release()
+	e.log.Info("background response running", "response_id", id)
+	return e.streamTurn(ctx, t, func() Sink { return &bgSink{t: t} })
+}
+
+// claim loads a queued background turn and claims it, or returns nil when it is no longer
+// queued (deleted, cancelled, or run by another worker).
+func (e *Engine) claim(ctx context.Context, tn, id string) (*Turn, error) {
+	bt, err := e.store.BackgroundTurnGet(ctx, &store.BackgroundTurnGetParams{Tenant: tn, ResponseID: id})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil // deleted while queued
+		return nil, nil // deleted while queued
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var st bgState
 	if err := json.Unmarshal(bt.State, &st); err != nil {
-		return fmt.Errorf("background turn %s: state: %w", id, err)
+		return nil, fmt.Errorf("background turn %s: state: %w", id, err)
 	}
-	rec, _, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
+	rec, _, err := e.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Exactly one run: the claim moves queued to in_progress under this process's lease. A re-run
 	// of the job (River rescued it after its worker died) finds the response claimed or ended and
 	// does nothing: the sweeper fails a claimed response whose lease expired, with the reason.
-	err = s.store.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tn, ID: id,
-		LeaseOwner: s.owner, LeaseExpiresAt: time.Now().Add(s.cfg.LeaseTTL)})
+	err = e.store.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tn, ID: id,
+		LeaseOwner: e.owner, LeaseExpiresAt: time.Now().Add(e.cfg.LeaseTTL)})
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-		s.log.Info("background response not run: no longer queued", "response_id", id)
-		return nil
+		e.log.Info("background response not run: no longer queued", "response_id", id)
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rec.Status = wire.StatusInProgress
-	t := &turn{
-		req:       &createRequest{Model: rec.Model, PreviousResponseID: rec.PreviousResponseID, ConversationID: rec.ConversationID, Store: true, Stream: true},
-		rec:       *rec,
-		body:      bt.Body,
-		toolNames: st.ToolNames,
-		prepend:   st.Prepend,
-		view:      s.view(tn, st.IncludeEncrypted),
-		claimed:   true,
-	}
+	t := &Turn{engine: e, rec: *rec, store: true, body: bt.Body, toolNames: st.ToolNames, prepend: st.Prepend,
+		include: st.IncludeEncrypted, view: e.View(tn, st.IncludeEncrypted), claimed: true}
 	t.convTurn.Store(rec.ConversationID != "") // taken when it was queued
-	s.log.Info("background response running", "response_id", id)
-	return s.streamTurn(ctx, t, func() eventSink { return &bgSink{t: t} })
+	return t, nil
 }
 
 var (
 	// errCancelRequested: POST /v1/responses/{id}/cancel.
 	errCancelRequested = errors.New("server: the response was cancelled")
 	// errBackgroundTimeout is a shutdown of one turn: its run passed --background-timeout.
-	errBackgroundTimeout = fmt.Errorf("background run passed its time limit: %w", errShutdown)
+	errBackgroundTimeout = fmt.Errorf("background run passed its time limit: %w", ErrShutdown)
 )
 
-// cutMessage is the stored message of a stream cut by ctx's end (errShutdown or a time limit).
+// cutMessage is the stored message of a stream cut by ctx's end (ErrShutdown or a time limit).
 func cutMessage(ctx context.Context) string {
 	if errors.Is(context.Cause(ctx), errBackgroundTimeout) {
 		return "The background response ran longer than the gateway's time limit (--background-timeout)."
@@ -184,42 +173,31 @@ func goneError(ctx context.Context, msg string) *wire.ErrorObject {
 
 // bgSink is a background turn's event sink: there is no client; the accumulator's events reach
 // the event log through the turn's eventLog, flushed by its keeper every bgFlushInterval.
-type bgSink struct{ t *turn }
+type bgSink struct{ t *Turn }
+
+var _ Sink = (*bgSink)(nil)
 
 // write asks the keeper to log the events it has just been given (the first at once, later
 // ones at most every bgFlushInterval).
-func (s *bgSink) write([]byte) error { s.t.keeper.flushSoon(); return nil }
-func (*bgSink) keepalive() error     { return nil }
-func (*bgSink) idleSince() time.Time { return time.Now() }
+func (s *bgSink) Write([]byte) error { s.t.keeper.flushSoon(); return nil }
+func (*bgSink) Keepalive() error     { return nil }
+func (*bgSink) IdleSince() time.Time { return time.Now() }
 
-// cancelBackground serves POST /v1/responses/{id}/cancel of a background response: a queued one
+// CancelBackground cancels a background response (POST /v1/responses/{id}/cancel): a queued one
 // is stored cancelled at once; a running one is cancelled wherever it runs (River delivers the
-// cancel to its worker's context, which cancels the upstream call) and the answer waits for
-// its worker to store it; a finished one is returned unchanged.
-func (s *Server) cancelBackground(c echo.Context, r *store.Response) error {
-	ctx := c.Request().Context()
-	outcome, err := s.store.ResponseCancelBackground(ctx, &store.ResponseCancelBackgroundParams{Tenant: r.Tenant, ID: r.ID})
-	if errors.Is(err, store.ErrNotFound) {
-		return responseNotFound(r.ID)
-	}
+// cancel to its worker's context, which cancels the upstream call) and CancelBackground waits for
+// its worker to store it (cancelWait at most); a finished one is left unchanged. The caller reads
+// the response afterwards. store.ErrNotFound when there is no such response.
+func (e *Engine) CancelBackground(ctx context.Context, tn, id string) error {
+	outcome, err := e.store.ResponseCancelBackground(ctx, &store.ResponseCancelBackgroundParams{Tenant: tn, ID: id})
 	if err != nil {
 		return err
 	}
 	if outcome == store.CancelRunning {
-		s.log.Info("background response cancel requested", "response_id", r.ID)
-		if err := s.waitTerminal(ctx, r.Tenant, r.ID); err != nil {
-			return err
-		}
+		e.log.Info("background response cancel requested", "response_id", id)
+		return e.waitTerminal(ctx, tn, id)
 	}
-	id := r.ID
-	r, out, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: r.Tenant, ID: id})
-	if errors.Is(err, store.ErrNotFound) {
-		return responseNotFound(id)
-	}
-	if err != nil {
-		return err
-	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderResponse(make([]byte, 0, 1024), r, s.readView(c).items(out)))
+	return nil
 }
 
 // cancelWait bounds how long a cancel waits for the worker to store the cancelled response; it
@@ -228,20 +206,20 @@ const cancelWait = 10 * time.Second
 
 // waitTerminal waits until the response is terminal (woken by the turn's end, in this process
 // or through the store's notifications, else by polling the store), cancelWait or ctx's end.
-func (s *Server) waitTerminal(ctx context.Context, tn, id string) error {
+func (e *Engine) waitTerminal(ctx context.Context, tn, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, cancelWait)
 	defer cancel()
-	defer s.bgWake.forget(id)
+	defer e.bgWake.forget(id)
 	for {
-		wake := s.bgWake.wait(id) // before the read: no wake is missed
-		r, _, err := s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
+		wake := e.bgWake.wait(id) // before the read: no wake is missed
+		r, _, err := e.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: tn, ID: id})
 		if err != nil || r.Status.Terminal() {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		t := time.NewTimer(s.followInterval(r))
+		t := time.NewTimer(e.FollowInterval(r))
 		select {
 		case <-ctx.Done():
 		case <-wake:
@@ -309,16 +287,16 @@ const queuedGaugeTimeout = 2 * time.Second
 // stops at twice --background-max-queued (the queue passes its bound only by the creates in
 // flight), so a scrape's cost is bounded whatever the store holds; a failed count leaves the
 // gauge out of that scrape.
-func (s *Server) registerQueueGauge() error {
-	limit := 2 * s.cfg.BackgroundMaxQueued
-	_, err := s.tel.meter.Int64ObservableGauge("respgate.background.queued",
+func (e *Engine) registerQueueGauge() error {
+	limit := 2 * e.cfg.BackgroundMaxQueued
+	_, err := e.tel.Meter.Int64ObservableGauge("respgate.background.queued",
 		metric.WithDescription("queued background responses of every tenant (a store-wide count: every replica reports the same)"),
 		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
 			ctx, cancel := context.WithTimeout(ctx, queuedGaugeTimeout)
 			defer cancel()
-			n, err := s.store.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: limit})
+			n, err := e.store.ResponseQueuedCount(ctx, &store.ResponseQueuedCountParams{Limit: limit})
 			if err != nil {
-				s.log.Warn("count queued background responses", "error", err)
+				e.log.Warn("count queued background responses", "error", err)
 				return nil
 			}
 			o.Observe(int64(n))
@@ -330,60 +308,68 @@ func (s *Server) registerQueueGauge() error {
 // StartBackground starts this process's background workers and the housekeeping job (lease
 // sweep and retention, on the elected leader) on River in the store's database. The store must
 // implement store.Jobs (both backends do). Shutdown stops them.
-func (s *Server) StartBackground(ctx context.Context) error {
-	jobs, ok := s.store.(store.Jobs)
+func (e *Engine) StartBackground(ctx context.Context) error {
+	jobs, ok := e.store.(store.Jobs)
 	if !ok {
 		return errors.New("server: the store does not run background jobs")
 	}
 	// Followers of a response running on another replica are woken by the store's
 	// notifications where it has them (Postgres); the poll is then only a fallback.
-	if w, ok := s.store.(store.EventWatcher); ok {
-		p := &store.EventWatchParams{Wake: s.wakeFromStore}
+	if w, ok := e.store.(store.EventWatcher); ok {
+		p := &store.EventWatchParams{Wake: e.wakeFromStore}
 		if err := w.EventWatchStart(ctx, p); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		s.bgWatch = p
-		s.mu.Unlock()
-		s.watching.Store(true)
+		e.mu.Lock()
+		e.bgWatch = p
+		e.mu.Unlock()
+		e.watching.Store(true)
 	}
 	// River runs until Shutdown stops it, not until ctx ends.
 	r, err := background.Start(context.WithoutCancel(ctx), jobs, background.Config{
-		Workers: s.cfg.BackgroundWorkers, Timeout: s.cfg.BackgroundTimeout, Turn: s.runBackground,
-		Housekeeping: s.Purge, HousekeepingInterval: s.cfg.SweepInterval,
-		FetchPollInterval: s.cfg.BackgroundPoll, Logger: s.log, Meter: s.tel.meter,
+		Workers: e.cfg.BackgroundWorkers, Timeout: e.cfg.BackgroundTimeout, Turn: e.RunBackground,
+		Housekeeping: e.Purge, HousekeepingInterval: e.cfg.SweepInterval,
+		FetchPollInterval: e.cfg.BackgroundPoll, Logger: e.log, Meter: e.tel.Meter,
 		// The turn lifecycle's own causes: a cancel is stored cancelled, the time limit and
 		// shutdown failed with their own message.
-		Cancelled: errCancelRequested, TimedOut: errBackgroundTimeout, Stopping: errShutdown,
+		Cancelled: errCancelRequested, TimedOut: errBackgroundTimeout, Stopping: ErrShutdown,
 	})
 	if err != nil {
 		// The workers of a store shared by several servers serve them all (ErrJobsStarted); the
 		// watcher stays for this server's followers then, else Shutdown stops it.
 		return err
 	}
-	s.mu.Lock()
-	s.bgRunner = r
-	s.mu.Unlock()
+	e.mu.Lock()
+	e.bgRunner = r
+	e.mu.Unlock()
 	return nil
 }
 
+// WakeOn returns a channel closed at the next wake of response id's readers in this process (its
+// turn logged events or ended, here or, through the store's notifications, elsewhere). Take it
+// before reading the store, so that no wake is missed; Forget it when the reader leaves.
+func (e *Engine) WakeOn(id string) <-chan struct{} { return e.bgWake.wait(id) }
+
+// Forget drops id's waiters (a reader leaving).
+func (e *Engine) Forget(id string) { e.bgWake.forget(id) }
+
 // wakeFromStore is this server's store.EventWatchParams.Wake: a response's event log grew or it
 // ended, in any process ("": anything may have; wake every follower).
-func (s *Server) wakeFromStore(id string) {
+func (e *Engine) wakeFromStore(id string) {
 	if id == "" {
-		s.bgWake.wakeAll()
+		e.bgWake.wakeAll()
 		return
 	}
-	s.tel.followWakes.Add(context.Background(), 1)
-	s.bgWake.wake(id)
+	e.tel.FollowWakes.Add(context.Background(), 1)
+	e.bgWake.wake(id)
 }
 
 // followInterval is how often a follower of r looks at the store when nothing woke it: the
 // fallback poll for a background response whose notifications reach this process, else
 // followPoll.
-func (s *Server) followInterval(r *store.Response) time.Duration {
-	if s.watching.Load() && isBackground(r) {
-		return s.cfg.BackgroundFollowPoll
+func (e *Engine) FollowInterval(r *store.Response) time.Duration {
+	if e.watching.Load() && isBackground(r) {
+		return e.cfg.BackgroundFollowPoll
 	}
 	return followPoll
 }
@@ -398,20 +384,20 @@ func isBackground(r *store.Response) bool {
 
 // stopBackground stops the workers: running turns may finish until ctx ends, then they are
 // stored failed (the gateway shut down) and awaited.
-func (s *Server) stopBackground(ctx context.Context) {
-	s.mu.Lock()
-	r := s.bgRunner
-	s.bgRunner = nil
-	watch := s.bgWatch
-	s.bgWatch = nil
-	s.mu.Unlock()
+func (e *Engine) stopBackground(ctx context.Context) {
+	e.mu.Lock()
+	r := e.bgRunner
+	e.bgRunner = nil
+	watch := e.bgWatch
+	e.bgWatch = nil
+	e.mu.Unlock()
 	if err := r.Stop(ctx); err != nil {
-		s.log.Error("stop background workers", "error", err)
+		e.log.Error("stop background workers", "error", err)
 	}
 	if watch != nil {
-		s.watching.Store(false)
-		if err := s.store.(store.EventWatcher).EventWatchStop(context.WithoutCancel(ctx), watch); err != nil {
-			s.log.Error("stop event watch", "error", err)
+		e.watching.Store(false)
+		if err := e.store.(store.EventWatcher).EventWatchStop(context.WithoutCancel(ctx), watch); err != nil {
+			e.log.Error("stop event watch", "error", err)
 		}
 	}
 }

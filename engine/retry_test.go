@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/respgate/respgate/internal/telemetry"
 	"github.com/respgate/respgate/store"
 )
 
@@ -39,11 +40,11 @@ func (c *commitClock) ResponseCommit(context.Context, *store.ResponseCommitParam
 	return nil
 }
 
-func retryServer(t *testing.T, st store.Store) *Server {
+func retryServer(t *testing.T, st store.Store) *Engine {
 	t.Helper()
 	s := keeperServer(st, time.Minute)
 	s.cfg.CommitTimeout = time.Minute
-	tel, err := newTelemetry(nil)
+	tel, err := telemetry.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestAFailedRecordIsStoredWithDoublingWaitsUpToFiveSeconds(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				st := &commitClock{fail: tc.fail, err: tc.err, start: time.Now()}
 				s := retryServer(t, st)
-				s.storeFailure(&turn{req: &createRequest{}}, &store.ResponseCommitParams{Begun: true})
+				s.storeFailure(&Turn{engine: s}, &store.ResponseCommitParams{Begun: true})
 				s.background.Wait()
 				if !slices.Equal(st.calls, tc.calls) {
 					t.Fatalf("attempts at %v, want %v", st.calls, tc.calls)
@@ -109,7 +110,7 @@ func TestShutdownEndsTheBackgroundStoreOfAFailedRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &commitClock{fail: 1 << 30, start: time.Now()}
 		s := retryServer(t, st)
-		s.storeFailure(&turn{req: &createRequest{}}, &store.ResponseCommitParams{Begun: true})
+		s.storeFailure(&Turn{engine: s}, &store.ResponseCommitParams{Begun: true})
 		time.Sleep(time.Second)
 		close(s.quit)
 		s.background.Wait()

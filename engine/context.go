@@ -1,10 +1,9 @@
-package server
+package engine
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/respgate/respgate/compact"
@@ -30,14 +29,14 @@ func ParseContextWindows(spec string) ([]byModel[int], error) {
 
 // contextWindow is the model's context window in tokens: the configured one, else vLLM's
 // max_model_len from /v1/models (asked once per model and remembered); 0 when unknown.
-func (s *Server) contextWindow(ctx context.Context, model string) int {
-	if n, ok := lookupByModel(s.windows, model); ok {
+func (e *Engine) contextWindow(ctx context.Context, model string) int {
+	if n, ok := lookupByModel(e.windows, model); ok {
 		return n
 	}
-	if v, ok := s.modelWindows.Load(model); ok {
+	if v, ok := e.modelWindows.Load(model); ok {
 		return v.(int)
 	}
-	raw, err := s.upstream.Models(ctx)
+	raw, err := e.upstream.Models(ctx)
 	if err != nil {
 		return 0
 	}
@@ -53,7 +52,7 @@ func (s *Server) contextWindow(ctx context.Context, model string) int {
 	n := 0
 	for _, m := range list.Data {
 		if m.MaxModelLen > 0 {
-			s.modelWindows.Store(m.ID, m.MaxModelLen)
+			e.modelWindows.Store(m.ID, m.MaxModelLen)
 		}
 		if m.ID == model {
 			n = m.MaxModelLen
@@ -79,9 +78,9 @@ func inputBudget(window int, req *wire.CreateRequest) int {
 // compaction trigger sizes the turn as vLLM counts it (sessionSize: the previous response's
 // usage, /tokenize); truncation, which must size each turn it may drop, uses
 // compact.EstimateTokens, a deliberate over-estimate.
-func (s *Server) manageContext(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
-	auto := req.body.Truncation.Value == "auto"
-	if s.cfg.CompactionThreshold <= 0 && req.compactThreshold == 0 && !auto {
+func (e *Engine) manageContext(ctx context.Context, tn string, req *Spec, ex *expanded, responseID string) error {
+	auto := req.Request.Truncation.Value == "auto"
+	if e.cfg.CompactionThreshold <= 0 && req.CompactThreshold == 0 && !auto {
 		return nil
 	}
 	if len(ex.history) == 0 {
@@ -89,17 +88,17 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 	}
 	size := func() int { return compact.EstimateTokens(ex.history) + compact.EstimateTokens(ex.input) }
 	window := 0
-	if req.compactThreshold == 0 || auto {
-		window = s.contextWindow(ctx, req.Model)
+	if req.CompactThreshold == 0 || auto {
+		window = e.contextWindow(ctx, req.Model)
 	}
-	if req.compactThreshold > 0 || (window > 0 && s.cfg.CompactionThreshold > 0) {
+	if req.CompactThreshold > 0 || (window > 0 && e.cfg.CompactionThreshold > 0) {
 		// The trigger is what vLLM counts, not a guess (tokens.go).
-		z := s.sessionSize(ctx, req.Model, ex)
-		crossed := req.compactThreshold > 0 && z.tokens >= req.compactThreshold ||
-			req.compactThreshold == 0 && compact.Threshold(z.tokens, window, s.cfg.CompactionThreshold)
-		s.log.Debug("turn size", "tokens", z.tokens, "history_from", z.history, "input_from", z.input, "compact", crossed)
+		z := e.sessionSize(ctx, req.Model, ex)
+		crossed := req.CompactThreshold > 0 && z.tokens >= req.CompactThreshold ||
+			req.CompactThreshold == 0 && compact.Threshold(z.tokens, window, e.cfg.CompactionThreshold)
+		e.log.Debug("turn size", "tokens", z.tokens, "history_from", z.history, "input_from", z.input, "compact", crossed)
 		if crossed {
-			if err := s.autoCompact(ctx, tn, req, ex, responseID); err != nil {
+			if err := e.autoCompact(ctx, tn, req, ex, responseID); err != nil {
 				return err
 			}
 		}
@@ -108,7 +107,7 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 		return nil
 	}
 	if auto {
-		budget := inputBudget(window, req.body)
+		budget := inputBudget(window, req.Request)
 		if size() > budget {
 			all := append(append([]wire.Item(nil), ex.history...), ex.input...)
 			kept, dropped := compact.Truncate(all, budget, compact.EstimateTokens)
@@ -126,60 +125,31 @@ func (s *Server) manageContext(ctx context.Context, tn string, req *createReques
 // lead, the summary message and the recent turns; the compaction item leads the turn's output
 // (OpenAI's shape: streamed first, stored as the first output item), so that continuing the
 // chain replays the summary instead of the region.
-func (s *Server) autoCompact(ctx context.Context, tn string, req *createRequest, ex *expanded, responseID string) error {
+func (e *Engine) autoCompact(ctx context.Context, tn string, req *Spec, ex *expanded, responseID string) error {
 	all := append(append([]wire.Item(nil), ex.history...), ex.input...)
-	keep := max(s.cfg.CompactionKeepTurns, 1)
+	keep := max(e.cfg.CompactionKeepTurns, 1)
 	plan := compact.PlanItems(all, keep)
 	if plan.Empty() || len(plan.Recent) < len(ex.input) {
 		return nil
 	}
-	summary, _, err := s.summarise(ctx, tn, req, plan.Region)
+	summary, _, err := e.summarise(ctx, tn, req, plan.Region)
 	if err != nil {
 		return err
 	}
 	id := wire.NewID(compact.PrefixCompaction)
 	payload := compact.Payload{V: 1, Summary: summary, Replaced: compact.ItemIDs(plan.Region), Model: req.Model}
-	blob, err := s.ring.Seal(seal.Binding{Tenant: tn, ItemID: id, ItemType: compact.TypeCompaction}, payload.Marshal())
+	blob, err := e.ring.Seal(seal.Binding{Tenant: tn, ItemID: id, ItemType: compact.TypeCompaction}, payload.Marshal())
 	if err != nil {
 		return &wire.APIError{Status: 502, Type: wire.ErrServer, Code: "compaction_failed",
 			Message: "The summary is larger than a compaction item can hold; nothing was compacted."}
 	}
 	if req.Store {
-		s.archiveCompaction(ctx, tn, id, responseID, req.Model, plan.Region)
+		e.archiveCompaction(ctx, tn, id, responseID, req.Model, plan.Region)
 	}
 	recentHistory := plan.Recent[:len(plan.Recent)-len(ex.input)]
 	h := make([]wire.Item, 0, len(plan.Lead)+1+len(recentHistory))
 	ex.history = append(append(append(h, plan.Lead...), compact.SummaryMessage(id, summary)), recentHistory...)
 	ex.output = append(ex.output, compact.NewItem(id, blob))
-	s.log.Info("compacted before a turn", "compaction_id", id, "replaced_items", len(plan.Region), "summary_bytes", len(summary))
+	e.log.Info("compacted before a turn", "compaction_id", id, "replaced_items", len(plan.Region), "summary_bytes", len(summary))
 	return nil
-}
-
-// compactThreshold reads a request's context_management (OpenAI's shape: an array of entries,
-// {"type":"compaction","compact_threshold":N}): the compaction entry's threshold in tokens, 0
-// when there is none. A compaction entry without a threshold uses the deployment's.
-func compactThreshold(raw json.RawMessage) (int, error) {
-	if isNull(raw) {
-		return 0, nil
-	}
-	var entries []map[string]json.RawMessage
-	if json.Unmarshal(raw, &entries) != nil {
-		return 0, wire.Invalid("context_management", "invalid_type", "Invalid type for 'context_management': expected an array of objects.")
-	}
-	n := 0
-	for i, e := range entries {
-		var typ string
-		if json.Unmarshal(e["type"], &typ) != nil || typ != compact.TypeCompaction {
-			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].type", i), "invalid_value",
-				"Invalid value for 'context_management[%d].type': the supported value is 'compaction'.", i)
-		}
-		if isNull(e["compact_threshold"]) {
-			continue
-		}
-		if json.Unmarshal(e["compact_threshold"], &n) != nil || n < 1 {
-			return 0, wire.Invalid(fmt.Sprintf("context_management[%d].compact_threshold", i), "invalid_value",
-				"Invalid value for 'context_management[%d].compact_threshold': expected a positive integer (tokens).", i)
-		}
-	}
-	return n, nil
 }

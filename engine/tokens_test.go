@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/respgate/respgate/internal/logtest"
 
 	"github.com/respgate/respgate/wire"
 )
@@ -65,21 +67,21 @@ func TestTokenizeMessagesKeepsTheTextOfEveryItem(t *testing.T) {
 // A continuation is sized by its previous response's usage (what vLLM counted), not by a count or
 // an estimate of the history.
 func TestAContinuationIsSizedByThePreviousUsage(t *testing.T) {
-	logs := &logRecords{}
-	s := newSimServer(t, Config{Logger: slog.New(logs), ContextWindow: "openai/gpt-oss-sim=100000", CompactionThreshold: 0.9}, nil)
-	code, body := call(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"first"}`)
+	logs := &logtest.Records{}
+	s, _ := newSimEngine(t, Config{Logger: slog.New(logs), ContextWindow: "openai/gpt-oss-sim=100000", CompactionThreshold: 0.9}, nil)
+	code, body := call(t, s, `{"model":"openai/gpt-oss-sim","input":"first"}`)
 	var r struct{ ID string }
 	if err := json.Unmarshal([]byte(body), &r); code != http.StatusOK || err != nil {
 		t.Fatalf("first turn: %d %s", code, body)
 	}
-	if code, body = call(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"second","previous_response_id":"`+r.ID+`"}`); code != http.StatusOK {
+	if code, body = call(t, s, `{"model":"openai/gpt-oss-sim","input":"second","previous_response_id":"`+r.ID+`"}`); code != http.StatusOK {
 		t.Fatalf("second turn: %d %s", code, body)
 	}
 	sized := false
-	for _, line := range logs.snapshot() {
+	for _, line := range logs.Snapshot() {
 		sized = sized || strings.HasPrefix(line, "DEBUG turn size ") && strings.Contains(line, " history_from=usage")
 	}
 	if !sized {
-		t.Fatalf("the continuation was not sized by the previous usage: %q", logs.snapshot())
+		t.Fatalf("the continuation was not sized by the previous usage: %q", logs.Snapshot())
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 // a background worker's, a WebSocket turn's (its access line is written when the socket
 // closes), and one that lands after its request was logged.
 
-// storedLog is what a request's commit adds to its access line. Safe for concurrent use.
-type storedLog struct {
+// StoredLog is what a request's commit adds to its access line. Safe for concurrent use.
+type StoredLog struct {
 	mu     sync.Mutex
 	closed bool // the access line is written: later commits log their own line
 	set    bool
@@ -25,13 +25,13 @@ type storedLog struct {
 
 type storedLogKey struct{}
 
-// withStoredLog gives ctx a storedLog for the request's access line.
-func withStoredLog(ctx context.Context, l *storedLog) context.Context {
+// WithStoredLog gives ctx a StoredLog for the request's access line.
+func WithStoredLog(ctx context.Context, l *StoredLog) context.Context {
 	return context.WithValue(ctx, storedLogKey{}, l)
 }
 
-// take closes l and returns the attributes a commit left, if any.
-func (l *storedLog) take() []slog.Attr {
+// Take closes l and returns the attributes a commit left, if any.
+func (l *StoredLog) Take() []slog.Attr {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -43,10 +43,10 @@ func (l *storedLog) take() []slog.Attr {
 
 // logStored logs a committed response: on its request's access line when ctx carries one still
 // open and not yet used, else as a line of its own.
-func (s *Server) logStored(ctx context.Context, id string, status wire.Status, input, output, events int) {
+func (e *Engine) logStored(ctx context.Context, id string, status wire.Status, input, output, events int) {
 	attrs := [5]slog.Attr{slog.String("response_id", id), slog.String("response_status", string(status)),
 		slog.Int("input_items", input), slog.Int("output_items", output), slog.Int("events", events)}
-	if l, ok := ctx.Value(storedLogKey{}).(*storedLog); ok {
+	if l, ok := ctx.Value(storedLogKey{}).(*StoredLog); ok {
 		l.mu.Lock()
 		if !l.closed && !l.set {
 			l.attrs, l.set = attrs, true
@@ -55,5 +55,5 @@ func (s *Server) logStored(ctx context.Context, id string, status wire.Status, i
 		}
 		l.mu.Unlock()
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "response stored", attrs[:]...)
+	e.log.LogAttrs(ctx, slog.LevelInfo, "response stored", attrs[:]...)
 }

@@ -1,48 +1,19 @@
-package server
+package engine
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/respgate/respgate/internal/logtest"
+
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
-
-// logRecords is a slog handler that keeps each record as "LEVEL message key=value ...".
-type logRecords struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *logRecords) WithGroup(string) slog.Handler            { return l }
-func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
-	s := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key != "error" {
-			s += fmt.Sprintf(" %s=%v", a.Key, a.Value)
-		}
-		return true
-	})
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.list = append(l.list, s)
-	return nil
-}
-
-func (l *logRecords) snapshot() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.list)
-}
 
 // lostLeases is a keeper's store whose renewals and appends fail: with ErrNotFound (the lease
 // was lost), or, with block set, only when their context ends.
@@ -76,10 +47,10 @@ func (l *lostLeases) ResponseEventAppend(ctx context.Context, _ *store.ResponseE
 func TestLeaseKeeperWarnsOfFailedRenewalsButNotOfItsOwnStop(t *testing.T) {
 	for _, block := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
-			logs := &logRecords{}
+			logs := &logtest.Records{}
 			s := keeperServer(&lostLeases{block: block}, 30*time.Second)
 			s.log = slog.New(logs)
-			tr := &turn{req: &createRequest{ConversationID: "conv_1"}, rec: store.Response{ID: "resp_1", Tenant: "t1"}, leased: true,
+			tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1", ConversationID: "conv_1"}, leased: true,
 				events: &eventLog{}}
 			tr.convTurn.Store(true)
 			tr.events.observe(0, "response.created", []byte(`{}`))
@@ -88,7 +59,7 @@ func TestLeaseKeeperWarnsOfFailedRenewalsButNotOfItsOwnStop(t *testing.T) {
 				time.Sleep(eventFlushInterval) // the first flush is under way and blocks
 				synctest.Wait()
 				tr.keeper.Stop()
-				if got := logs.snapshot(); len(got) != 0 {
+				if got := logs.Snapshot(); len(got) != 0 {
 					t.Fatalf("the keeper's own stop was logged: %q", got)
 				}
 				return
@@ -101,7 +72,7 @@ func TestLeaseKeeperWarnsOfFailedRenewalsButNotOfItsOwnStop(t *testing.T) {
 				"WARN extend response lease response_id=resp_1 lost=true",
 				"WARN extend conversation turn lease response_id=resp_1 lost=true",
 			}
-			got := logs.snapshot()
+			got := logs.Snapshot()
 			got = slices.Compact(got) // the failed run is retried (and logged) at every flush
 			if !slices.Equal(got, want) {
 				t.Fatalf("logs:\n%q\nwant\n%q", got, want)

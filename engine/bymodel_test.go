@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"strings"
@@ -58,7 +58,7 @@ func TestReasoningContextIsTheRequestsElseItsModelsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{contexts: contexts}
+	s := &Engine{contexts: contexts}
 	own, effort := wire.ContextAllTurns, "low"
 	for _, tc := range []struct {
 		name  string
@@ -86,7 +86,7 @@ func TestNewKeepsTheConfiguredReasoningContext(t *testing.T) {
 		{wire.ContextCurrentTurn, wire.ContextCurrentTurn},
 		{"", wire.ContextAllTurns},
 	} {
-		s := newSimServer(t, Config{ReasoningContext: tc.spec}, nil)
+		s, _ := newSimEngine(t, Config{ReasoningContext: tc.spec}, nil)
 		r := &wire.CreateRequest{}
 		r.Model.Value = "any/model"
 		if got := s.reasoningContext(r); got != tc.want {

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"encoding/json"
@@ -11,11 +11,11 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// renderResponse appends the client-facing response object: the server-set members, then the
+// RenderResponse appends the client-facing response object: the server-set members, then the
 // stored request echo. Strings are JSON-quoted and stored JSON has invalid UTF-8 replaced
 // (wire.AppendString, wire.AppendRaw), so the output is valid JSON whatever the store holds. Every key Open Responses requires is present (docs/wire.md §3); the echo
 // supplies the request-derived ones.
-func renderResponse(dst []byte, r *store.Response, output []wire.Item) []byte {
+func RenderResponse(dst []byte, r *store.Response, output []wire.Item) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = wire.AppendString(dst, r.ID)
 	dst = append(dst, `,"object":"response","created_at":`...)
@@ -49,10 +49,10 @@ func renderResponse(dst []byte, r *store.Response, output []wire.Item) []byte {
 	return dst
 }
 
-// validItems returns items with each one's JSON made valid UTF-8 (wire.ValidUTF8), for writers
+// ValidItems returns items with each one's JSON made valid UTF-8 (wire.ValidUTF8), for writers
 // that pass parts of stored items through encoding/json, which keeps a json.RawMessage's invalid
 // UTF-8 as it is. It copies nothing when every item is valid already.
-func validItems(items []wire.Item) []wire.Item {
+func ValidItems(items []wire.Item) []wire.Item {
 	var out []wire.Item
 	for i, it := range items {
 		if utf8.Valid(it.JSON) {

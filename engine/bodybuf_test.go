@@ -1,8 +1,7 @@
-package server
+package engine
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -44,14 +43,13 @@ func (p *stackPool) Put(b any) { p.free = append(p.free, b) }
 // has closed the body: a transport may still be sending it after the turn ended.
 func TestABodyIsNotReusedWhileTheTransportHoldsIt(t *testing.T) {
 	h := &holdingUpstream{stream: recordSimStream(t, `{"model":"openai/gpt-oss-sim?quirks=none&tokens=4","input":"hi","stream":true}`)}
-	s, _ := serverOver(t, h)
-	defer s.Shutdown(context.Background())
+	s := engineOver(t, h)
 	s.bodyBufs = &stackPool{} // hands out the buffer given back last, every time
 	turn := func(input string) {
 		t.Helper()
-		rec, _ := do(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","input":"`+input+`","stream":true,"store":false}`)
-		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "response.completed") {
-			t.Fatalf("turn %q: %d %s", input, rec.Code, rec.Body.String())
+		code, body := call(t, s, `{"model":"openai/gpt-oss-sim","input":"`+input+`","stream":true,"store":false}`)
+		if code != http.StatusOK || !strings.Contains(body, "response.completed") {
+			t.Fatalf("turn %q: %d %s", input, code, body)
 		}
 	}
 	turn(strings.Repeat("first ", 100))

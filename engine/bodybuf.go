@@ -1,4 +1,4 @@
-package server
+package engine
 
 import "sync"
 
@@ -21,11 +21,11 @@ func newBodyBufs() bufPool { return &sync.Pool{New: func() any { return new([]by
 // maxPooledBody bounds the buffers kept: a larger body is rare enough to allocate.
 const maxPooledBody = 8 << 20
 
-func (s *Server) getBodyBuf() *[]byte { return s.bodyBufs.Get().(*[]byte) }
+func (e *Engine) getBodyBuf() *[]byte { return e.bodyBufs.Get().(*[]byte) }
 
-func (s *Server) putBodyBuf(b *[]byte) {
+func (e *Engine) putBodyBuf(b *[]byte) {
 	if cap(*b) <= maxPooledBody {
 		*b = (*b)[:0]
-		s.bodyBufs.Put(b)
+		e.bodyBufs.Put(b)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -68,8 +68,8 @@ func (k *keeperStore) appendCount() int {
 }
 
 // keeperServer is the part of a Server the lease keeper uses.
-func keeperServer(st store.Store, leaseTTL time.Duration) *Server {
-	return &Server{cfg: Config{LeaseTTL: leaseTTL}, store: st, owner: "gw_test",
+func keeperServer(st store.Store, leaseTTL time.Duration) *Engine {
+	return &Engine{cfg: Config{LeaseTTL: leaseTTL}, store: st, owner: "gw_test",
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
@@ -77,7 +77,7 @@ func TestLeaseKeeperRenewsBothLeasesEveryThirdOfTheTTLForAFullTTL(t *testing.T) 
 	synctest.Test(t, func(t *testing.T) {
 		st := &keeperStore{}
 		s := keeperServer(st, 30*time.Second)
-		tr := &turn{req: &createRequest{ConversationID: "conv_1"}, rec: store.Response{ID: "resp_1", Tenant: "t1"}, leased: true}
+		tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1", ConversationID: "conv_1"}, leased: true}
 		tr.convTurn.Store(true)
 		start := time.Now()
 		tr.keeper = s.startKeeper(tr)
@@ -100,7 +100,7 @@ func TestLeaseKeeperRenewsBothLeasesEveryThirdOfTheTTLForAFullTTL(t *testing.T) 
 
 func TestLeaseKeeperStartsOnlyWithSomethingToKeep(t *testing.T) {
 	s := keeperServer(&keeperStore{}, time.Minute)
-	if k := s.startKeeper(&turn{req: &createRequest{}}); k != nil {
+	if k := s.startKeeper(&Turn{engine: s}); k != nil {
 		k.Stop()
 		t.Fatal("a keeper started for a turn without a lease or an event log")
 	}
@@ -113,7 +113,7 @@ func TestLeaseKeeperFlushesTheEventLogAndRetriesAFailedRunUnchanged(t *testing.T
 		st := &keeperStore{failAppend: 1}
 		// A lease of an hour renews every 20 minutes: every tick here is an event flush.
 		s := keeperServer(st, time.Hour)
-		tr := &turn{req: &createRequest{}, rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}}
+		tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}}
 		tr.keeper = s.startKeeper(tr)
 		defer tr.keeper.Stop()
 		tr.events.observe(0, "response.created", []byte(`{"a":0}`))
@@ -146,8 +146,9 @@ func TestLeaseKeeperFlushesTheEventLogAndRetriesAFailedRunUnchanged(t *testing.T
 
 func TestShutdownPastItsDeadlineCutsStreamsAndStillWaitsForThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{stop: make(chan struct{}), quit: make(chan struct{}), drained: make(chan struct{})}
-		if !s.admit() {
+		s := &Engine{quit: make(chan struct{})}
+		s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
+		if !s.AdmitInto(&s.inflight) {
 			t.Fatal("a new server refused a turn")
 		}
 		var once sync.Once
@@ -157,15 +158,15 @@ func TestShutdownPastItsDeadlineCutsStreamsAndStillWaitsForThem(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		returned := make(chan time.Duration, 1)
-		go func() { s.Shutdown(ctx); returned <- time.Since(start) }()
+		go func() { s.Drain(ctx); s.Stop(ctx); returned <- time.Since(start) }()
 
 		synctest.Wait() // Shutdown waits for the turn; its deadline has not passed
-		if closed(s.stop) || closed(s.quit) {
+		if closed(s.stopCtx.Done()) || closed(s.quit) {
 			t.Fatal("Shutdown cut the streams or stopped background work before its deadline")
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		if !closed(s.stop) {
+		if !closed(s.stopCtx.Done()) {
 			t.Fatal("the deadline passed and the running streams were not told to stop")
 		}
 		// The cut streams still store their failed record: Shutdown waits for them, and keeps
@@ -189,7 +190,7 @@ func TestShutdownPastItsDeadlineCutsStreamsAndStillWaitsForThem(t *testing.T) {
 	})
 }
 
-func closed(ch chan struct{}) bool {
+func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
@@ -234,9 +235,9 @@ func TestLeaseKeeperTicksAtItsShortestDutyAndWakesReadersOfAClaimedLog(t *testin
 					st.failAppend = 1
 				}
 				s := keeperServer(st, tc.ttl)
-				tr := &turn{req: &createRequest{}, rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}, claimed: tc.claimed}
+				tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}, claimed: tc.claimed}
 				tr.events.observe(0, "response.created", []byte(`{"a":0}`))
-				woken := s.bgWake.wait("resp_1")
+				woken := s.WakeOn("resp_1")
 				tr.keeper = s.startKeeper(tr)
 				defer tr.keeper.Stop()
 				time.Sleep(tc.want - time.Millisecond)

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -33,16 +33,16 @@ type sizing struct {
 // covered everything before that turn's output, plus output_tokens, its output, which the
 // history now replays), unless a compaction item of the input cut the history; else counted by
 // /tokenize; else estimated. The input is counted by /tokenize, else estimated.
-func (s *Server) sessionSize(ctx context.Context, model string, ex *expanded) sizing {
+func (e *Engine) sessionSize(ctx context.Context, model string, ex *expanded) sizing {
 	var z sizing
 	if n := usageTokens(ex.prevUsage); n > 0 && !ex.historyCut {
 		z.tokens, z.history = n, "usage"
-	} else if n, ok := s.countTokens(ctx, model, ex.history); ok {
+	} else if n, ok := e.countTokens(ctx, model, ex.history); ok {
 		z.tokens, z.history = n, "tokenize"
 	} else {
 		z.tokens, z.history = compact.EstimateTokens(ex.history), "estimate"
 	}
-	if n, ok := s.countTokens(ctx, model, ex.input); ok {
+	if n, ok := e.countTokens(ctx, model, ex.input); ok {
 		z.tokens, z.input = z.tokens+n, "tokenize"
 	} else {
 		z.tokens, z.input = z.tokens+compact.EstimateTokens(ex.input), "estimate"
@@ -56,7 +56,7 @@ func usageTokens(raw json.RawMessage) int {
 		In  int `json:"input_tokens"`
 		Out int `json:"output_tokens"`
 	}
-	if isNull(raw) || json.Unmarshal(raw, &u) != nil || u.In < 0 || u.Out < 0 {
+	if wire.IsNull(raw) || json.Unmarshal(raw, &u) != nil || u.In < 0 || u.Out < 0 {
 		return 0
 	}
 	return u.In + u.Out
@@ -66,11 +66,11 @@ func usageTokens(raw json.RawMessage) int {
 // applies), false when it cannot: an upstream without the route (remembered: it is not asked
 // again), a failure, or nothing countable. Items /tokenize cannot take as a chat message are
 // estimated and added.
-func (s *Server) countTokens(ctx context.Context, model string, items []wire.Item) (int, bool) {
+func (e *Engine) countTokens(ctx context.Context, model string, items []wire.Item) (int, bool) {
 	if len(items) == 0 {
 		return 0, true
 	}
-	if s.noTokenize.Load() {
+	if e.noTokenize.Load() {
 		return 0, false
 	}
 	msgs, rest := tokenizeMessages(items)
@@ -86,12 +86,12 @@ func (s *Server) countTokens(ctx context.Context, model string, items []wire.Ite
 	}
 	tctx, cancel := context.WithTimeout(ctx, tokenizeTimeout)
 	defer cancel()
-	raw, err := s.upstream.Tokenize(tctx, upstream.Route{Model: model}, body) // not in upstreamLatency: that is generation's
+	raw, err := e.upstream.Tokenize(tctx, upstream.Route{Model: model}, body) // not in upstreamLatency: that is generation's
 	if err != nil {
 		var ue *upstream.Error
 		if errors.As(err, &ue) && (ue.Status == http.StatusNotFound || ue.Status == http.StatusMethodNotAllowed) && !strings.Contains(ue.Message, "model") {
-			s.noTokenize.Store(true)
-			s.log.Warn("the upstream has no /tokenize; automatic compaction estimates sizes")
+			e.noTokenize.Store(true)
+			e.log.Warn("the upstream has no /tokenize; automatic compaction estimates sizes")
 		}
 		return 0, false
 	}

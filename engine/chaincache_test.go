@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"bytes"
@@ -19,8 +19,8 @@ import (
 // own history, the next continuation extends it to all of the head's history and keeps that in
 // the entry, and what goes upstream is byte for byte what a cold load of the chain sends.
 func TestChainCacheKeepsTheProjectedHistory(t *testing.T) {
-	s, sim := newSimServerAndSim(t, Config{}, nil)
-	tenant := s.TenantOf("k")
+	s, sim := newSimEngine(t, Config{}, nil)
+	tenant := testTenant
 	entry := func(id string) *chainEntry {
 		t.Helper()
 		e, ok := s.chains.c.GetIfPresent(chainKey{tenant, id})
@@ -31,7 +31,7 @@ func TestChainCacheKeepsTheProjectedHistory(t *testing.T) {
 	}
 	create := func(body string) string {
 		t.Helper()
-		status, out := call(t, s, http.MethodPost, "/v1/responses", body)
+		status, out := call(t, s, body)
 		if status != http.StatusOK {
 			t.Fatalf("create: %d %s", status, out)
 		}

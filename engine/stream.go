@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -9,95 +9,40 @@ import (
 	"sync"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// eventSink is where a streamed turn sends its client events: the SSE response of a POST
-// (sseWriter) or a WebSocket connection (socketSink). The turn lifecycle is the same for both
-// (docs/design.md §1); only the framing differs.
-type eventSink interface {
-	// write sends events as the accumulator frames them (one or more SSE frames, the last turn's
-	// write ending with [DONE]); an error means the client is gone.
-	write(frames []byte) error
-	// keepalive proves the client is still there during upstream silence.
-	keepalive() error
-	// idleSince is the time of the last successful write.
-	idleSince() time.Time
+// Sink is where a streamed turn sends its client events: the SSE response of a POST, a
+// WebSocket lane, Chat Completions chunks, or (background turns) the event log. The turn
+// lifecycle is the same for all (docs/design.md §1); only the framing differs.
+type Sink interface {
+	// Write sends events as the accumulator frames them (one or more SSE frames, the last
+	// turn's write ending with [DONE]); an error means the client is gone.
+	Write(frames []byte) error
+	// Keepalive proves the client is still there during upstream silence.
+	Keepalive() error
+	// IdleSince is the time of the last successful write.
+	IdleSince() time.Time
 }
 
-// sseWriter serialises writes to a client stream: relayed events from the turn and keepalive
-// comments from its ticker. Each call is one write and one flush.
-type sseWriter struct {
-	mu           sync.Mutex
-	res          *echo.Response
-	rc           *http.ResponseController
-	writeTimeout time.Duration
-	last         time.Time
-	err          error
-	headersSent  bool // sendHeaders ran: an error can no longer get a status
+// HeaderSink is a Sink whose transport has a status line (HTTP): it is opened as soon as
+// upstream has answered, before the first event, and a failure after that is told in-band
+// (failOpenStream).
+type HeaderSink interface {
+	Sink
+	SendHeaders()
 }
 
-// openStream sends the headers of an event stream and returns its writer.
-func (s *Server) openStream(c echo.Context) *sseWriter {
-	res := c.Response()
-	h := res.Header()
-	h.Set(echo.HeaderContentType, "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	res.WriteHeader(http.StatusOK)
-	return &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: s.cfg.WriteTimeout, last: time.Now()}
-}
-
-// sendHeaders sends the status line and headers now, before any event.
-func (w *sseWriter) sendHeaders() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.headersSent = true
-	if w.err = w.rc.Flush(); w.err == nil {
-		w.last = time.Now()
-	}
-}
-
-func (w *sseWriter) write(b []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil {
-		return w.err
-	}
-	if w.writeTimeout > 0 {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
-	}
-	if _, err := w.res.Write(b); err != nil {
-		w.err = err
-		return err
-	}
-	if err := w.rc.Flush(); err != nil {
-		w.err = err
-		return err
-	}
-	w.last = time.Now()
-	return nil
-}
-
-func (w *sseWriter) keepalive() error { return w.write([]byte(": keepalive\n\n")) }
-
-func (w *sseWriter) idleSince() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.last
-}
-
-// frameWriter takes a turn's client frames: the SSE writer itself, or a client face that
-// writes its own frames in their place (a chat turn's chunks, server/chat.go).
+// frameWriter takes a turn's client frames.
 type frameWriter interface {
-	write(b []byte) error
+	Write(b []byte) error
 }
 
-var errClientGone = errors.New("server: client went away")
+// ErrClientGone is the cause a front door cancels a turn with when its client went away.
+var ErrClientGone = errors.New("engine: client went away")
 
 // streamTurn serves stream:true (and every WebSocket turn): reqCtx ends when the client goes away,
 // open opens the client's stream once upstream has answered. Before that an upstream failure is
@@ -108,28 +53,28 @@ var errClientGone = errors.New("server: client went away")
 // also reads the upstream stream (upstream.Stream.Events, no coroutine). Keepalives, the shutdown
 // cut and the lease keeper are timers whose callbacks run only when due, each stopped and awaited
 // before the turn returns (issue 25: at most 3 goroutines per open stream, with net/http's own).
-func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSink) error {
+func (e *Engine) streamTurn(reqCtx context.Context, t *Turn, open func() Sink) error {
 	ctx, cancel := context.WithCancelCause(reqCtx)
 	defer cancel(nil)
-	s.tel.activeStreams.Add(ctx, 1)
-	defer s.tel.activeStreams.Add(context.WithoutCancel(ctx), -1)
+	e.tel.ActiveStreams.Add(ctx, 1)
+	defer e.tel.ActiveStreams.Add(context.WithoutCancel(ctx), -1)
 
-	uctx, span := s.tel.tracer.Start(ctx, "upstream.stream")
+	uctx, span := e.tel.Tracer.Start(ctx, "upstream.stream")
 	defer span.End()
 	// When upstream has answered before the in-progress record is written, the client's stream
 	// opens at once (its status line and headers), and response.created, which names the id,
 	// waits for the record (issue 25 item 3: the record never sits on the time to first byte).
-	var w eventSink
-	up, err := s.connect(ctx, uctx, t, func() {
+	var w Sink
+	up, err := e.connect(ctx, uctx, t, func() {
 		w = open()
-		if sw, ok := w.(*sseWriter); ok {
-			sw.sendHeaders()
+		if hs, ok := w.(HeaderSink); ok {
+			hs.SendHeaders()
 		}
 	})
 	defer t.keeper.Stop()
 	if err != nil {
-		if sw, ok := w.(*sseWriter); ok && sw.headersSent {
-			return s.failOpenStream(sw, err)
+		if _, ok := w.(HeaderSink); ok {
+			return e.failOpenStream(w, err)
 		}
 		return err
 	}
@@ -138,19 +83,16 @@ func (s *Server) streamTurn(reqCtx context.Context, t *turn, open func() eventSi
 	if w == nil {
 		w = open()
 	}
-	watch := s.watchStream(cancel, w)
+	watch := e.watchStream(cancel, w)
 	defer watch.stop()
 
 	var out frameWriter = w
-	if t.chat != nil {
-		out = t.chat.sink(w)
-	}
-	acc := accumulator.New(s.accOptions(t))
-	cause := s.relay(ctx, cancel, out, acc, up, span)
+	acc := accumulator.New(e.accOptions(t))
+	cause := e.relay(ctx, cancel, out, acc, up, span)
 	if cause != nil {
 		_ = up.Close() // nothing more is read: a client that left stops the model at once
 	}
-	err = s.endStream(ctx, t, out, acc, cause)
+	err = e.endStream(ctx, t, out, acc, cause)
 	if cause == nil {
 		// The model has finished: read the body's end so the connection is reused (after the
 		// client has its terminal event, so this never delays it).
@@ -195,16 +137,16 @@ func (f *frameBatch) release() {
 // then starts the turn's lease keeper. A failure before the stream opens is answered as an error
 // envelope (and stored as a failed record when the record was written). answered runs when
 // upstream has answered 2xx while the record is still being written.
-func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*upstream.Stream, error) {
-	began := s.begin(ctx, t)
+func (e *Engine) connect(ctx, uctx context.Context, t *Turn, answered func()) (*upstream.Stream, error) {
+	began := e.begin(ctx, t)
 	start := time.Now()
 	var release func()
 	if buf := t.bodyBuf; buf != nil {
 		t.bodyBuf = nil
-		release = func() { s.putBodyBuf(buf) }
+		release = func() { e.putBodyBuf(buf) }
 	}
-	up, _, upErr := s.upstream.StreamLent(uctx, upstream.Route{Model: t.req.Model}, t.body, release)
-	s.tel.upstreamLatency.Record(ctx, time.Since(start).Seconds())
+	up, _, upErr := e.upstream.StreamLent(uctx, e.route(t), t.body, release)
+	e.tel.UpstreamLatency.Record(ctx, time.Since(start).Seconds())
 	var beginErr error
 	select {
 	case beginErr = <-began:
@@ -218,33 +160,32 @@ func (s *Server) connect(ctx, uctx context.Context, t *turn, answered func()) (*
 		if up != nil {
 			_ = up.Close()
 		}
-		s.releaseConversation(t)
 		return nil, err
 	}
-	t.leased = t.req.Store
-	if t.req.Store {
+	t.leased = t.store
+	if t.store {
 		t.events = &eventLog{}
 	}
-	t.keeper = s.startKeeper(t)
+	t.keeper = e.startKeeper(t)
 	if upErr == nil {
 		return up, nil
 	}
 	if ctx.Err() != nil {
-		_ = s.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
+		_ = e.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
 			Error: goneError(ctx, "The client closed the request.")})
 		return nil, ctx.Err()
 	}
-	return nil, s.failBeforeStream(ctx, t, upErr)
+	return nil, e.failBeforeStream(ctx, t, upErr)
 }
 
 // failOpenStream answers a turn whose client stream opened (upstream had answered) before its
 // in-progress record failed to be written: no response exists and its id was never sent, so the
 // stream carries only an error event, OpenAI's streaming error shape with the envelope's code,
 // message and param, then [DONE] (docs/errors.md, "Streamed turns").
-func (s *Server) failOpenStream(w *sseWriter, err error) error {
-	ae := knownAPIError(err)
+func (e *Engine) failOpenStream(w Sink, err error) error {
+	ae := KnownAPIError(err)
 	if ae == nil {
-		ae = s.unexpected(err)
+		ae = e.Unexpected(err)
 	}
 	code := ae.Code
 	if code == "" {
@@ -265,7 +206,7 @@ func (s *Server) failOpenStream(w *sseWriter, err error) error {
 		return jerr
 	}
 	frame := wire.Event{Type: wire.EventError, Data: data}.AppendSSE(nil)
-	_ = w.write(append(frame, wire.DoneFrame...))
+	_ = w.Write(append(frame, wire.DoneFrame...))
 	return nil
 }
 
@@ -275,7 +216,7 @@ func (s *Server) failOpenStream(w *sseWriter, err error) error {
 // may wait): a lone event is written as soon as it is decoded, a burst in one write
 // (httputil.ReverseProxy flushes the same way, issue 25). A failed write cancels the turn's
 // context (cancel), which also ends a read waiting on upstream.
-func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w frameWriter, acc *accumulator.Accumulator,
+func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, w frameWriter, acc *accumulator.Accumulator,
 	up *upstream.Stream, span trace.Span) error {
 	start := time.Now()
 	var werr error
@@ -283,8 +224,8 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 	defer batch.release()
 	flush := func() {
 		if batch.b != nil && len(*batch.b) > 0 && werr == nil {
-			if werr = w.write(*batch.b); werr != nil {
-				cancel(errClientGone)
+			if werr = w.Write(*batch.b); werr != nil {
+				cancel(ErrClientGone)
 			}
 		}
 		batch.release()
@@ -294,14 +235,14 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 	*b = acc.Start(*b)
 	flush()
 	if werr != nil {
-		return errClientGone
+		return ErrClientGone
 	}
 	events, firstDelta := int64(0), false
-	defer func() { s.tel.events.Add(context.WithoutCancel(ctx), events) }()
+	defer func() { e.tel.Events.Add(context.WithoutCancel(ctx), events) }()
 	err := func() error {
 		for ev, err := range up.Events() {
 			if werr != nil {
-				return errClientGone
+				return ErrClientGone
 			}
 			if errors.Is(err, io.EOF) {
 				// vLLM ends a failed generation by closing the stream (docs/wire.md §6.5 quirk 5).
@@ -317,7 +258,7 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 			events++
 			if !firstDelta && ev.Type.IsDelta() {
 				firstDelta = true
-				s.tel.ttft.Record(ctx, time.Since(start).Seconds())
+				e.tel.Ttft.Record(ctx, time.Since(start).Seconds())
 				span.AddEvent("first_token")
 			}
 			b := batch.buf()
@@ -333,24 +274,24 @@ func (s *Server) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 	}()
 	flush()
 	if werr != nil {
-		return errClientGone
+		return ErrClientGone
 	}
 	return err
 }
 
 // endStream closes the accumulator with the relay's cause, commits, and only then writes the
 // terminal event and [DONE] (docs/design.md §1 invariant 2).
-func (s *Server) endStream(ctx context.Context, t *turn, w frameWriter, acc *accumulator.Accumulator, cause error) error {
+func (e *Engine) endStream(ctx context.Context, t *Turn, w frameWriter, acc *accumulator.Accumulator, cause error) error {
 	reqCtx := context.WithoutCancel(ctx)
 	// ctx ends when the client goes away (its request, or a failed keepalive write) or when
-	// shutdown passes its deadline (cause errShutdown).
+	// shutdown passes its deadline (cause ErrShutdown).
 	// A stream cut by shutdown needs no renaming: the upstream read it ended wraps ctx's cause
-	// (upstream.Error keeps it), so errors.Is(cause, errShutdown) holds below.
-	clientGone := errors.Is(cause, errClientGone) || ctx.Err() != nil && !errors.Is(context.Cause(ctx), errShutdown)
+	// (upstream.Error keeps it), so errors.Is(cause, ErrShutdown) holds below.
+	clientGone := errors.Is(cause, ErrClientGone) || ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrShutdown)
 	buf, r := acc.Close(nil, cause)
-	s.tel.droppedEvents.Add(reqCtx, int64(r.Dropped))
+	e.tel.DroppedEvents.Add(reqCtx, int64(r.Dropped))
 	switch obj := failureObject(cause); {
-	case errors.Is(cause, errShutdown) && r.Error != nil:
+	case errors.Is(cause, ErrShutdown) && r.Error != nil:
 		r.Error.Message = cutMessage(ctx)
 	case obj != nil && r.Status == wire.StatusFailed && !clientGone:
 		// The error object a non-streamed call gets for the same upstream failure
@@ -362,25 +303,25 @@ func (s *Server) endStream(ctx context.Context, t *turn, w frameWriter, acc *acc
 		// the model's incompleteness nor a gateway failure).
 		r.Status = wire.StatusCancelled
 		r.Error = goneError(ctx, "The client closed the stream.")
-		_ = s.finish(ctx, t, r)
-		s.log.Info("client left mid-stream", "response_id", t.rec.ID)
+		_ = e.finish(ctx, t, r)
+		e.log.Info("client left mid-stream", "response_id", t.rec.ID)
 		return nil
 	}
 	if len(buf) > 0 {
-		_ = w.write(buf)
+		_ = w.Write(buf)
 	}
 	if cause != nil {
-		s.log.Warn("upstream stream ended early", "response_id", t.rec.ID, "error", cause)
+		e.log.Warn("upstream stream ended early", "response_id", t.rec.ID, "error", cause)
 	}
-	_ = s.finish(ctx, t, r) // on failure r is now failed: the client is told so
+	_ = e.finish(ctx, t, r) // on failure r is now failed: the client is told so
 	buf = acc.Terminal(buf[:0], r)
 	buf = append(buf, wire.DoneFrame...)
-	_ = w.write(buf)
+	_ = w.Write(buf)
 	return nil
 }
 
 var (
-	errShutdown    = errors.New("server: gateway shutting down")
+	ErrShutdown    = errors.New("engine: gateway shutting down")
 	errSyncTimeout = errors.New("server: non-streamed upstream call timed out")
 )
 
@@ -391,7 +332,7 @@ var (
 // leases on its own, so a blocked client write cannot delay them.
 type streamWatch struct {
 	keepAlive time.Duration
-	w         eventSink
+	w         Sink
 	cancel    context.CancelCauseFunc
 	timer     *time.Timer
 	unstop    func() bool // stops the AfterFunc on the server's stop (nil: none)
@@ -401,16 +342,16 @@ type streamWatch struct {
 	running sync.WaitGroup // callbacks that started before stop
 }
 
-func (s *Server) watchStream(cancel context.CancelCauseFunc, w eventSink) *streamWatch {
-	sw := &streamWatch{keepAlive: s.cfg.KeepAlive, w: w, cancel: cancel}
+func (e *Engine) watchStream(cancel context.CancelCauseFunc, w Sink) *streamWatch {
+	sw := &streamWatch{keepAlive: e.cfg.KeepAlive, w: w, cancel: cancel}
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	sw.timer = time.AfterFunc(sw.keepAlive, sw.keepalive)
-	if s.stopCtx != nil {
-		sw.unstop = context.AfterFunc(s.stopCtx, func() {
+	if e.stopCtx != nil {
+		sw.unstop = context.AfterFunc(e.stopCtx, func() {
 			if sw.enter() {
 				defer sw.running.Done()
-				cancel(errShutdown)
+				cancel(ErrShutdown)
 			}
 		})
 	}
@@ -436,9 +377,9 @@ func (sw *streamWatch) keepalive() {
 	}
 	defer sw.running.Done()
 	next := sw.keepAlive
-	if idle := time.Since(sw.w.idleSince()); idle >= sw.keepAlive {
-		if sw.w.keepalive() != nil {
-			sw.cancel(errClientGone)
+	if idle := time.Since(sw.w.IdleSince()); idle >= sw.keepAlive {
+		if sw.w.Keepalive() != nil {
+			sw.cancel(ErrClientGone)
 			return
 		}
 	} else {

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"context"
@@ -105,8 +105,8 @@ func (l *eventLog) putBack(runs []store.Event) {
 // the leases are held; Stop it, which waits for work in progress, before the commit, so no
 // renewal can run after the turn has released its leases.
 type leaseKeeper struct {
-	s      *Server
-	t      *turn
+	s      *Engine
+	t      *Turn
 	ctx    context.Context // ends at Stop: aborts a store call in progress
 	cancel context.CancelFunc
 	once   sync.Once
@@ -138,11 +138,11 @@ func (k *leaseKeeper) flushSoon() {
 }
 
 // startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
-func (s *Server) startKeeper(t *turn) *leaseKeeper {
+func (e *Engine) startKeeper(t *Turn) *leaseKeeper {
 	if !t.leased && !t.convTurn.Load() && t.events == nil {
 		return nil
 	}
-	k := &leaseKeeper{s: s, t: t, renewEvery: s.cfg.LeaseTTL / 3}
+	k := &leaseKeeper{s: e, t: t, renewEvery: e.cfg.LeaseTTL / 3}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.tick = k.renewEvery
 	if t.events != nil && eventFlushInterval < k.tick {
@@ -243,7 +243,7 @@ func (k *leaseKeeper) renew(ctx context.Context) {
 	}
 	if t.convTurn.Load() {
 		err := s.store.ConversationTurnExtend(ctx, &store.ConversationTurnAcquireParams{Tenant: t.rec.Tenant,
-			ConversationID: t.req.ConversationID, ResponseID: t.rec.ID, ExpiresAt: exp})
+			ConversationID: t.rec.ConversationID, ResponseID: t.rec.ID, ExpiresAt: exp})
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("extend conversation turn lease", "response_id", t.rec.ID, "lost", errors.Is(err, store.ErrNotFound), "error", err)
 		}

@@ -1,12 +1,9 @@
-package server
+package engine
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-
-	"github.com/labstack/echo/v4"
 
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/store"
@@ -75,44 +72,35 @@ func ParseReasoningContext(spec string) ([]byModel[string], error) {
 
 // reasoningContext is the reasoning.context a request gets: its own, else the default for its
 // model.
-func (s *Server) reasoningContext(r *wire.CreateRequest) string {
+func (e *Engine) reasoningContext(r *wire.CreateRequest) string {
 	if r.Reasoning != nil && r.Reasoning.Context != nil {
 		return *r.Reasoning.Context
 	}
-	if v, ok := lookupByModel(s.contexts, r.Model.Value); ok {
+	if v, ok := lookupByModel(e.contexts, r.Model.Value); ok {
 		return v
 	}
 	return wire.ContextAllTurns
 }
 
-// itemView is how reasoning items are shown to one client: hidden (--reasoning-exposure hidden),
+// ItemView is how reasoning items are shown to one client: hidden (--reasoning-exposure hidden),
 // or with respgate's encrypted_content added (include reasoning.encrypted_content), sealed for
 // tenant. The zero value shows items as stored.
-type itemView struct {
+type ItemView struct {
 	ring   *seal.Ring
 	tenant string
 	hide   bool
 	mint   bool
 }
 
-// view is the item view of a request from tenant; include says whether it asked for
+// View is the item view of a request from tenant; include says whether it asked for
 // reasoning.encrypted_content.
-func (s *Server) view(tenant string, include bool) itemView {
-	hide := s.cfg.ReasoningExposure == ExposureHidden
-	return itemView{ring: s.ring, tenant: tenant, hide: hide, mint: hide || include}
-}
-
-// readView is the item view of a read route (GET of a response, input_items, conversation
-// items): the exposure policy, and include=reasoning.encrypted_content in the query (include or
-// include[], as the SDKs send it) to mint blobs for items stored without one.
-func (s *Server) readView(c echo.Context) itemView {
-	q := c.QueryParams()
-	include := slices.Contains(q["include"], wire.IncludeEncryptedReasoning) || slices.Contains(q["include[]"], wire.IncludeEncryptedReasoning)
-	return s.view(tenant(c), include)
+func (e *Engine) View(tenant string, include bool) ItemView {
+	hide := e.cfg.ReasoningExposure == ExposureHidden
+	return ItemView{ring: e.ring, tenant: tenant, hide: hide, mint: hide || include}
 }
 
 // sealer is the accumulator's Seal for a turn (nil when the view mints nothing).
-func (v itemView) sealer() func(id string, content []byte) string {
+func (v ItemView) sealer() func(id string, content []byte) string {
 	if !v.mint {
 		return nil
 	}
@@ -122,9 +110,9 @@ func (v itemView) sealer() func(id string, content []byte) string {
 // seal mints the encrypted_content of reasoning item id from its content parts (a JSON array). It
 // returns "" for content over the ring's bound, which the accumulator's own item limit keeps from
 // happening.
-func (v itemView) seal(id string, content []byte) string {
+func (v ItemView) seal(id string, content []byte) string {
 	if len(content) == 0 {
-		content = emptyArray
+		content = wire.EmptyArray
 	}
 	blob, err := v.ring.Seal(seal.Binding{Tenant: v.tenant, ItemID: id, ItemType: wire.TypeReasoning}, content)
 	if err != nil {
@@ -134,7 +122,7 @@ func (v itemView) seal(id string, content []byte) string {
 }
 
 // items returns items as the view shows them (items itself when nothing changes).
-func (v itemView) items(items []wire.Item) []wire.Item {
+func (v ItemView) Items(items []wire.Item) []wire.Item {
 	if !v.mint {
 		return items
 	}
@@ -161,14 +149,14 @@ func (v itemView) items(items []wire.Item) []wire.Item {
 // item is one stored reasoning item as the view shows it; ok is false when it is shown as stored.
 // An item that already carries respgate's encrypted_content (minted when the turn ran) keeps it,
 // so a read shows the same blob the stream did.
-func (v itemView) item(it wire.Item) (wire.Item, bool) {
+func (v ItemView) item(it wire.Item) (wire.Item, bool) {
 	f, err := it.Fields()
 	if err != nil {
 		return it, false
 	}
 	var enc, status string
-	_ = unmarshalOpt(f["encrypted_content"], &enc)
-	_ = unmarshalOpt(f["status"], &status)
+	_ = wire.UnmarshalOpt(f["encrypted_content"], &enc)
+	_ = wire.UnmarshalOpt(f["status"], &status)
 	if !seal.IsSealed(enc) {
 		enc = v.seal(it.ID, f["content"])
 	} else if !v.hide {

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/respgate/respgate/engine"
+)
+
+// The SSE writer: a POST's event stream, the engine.Sink of streamed HTTP turns and of
+// GET ?stream=true.
+
+var _ engine.HeaderSink = (*sseWriter)(nil)
+
+// sseWriter serialises writes to a client stream: relayed events from the turn and keepalive
+// comments from its ticker. Each call is one write and one flush.
+type sseWriter struct {
+	mu           sync.Mutex
+	res          *echo.Response
+	rc           *http.ResponseController
+	writeTimeout time.Duration
+	last         time.Time
+	err          error
+}
+
+// SendHeaders sends the status line and headers now, before any event.
+func (w *sseWriter) SendHeaders() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err = w.rc.Flush(); w.err == nil {
+		w.last = time.Now()
+	}
+}
+
+func (w *sseWriter) Write(b []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	if w.writeTimeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+	}
+	if _, err := w.res.Write(b); err != nil {
+		w.err = err
+		return err
+	}
+	if err := w.rc.Flush(); err != nil {
+		w.err = err
+		return err
+	}
+	w.last = time.Now()
+	return nil
+}
+
+func (w *sseWriter) Keepalive() error { return w.Write([]byte(": keepalive\n\n")) }
+
+func (w *sseWriter) IdleSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
