@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/respgate/respgate/store"
@@ -112,14 +113,9 @@ type leaseKeeper struct {
 	once   sync.Once
 
 	tick, renewEvery time.Duration
-	timer            *time.Timer
-	next, lastRenew  time.Time // used only by the callback (one at a time: it re-arms the timer last)
-
-	mu        sync.Mutex
-	stopped   bool
-	inRun     bool      // the callback is running (it re-arms the timer when it ends)
-	lastFlush time.Time // when the callback last flushed the event log
-	running   sync.WaitGroup
+	next, lastRenew  time.Time    // used only by the callback (one at a time: it re-arms the timer last)
+	lastFlush        atomic.Int64 // when the callback last flushed the event log (Unix ns)
+	task             timerTask
 }
 
 // flushSoon asks the keeper to flush the event log now (a background turn's sink: its readers
@@ -129,12 +125,7 @@ func (k *leaseKeeper) flushSoon() {
 	if k == nil {
 		return
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.stopped || k.inRun || time.Since(k.lastFlush) < bgFlushInterval {
-		return
-	}
-	k.timer.Reset(0)
+	k.task.fireNow(func() bool { return time.Since(time.Unix(0, k.lastFlush.Load())) >= bgFlushInterval })
 }
 
 // startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
@@ -153,9 +144,7 @@ func (e *Engine) startKeeper(t *Turn) *leaseKeeper {
 	}
 	now := time.Now()
 	k.lastRenew, k.next = now, now.Add(k.tick)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.timer = time.AfterFunc(k.tick, k.run)
+	k.task.start(k.tick, k.run)
 	return k
 }
 
@@ -166,28 +155,16 @@ func (k *leaseKeeper) Stop() {
 		return
 	}
 	k.once.Do(func() {
-		k.mu.Lock()
-		k.stopped = true
-		k.timer.Stop()
-		k.mu.Unlock()
-		k.cancel()
+		k.task.halt()
+		k.cancel() // ends a store call in progress
 	})
-	k.running.Wait()
+	k.task.stop() // waits for work in progress (every Stop does)
 }
 
 // run is one tick: flush the events, renew the leases when a third of the TTL has passed, and
 // arm the timer for the next tick (ticks missed while the store was slow are skipped, as a
 // time.Ticker drops them).
-func (k *leaseKeeper) run() {
-	k.mu.Lock()
-	if k.stopped || k.inRun {
-		k.mu.Unlock()
-		return
-	}
-	k.inRun = true
-	k.running.Add(1)
-	k.mu.Unlock()
-	defer k.running.Done()
+func (k *leaseKeeper) run() (time.Duration, bool) {
 	now := time.Now()
 	if k.t.events != nil {
 		k.flush(k.ctx)
@@ -200,12 +177,8 @@ func (k *leaseKeeper) run() {
 	for after := time.Now(); !k.next.After(after); {
 		k.next = k.next.Add(k.tick)
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.inRun, k.lastFlush = false, now
-	if !k.stopped {
-		k.timer.Reset(time.Until(k.next))
-	}
+	k.lastFlush.Store(now.UnixNano())
+	return time.Until(k.next), true
 }
 
 // flush appends the pending events to the store; on failure they stay pending for the next flush

@@ -136,7 +136,7 @@ func TestLeaseKeeperStopWaitsAndTheReleasedConversationIsFree(t *testing.T) {
 	if after := st.convExtends.Load() + st.extends.Load(); after != before {
 		t.Fatalf("%d renewals after Stop returned", after-before)
 	}
-	if tr.keeper.timer.Stop() {
+	if tr.keeper.task.timer.Stop() {
 		t.Fatal("the stopped keeper's timer was still armed")
 	}
 }

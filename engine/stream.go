@@ -334,75 +334,41 @@ type streamWatch struct {
 	keepAlive time.Duration
 	w         Sink
 	cancel    context.CancelCauseFunc
-	timer     *time.Timer
-	unstop    func() bool // stops the AfterFunc on the server's stop (nil: none)
-
-	mu      sync.Mutex
-	stopped bool
-	running sync.WaitGroup // callbacks that started before stop
+	unstop    func() bool // stops the AfterFunc on the engine's stop (nil: none)
+	task      timerTask
 }
 
 func (e *Engine) watchStream(cancel context.CancelCauseFunc, w Sink) *streamWatch {
 	sw := &streamWatch{keepAlive: e.cfg.KeepAlive, w: w, cancel: cancel}
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	sw.timer = time.AfterFunc(sw.keepAlive, sw.keepalive)
+	sw.task.start(sw.keepAlive, sw.keepalive)
 	if e.stopCtx != nil {
-		sw.unstop = context.AfterFunc(e.stopCtx, func() {
-			if sw.enter() {
-				defer sw.running.Done()
-				cancel(ErrShutdown)
-			}
-		})
+		sw.unstop = context.AfterFunc(e.stopCtx, func() { sw.task.run(func() { cancel(ErrShutdown) }) })
 	}
 	return sw
 }
 
-// enter reports whether a callback may run (stop has not been called) and counts it as running.
-func (sw *streamWatch) enter() bool {
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	if sw.stopped {
-		return false
-	}
-	sw.running.Add(1)
-	return true
-}
-
 // keepalive runs when the client may have been idle for KeepAlive: it writes a keepalive when so,
-// and sets the timer for the next moment the client can have been idle that long.
-func (sw *streamWatch) keepalive() {
-	if !sw.enter() {
-		return
-	}
-	defer sw.running.Done()
+// and runs again at the next moment the client can have been idle that long.
+func (sw *streamWatch) keepalive() (time.Duration, bool) {
 	next := sw.keepAlive
 	if idle := time.Since(sw.w.IdleSince()); idle >= sw.keepAlive {
 		if sw.w.Keepalive() != nil {
 			sw.cancel(ErrClientGone)
-			return
+			return 0, false
 		}
 	} else {
 		next -= idle
 	}
-	sw.mu.Lock()
-	defer sw.mu.Unlock()
-	if !sw.stopped {
-		sw.timer.Reset(next)
-	}
+	return next, true
 }
 
 // stop ends the watch and waits for a callback still running (a keepalive write is bounded by
 // the write timeout).
 func (sw *streamWatch) stop() {
-	sw.mu.Lock()
-	sw.stopped = true
-	sw.timer.Stop()
-	sw.mu.Unlock()
 	if sw.unstop != nil {
 		sw.unstop()
 	}
-	sw.running.Wait()
+	sw.task.stop()
 }
 
 func conversationNotFound(id string) error {

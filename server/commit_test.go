@@ -148,13 +148,10 @@ func TestConversationTurnsAppendOnlyWhatFinished(t *testing.T) {
 			if got := len(items.Data) >= 2; got != tc.appended || !tc.appended && len(items.Data) != 0 {
 				t.Fatalf("%s turn: conversation has %d items, want appended=%v", tc.status, len(items.Data), tc.appended)
 			}
-			// The commit's append releases the lease itself: no separate release call.
-			if want := int32(0); !tc.appended {
-				if fc.releases.Load() != 1 {
-					t.Fatalf("a %s turn released the conversation %d times, want once", tc.status, fc.releases.Load())
-				}
-			} else if fc.releases.Load() != want {
-				t.Fatalf("a %s turn made %d release calls after its commit released the lease", tc.status, fc.releases.Load())
+			// The terminal commit releases the lease itself, with its append or without one (a
+			// failed turn): no separate release call.
+			if n := fc.releases.Load(); n != 0 {
+				t.Fatalf("a %s turn made %d release calls after its commit released the lease", tc.status, n)
 			}
 			// The lease is free: the next turn is not refused with 409.
 			if code, body = call(t, s, http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":"openai/gpt-oss-sim","input":"again","conversation":%q}`, conv.ID)); code != http.StatusOK {
