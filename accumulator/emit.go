@@ -3,6 +3,7 @@ package accumulator
 import (
 	"strconv"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -59,7 +60,7 @@ func (a *Accumulator) emitWhole(dst []byte, typ wire.EventType, index int, raw [
 	b = append(b, `,"output_index":`...)
 	b = itoa(b, index)
 	b = append(b, `,"item":`...)
-	b = appendCompact(b, raw)
+	b = jsonscan.AppendCompact(b, raw)
 	return a.emit(dst, typ, b)
 }
 
@@ -147,7 +148,7 @@ func (a *Accumulator) emitTextDone(dst []byte, it *item, pk pkind, i int, text [
 	}
 	b := a.partHead(typ, it, pk == pSummaryText, i)
 	b = append(b, field...)
-	b = appendBytesString(b, text)
+	b = wire.AppendStringBytes(b, text)
 	if pk == pOutputText {
 		b = append(b, `,"logprobs":[]`...)
 	}
@@ -166,10 +167,10 @@ func (a *Accumulator) emitArgsDone(dst []byte, it *item) []byte {
 	b := a.head(wire.EventArgsDone)
 	b = appendLoc(b, it)
 	b = append(b, `,"arguments":`...)
-	b = appendBytesString(b, it.args)
+	b = wire.AppendStringBytes(b, it.args)
 	name, _ := it.clientName()
 	b = append(b, `,"name":`...)
-	b = appendString(b, name)
+	b = wire.AppendString(b, name)
 	return a.emit(dst, wire.EventArgsDone, b)
 }
 
@@ -180,7 +181,7 @@ func (a *Accumulator) emitAnnotation(dst []byte, it *item, ci, ai int, ann []byt
 	b = append(b, `,"annotation_index":`...)
 	b = itoa(b, ai)
 	b = append(b, `,"annotation":`...)
-	b = appendCompact(b, ann)
+	b = jsonscan.AppendCompact(b, ann)
 	return a.emit(dst, wire.EventAnnotation, b)
 }
 
@@ -188,11 +189,11 @@ func (a *Accumulator) emitAnnotation(dst []byte, it *item, ci, ai int, ann []byt
 // response object.
 func (a *Accumulator) emitResponse(dst []byte, typ wire.EventType, s *Snapshot) []byte {
 	obj := a.opts.Render(s)
-	if !validJSON(obj) {
+	if !jsonscan.Valid(obj) {
 		obj = renderDefault(s) // a broken renderer must not break the stream
 	}
 	b := a.head(typ)
 	b = append(b, `,"response":`...)
-	b = appendCompact(b, obj) // one SSE data line, whatever the renderer produced
+	b = jsonscan.AppendCompact(b, obj) // one SSE data line, whatever the renderer produced
 	return a.emit(dst, typ, b)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -41,7 +42,7 @@ func (a *Accumulator) parseEnv(typ wire.EventType, d []byte) error {
 		case "summary_index":
 			e.si, e.hasSI, err = index(typ, "summary_index", v)
 		case "item_id":
-			e.itemID, _ = strContents(v)
+			e.itemID, _ = jsonscan.StrContents(v)
 		case "delta":
 			e.delta = v
 		case "text":
@@ -78,10 +79,10 @@ func (a *Accumulator) parseEnv(typ wire.EventType, d []byte) error {
 }
 
 func index(typ wire.EventType, field string, v []byte) (int64, bool, error) {
-	if isNull(v) {
+	if jsonscan.IsNull(v) {
 		return 0, false, nil
 	}
-	n, ok, huge := intValue(v)
+	n, ok, huge := jsonscan.Int(v)
 	switch {
 	case !ok:
 		return 0, false, fail(typ, ErrMalformed, "%s is not an integer", field)
@@ -274,7 +275,7 @@ func (a *Accumulator) unescaped(c []byte) []byte {
 	if bytes.IndexByte(c, '\\') < 0 {
 		return c
 	}
-	a.tmp = appendUnescaped(a.tmp[:0], c)
+	a.tmp = jsonscan.AppendUnescaped(a.tmp[:0], c)
 	return a.tmp
 }
 
@@ -285,7 +286,7 @@ func (a *Accumulator) onDelta(dst []byte, typ wire.EventType, d []byte, pk pkind
 		return dst, err
 	}
 	tok := a.env.delta
-	c, ok := strContents(tok)
+	c, ok := jsonscan.StrContents(tok)
 	if !ok {
 		return dst, fail(typ, ErrMalformed, "delta is not a string")
 	}
@@ -331,7 +332,7 @@ func (a *Accumulator) onTextDone(dst []byte, typ wire.EventType, d []byte, pk pk
 	if pk == pRefusal {
 		tok = a.env.refusal
 	}
-	c, ok := strContents(tok)
+	c, ok := jsonscan.StrContents(tok)
 	if !ok && tok != nil {
 		return dst, fail(typ, ErrMalformed, "text is not a string")
 	}
@@ -446,12 +447,12 @@ func (a *Accumulator) onArgs(dst []byte, typ wire.EventType, d []byte, done bool
 	if done {
 		tok = e.args
 	}
-	c, ok := strContents(tok)
+	c, ok := jsonscan.StrContents(tok)
 	if !ok {
 		return dst, fail(typ, ErrMalformed, "arguments are not a string")
 	}
 	var name string
-	if done && e.name != nil && !isNull(e.name) {
+	if done && e.name != nil && !jsonscan.IsNull(e.name) {
 		if name, ok = strValue(e.name); !ok {
 			return dst, fail(typ, ErrMalformed, "name is not a string")
 		}
@@ -523,7 +524,7 @@ func (a *Accumulator) onAnnotation(dst []byte, typ wire.EventType, d []byte) ([]
 	if p.nAnn > 0 {
 		p.ann = append(p.ann, ',')
 	}
-	p.ann = appendCompact(p.ann, ann)
+	p.ann = jsonscan.AppendCompact(p.ann, ann)
 	a.grow(it, len(p.ann)-n)
 	p.nAnn++
 	return a.emitAnnotation(dst, it, pos, p.nAnn-1, ann), nil
@@ -690,7 +691,7 @@ func (a *Accumulator) closeItem(dst []byte, it *item, src *parsedItem, status wi
 	dst = a.closeParts(dst, it, true, sums, overS)
 	if it.kind == kFunctionCall && !it.argsDone {
 		if !streamedArgs && len(it.args) > 0 {
-			a.tmp = appendBytesString(a.tmp[:0], it.args)
+			a.tmp = wire.AppendStringBytes(a.tmp[:0], it.args)
 			dst = a.emitArgsDelta(dst, it, a.tmp)
 		}
 		dst = a.emitArgsDone(dst, it) // vLLM's simple path skips it for empty arguments (quirk 6)
@@ -737,7 +738,7 @@ func (a *Accumulator) closeParts(dst []byte, it *item, sum bool, final []*part, 
 		}
 		dst = a.emitPart(dst, it, fp, ci, sum, partOpening)
 		if len(fp.text) > 0 {
-			a.tmp = appendBytesString(a.tmp[:0], fp.text)
+			a.tmp = wire.AppendStringBytes(a.tmp[:0], fp.text)
 			dst = a.emitDelta(dst, it, fp.kind, ci, a.tmp)
 		}
 		dst = a.emitTextDone(dst, it, fp.kind, ci, fp.text)

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -416,7 +417,7 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				if !ok || len(d) == 0 || d[0] != '"' {
 					return nil, errf("delta is not a string")
 				}
-				p.deltas = appendUnescaped(p.deltas, d[1:len(d)-1])
+				p.deltas = jsonscan.AppendUnescaped(p.deltas, d[1:len(d)-1])
 			} else {
 				p.textDone = true
 				key := "text"
@@ -437,7 +438,7 @@ func validateStream(stream []byte) (*streamInfo, error) {
 				if len(d) == 0 || d[0] != '"' {
 					return nil, errf("delta is not a string")
 				}
-				it.args = appendUnescaped(it.args, d[1:len(d)-1])
+				it.args = jsonscan.AppendUnescaped(it.args, d[1:len(d)-1])
 			}
 		case string(wire.EventAnnotation):
 			p, err := partList(false, "content_index")

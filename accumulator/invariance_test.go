@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -47,7 +48,7 @@ func resplit(evs []wire.Event, split func([]byte) [][]byte) []wire.Event {
 		d, ok := []byte(nil), false
 		if deltaTypes[string(e.Type)] && json.Unmarshal(e.Data, &m) == nil {
 			if raw := m["delta"]; len(raw) >= 2 && raw[0] == '"' {
-				d, ok = appendUnescaped(nil, raw[1:len(raw)-1]), true
+				d, ok = jsonscan.AppendUnescaped(nil, raw[1:len(raw)-1]), true
 			}
 		}
 		if !ok || len(d) == 0 {
@@ -65,7 +66,7 @@ func resplit(evs []wire.Event, split func([]byte) [][]byte) []wire.Event {
 				if i > 0 {
 					b = append(b, ',')
 				}
-				b = appendString(b, k)
+				b = wire.AppendString(b, k)
 				b = append(b, ':')
 				if k == "delta" {
 					b = append(b, rawJSONString(piece)...)

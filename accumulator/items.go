@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -153,34 +154,34 @@ func parseItem(raw []byte) (p parsedItem, ok bool) {
 			p.typ, good = strValue(v)
 		case "id":
 			p.id, good = strValue(v)
-			good = good || isNull(v)
+			good = good || jsonscan.IsNull(v)
 		case "status":
 			var st string
 			st, good = strValue(v)
-			p.status, good = wire.Status(st), good || isNull(v)
+			p.status, good = wire.Status(st), good || jsonscan.IsNull(v)
 		case "role":
 			p.hasRole = true
 			p.role, good = strValue(v)
-			good = good || isNull(v)
+			good = good || jsonscan.IsNull(v)
 		case "content":
-			p.hasContent, content, good = true, v, v[0] == '[' || isNull(v)
-			p.contentNull = isNull(v)
+			p.hasContent, content, good = true, v, v[0] == '[' || jsonscan.IsNull(v)
+			p.contentNull = jsonscan.IsNull(v)
 		case "summary":
-			p.hasSummary, summary, good = true, v, v[0] == '[' || isNull(v)
+			p.hasSummary, summary, good = true, v, v[0] == '[' || jsonscan.IsNull(v)
 		case "encrypted_content":
 			p.hasEnc = true
 			p.enc, good = strValue(v)
-			good = good || isNull(v)
+			good = good || jsonscan.IsNull(v)
 		case "arguments":
 			p.hasArgs = true
 			var s string
 			s, good = strValue(v)
 			p.args = []byte(s)
-			good = good || isNull(v)
+			good = good || jsonscan.IsNull(v)
 		case "name":
 			p.hasName = true
 			p.name, good = strValue(v)
-			good = good || isNull(v)
+			good = good || jsonscan.IsNull(v)
 		default:
 			good = true
 		}
@@ -196,7 +197,7 @@ func parseItem(raw []byte) (p parsedItem, ok bool) {
 	p.kind = kindOf(p.typ)
 	switch p.kind {
 	case kOther:
-		p.raw = appendCompact(nil, raw)
+		p.raw = jsonscan.AppendCompact(nil, raw)
 	case kMessage, kReasoning:
 		var ok bool
 		allowed := messagePart
@@ -208,7 +209,7 @@ func parseItem(raw []byte) (p parsedItem, ok bool) {
 				return parsedItem{}, false
 			}
 		}
-		if p.kind == kReasoning && summary != nil && !isNull(summary) {
+		if p.kind == kReasoning && summary != nil && !jsonscan.IsNull(summary) {
 			if p.sum, ok = parseParts(summary, summaryPart); !ok {
 				return parsedItem{}, false
 			}
@@ -253,7 +254,7 @@ func parsePart(v []byte, allowed func(pkind) bool) (*part, bool) {
 	if o.err != nil {
 		return nil, false
 	}
-	tc, ok := strContents(typ)
+	tc, ok := jsonscan.StrContents(typ)
 	if !ok {
 		return nil, false
 	}
@@ -265,18 +266,18 @@ func parsePart(v []byte, allowed func(pkind) bool) (*part, bool) {
 		field = refusal
 	}
 	if p.kind == pOther {
-		p.raw = appendCompact(nil, v)
+		p.raw = jsonscan.AppendCompact(nil, v)
 		return p, true
 	}
 	p.text = []byte{}
-	if field != nil && !isNull(field) {
-		c, ok := strContents(field)
+	if field != nil && !jsonscan.IsNull(field) {
+		c, ok := jsonscan.StrContents(field)
 		if !ok {
 			return nil, false
 		}
-		p.text = appendUnescaped(p.text, c)
+		p.text = jsonscan.AppendUnescaped(p.text, c)
 	}
-	if p.kind == pOutputText && ann != nil && !isNull(ann) {
+	if p.kind == pOutputText && ann != nil && !jsonscan.IsNull(ann) {
 		if ann[0] != '[' {
 			return nil, false
 		}
@@ -298,7 +299,7 @@ func annElements(arr []byte) ([]byte, int) {
 		if n > 0 {
 			out = append(out, ',')
 		}
-		out = appendCompact(out, v)
+		out = jsonscan.AppendCompact(out, v)
 		n++
 	}
 	return out, n
@@ -326,7 +327,7 @@ func appendPart(b []byte, p *part, empty bool) []byte {
 	switch p.kind {
 	case pOutputText:
 		b = append(b, `{"type":"output_text","text":`...)
-		b = appendBytesString(b, text)
+		b = wire.AppendStringBytes(b, text)
 		b = append(b, `,"annotations":[`...)
 		if !empty {
 			b = append(b, p.ann...)
@@ -335,15 +336,15 @@ func appendPart(b []byte, p *part, empty bool) []byte {
 		return append(b, `],"logprobs":[]}`...)
 	case pRefusal:
 		b = append(b, `{"type":"refusal","refusal":`...)
-		b = appendBytesString(b, text)
+		b = wire.AppendStringBytes(b, text)
 		return append(b, '}')
 	case pReasoningText:
 		b = append(b, `{"type":"reasoning_text","text":`...)
-		b = appendBytesString(b, text)
+		b = wire.AppendStringBytes(b, text)
 		return append(b, '}')
 	case pSummaryText:
 		b = append(b, `{"type":"summary_text","text":`...)
-		b = appendBytesString(b, text)
+		b = wire.AppendStringBytes(b, text)
 		return append(b, '}')
 	}
 	return append(b, p.raw...)
@@ -381,7 +382,7 @@ func appendItem(b []byte, it *item, final bool) []byte {
 		if role == "" {
 			role = "assistant"
 		}
-		b = appendString(b, role)
+		b = wire.AppendString(b, role)
 		return append(b, '}')
 	case kReasoning:
 		b = appendItemHead(b, it.qid, `reasoning`, status, `summary`)
@@ -397,24 +398,24 @@ func appendItem(b []byte, it *item, final bool) []byte {
 		}
 		if it.enc != "" {
 			b = append(b, `,"encrypted_content":`...)
-			b = appendString(b, it.enc)
+			b = wire.AppendString(b, it.enc)
 		}
 		return append(b, '}')
 	case kFunctionCall:
 		b = appendItemHead(b, it.qid, `function_call`, status, `arguments`)
 		if final {
-			b = appendBytesString(b, it.args)
+			b = wire.AppendStringBytes(b, it.args)
 		} else {
 			b = append(b, `""`...)
 		}
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, it.call)
+		b = wire.AppendString(b, it.call)
 		name, ns := it.clientName()
 		b = append(b, `,"name":`...)
-		b = appendString(b, name)
+		b = wire.AppendString(b, name)
 		if ns != "" {
 			b = append(b, `,"namespace":`...)
-			b = appendString(b, ns)
+			b = wire.AppendString(b, ns)
 		}
 		return append(b, '}')
 	}
@@ -451,18 +452,18 @@ func rewriteOther(b, raw, qid []byte, status string) []byte {
 			continue
 		}
 		b = append(b, ',')
-		b = appendString(b, bstr(k))
+		b = wire.AppendString(b, jsonscan.BytesString(k))
 		b = append(b, ':')
 		if string(k) == "status" && status != "" {
-			b = appendString(b, string(status))
+			b = wire.AppendString(b, string(status))
 			seen = true
 			continue
 		}
-		b = appendCompact(b, v)
+		b = jsonscan.AppendCompact(b, v)
 	}
 	if status != "" && !seen {
 		b = append(b, `,"status":`...)
-		b = appendString(b, string(status))
+		b = wire.AppendString(b, string(status))
 	}
 	return append(b, '}')
 }
@@ -494,6 +495,78 @@ func prefixParts(live, final []*part) bool {
 	return true
 }
 
-func quote(s string) []byte { return appendString(nil, s) }
+func quote(s string) []byte { return wire.AppendString(nil, s) }
 
 func itoa(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 10) }
+
+// The accumulator reads upstream events with internal/jsonscan, the scanner every package that
+// reads untrusted JSON shares (its package comment states the rules), and writes strings with
+// wire.AppendString. Most events are tiny deltas, so the hot path never decodes whole objects: it
+// walks one object's top-level members and takes raw value spans, validated as they are walked.
+// objIter and arrIter are that walk in the accumulator's raw-slice style.
+
+// objIter walks the members of one JSON object. Keys are returned decoded (escaped keys are rare
+// and cost an allocation); values are raw spans, already validated.
+type objIter struct {
+	d   []byte
+	o   jsonscan.Obj
+	err error
+}
+
+// newObjIter starts at the object in d; depth is the number of arrays and objects around it in
+// the event (0 for the event itself), so nesting is bounded over the whole event.
+func newObjIter(d []byte, depth int) objIter {
+	return objIter{d: d, o: jsonscan.NewObj(d, 0, depth)}
+}
+
+func (o *objIter) next() (key, val []byte, ok bool) {
+	m, ok := o.o.Next()
+	if !ok {
+		o.err = o.o.Err()
+		return nil, nil, false
+	}
+	key = m.Key.Inner(o.d)
+	if m.Key.F&jsonscan.Escaped != 0 {
+		key = jsonscan.AppendUnescaped(nil, key) // rare: an escaped key
+	}
+	return key, m.Val.Bytes(o.d), true
+}
+
+// finish reports a syntax error met while iterating, in members the caller did not read, or
+// trailing bytes after the object.
+func (o *objIter) finish() error {
+	o.err = o.o.Finish()
+	return o.err
+}
+
+// arrIter walks the elements of a JSON array.
+type arrIter struct {
+	d   []byte
+	a   jsonscan.Arr
+	err error
+}
+
+// newArrIter starts at the array in d. d is always a value taken from an event that was validated
+// as a whole when it was read, nesting bound included, so the walk counts depth from d itself.
+func newArrIter(d []byte) arrIter { return arrIter{d: d, a: jsonscan.NewArr(d, 0, 0)} }
+
+func (a *arrIter) next() ([]byte, bool) {
+	sp, ok := a.a.Next()
+	if !ok {
+		a.err = a.a.Err()
+		return nil, false
+	}
+	return sp.Bytes(a.d), true
+}
+
+// strValue decodes a string token into a new string.
+func strValue(v []byte) (string, bool) {
+	c, ok := jsonscan.StrContents(v)
+	if !ok {
+		return "", false
+	}
+	if bytes.IndexByte(c, '\\') < 0 {
+		return string(c), true
+	}
+	return string(jsonscan.AppendUnescaped(nil, c)), true
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -40,7 +41,7 @@ func parseResponse(evType wire.EventType, raw []byte, opts *Options) (*terminal,
 				status = wire.Status(st)
 			case "output":
 				if v[0] != '[' {
-					if isNull(v) {
+					if jsonscan.IsNull(v) {
 						continue
 					}
 					return nil, fail(where, ErrMalformed, "output is not an array")
@@ -74,7 +75,7 @@ func parseResponse(evType wire.EventType, raw []byte, opts *Options) (*terminal,
 				}
 			}
 		}
-	} else if raw != nil && !isNull(raw) {
+	} else if raw != nil && !jsonscan.IsNull(raw) {
 		return nil, fail(where, ErrMalformed, "response is not an object")
 	}
 	t.status, t.err = normStatus(evType, status)
@@ -152,7 +153,7 @@ func upstreamError(code, msg []byte, fallback string) *wire.ErrorObject {
 	e := &wire.ErrorObject{Code: wire.ErrServer, Message: fallback}
 	if s, ok := strValue(code); ok && isCode(s) {
 		e.Code = s
-	} else if n, ok, _ := intValue(code); ok && n == 429 {
+	} else if n, ok, _ := jsonscan.Int(code); ok && n == 429 {
 		e.Code = "rate_limit_exceeded"
 	}
 	if s, ok := strValue(msg); ok {
@@ -195,7 +196,7 @@ func mapUsage(v []byte) json.RawMessage {
 		case "output_tokens", "completion_tokens":
 			out = count(fv)
 		case "total_tokens":
-			total, hasTotal = count(fv), !isNull(fv)
+			total, hasTotal = count(fv), !jsonscan.IsNull(fv)
 		case "input_tokens_details", "prompt_tokens_details":
 			cached = member(fv, "cached_tokens")
 		case "output_tokens_details", "completion_tokens_details":
@@ -234,7 +235,7 @@ func member(obj []byte, name string) int64 {
 
 // count reads a token count: a non-negative integer (an integral float is accepted), else 0.
 func count(v []byte) int64 {
-	if n, ok, huge := intValue(v); ok {
+	if n, ok, huge := jsonscan.Int(v); ok {
 		if huge || n < 0 {
 			return 0
 		}
@@ -250,13 +251,13 @@ func count(v []byte) int64 {
 func renderDefault(s *Snapshot) []byte {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"id":`...)
-	b = appendString(b, s.ResponseID)
+	b = wire.AppendString(b, s.ResponseID)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = strconv.AppendInt(b, s.CreatedAt, 10)
 	b = append(b, `,"status":`...)
-	b = appendString(b, string(s.Status))
+	b = wire.AppendString(b, string(s.Status))
 	b = append(b, `,"model":`...)
-	b = appendString(b, s.Model)
+	b = wire.AppendString(b, s.Model)
 	b = append(b, `,"output":`...)
 	b = AppendOutput(b, s.Output)
 	b = append(b, `,"usage":`...)
@@ -264,9 +265,9 @@ func renderDefault(s *Snapshot) []byte {
 	b = append(b, `,"error":`...)
 	if s.Error != nil {
 		b = append(b, `{"code":`...)
-		b = appendString(b, s.Error.Code)
+		b = wire.AppendString(b, s.Error.Code)
 		b = append(b, `,"message":`...)
-		b = appendString(b, s.Error.Message)
+		b = wire.AppendString(b, s.Error.Message)
 		b = append(b, '}')
 	} else {
 		b = append(b, "null"...)
@@ -302,7 +303,7 @@ func appendRawOrNull(b, raw []byte) []byte {
 // items equal what the streamed path produces for the same content, ids aside.
 func FromResponse(opts Options, raw []byte) (*Result, error) {
 	a := New(opts)
-	if !validJSON(raw) || raw[skipWS(raw, 0)] != '{' {
+	if !jsonscan.Valid(raw) || raw[jsonscan.SkipWS(raw, 0)] != '{' {
 		return nil, fmt.Errorf("accumulator: response: not a JSON object: %w", ErrMalformed)
 	}
 	t, err := parseResponse("", raw, &a.opts)

@@ -1,6 +1,7 @@
 // Package background owns respgate's River workers and periodic jobs (docs/background.md): the
-// worker of background turns (background:true responses) and the housekeeping job (the lease
-// sweeper and the retention purge, run by River's elected leader only). It must not become a
+// worker of background turns (background:true responses) and the housekeeping job (the retention
+// purge, run by River's elected leader only; the lease sweeper is not a River job: every replica
+// runs it, server.Server.Run, so crash recovery does not wait for a new leader). It must not become a
 // second turn implementation: a worker only hands the job's response to Config.Turn, which the
 // server implements with the same turn lifecycle as a foreground turn (nothing imports server;
 // the server registers itself here at start-up). River runs in the store's database; the store

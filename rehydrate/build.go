@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/wire"
 )
@@ -647,7 +648,7 @@ func (bd *builder) request(r *wire.CreateRequest, res *Result) error {
 	if r.Reasoning != nil && r.Reasoning.Effort != nil {
 		bd.key("reasoning")
 		bd.buf = append(bd.buf, `{"effort":`...)
-		bd.buf = appendQuoted(bd.buf, *r.Reasoning.Effort)
+		bd.buf = wire.AppendString(bd.buf, *r.Reasoning.Effort)
 		bd.buf = append(bd.buf, '}')
 	}
 	// include: filtered to what vLLM accepts.
@@ -663,7 +664,7 @@ func (bd *builder) request(r *wire.CreateRequest, res *Result) error {
 			bd.buf = append(bd.buf, ',')
 		}
 		kept++
-		bd.buf = appendQuoted(bd.buf, v)
+		bd.buf = wire.AppendString(bd.buf, v)
 	}
 	if kept > 0 {
 		bd.buf = append(bd.buf, ']')
@@ -682,7 +683,7 @@ func (bd *builder) toolChoice(tc *wire.ToolChoice, res *Result) {
 	case tc.Type == "function" && tc.Namespace != nil && *tc.Namespace != "" && tc.Name != nil:
 		bd.key("tool_choice")
 		bd.buf = append(bd.buf, `{"type":"function","name":`...)
-		bd.buf = appendQuoted(bd.buf, *tc.Namespace+NamespaceSeparator+*tc.Name)
+		bd.buf = wire.AppendString(bd.buf, *tc.Namespace+NamespaceSeparator+*tc.Name)
 		bd.buf = append(bd.buf, '}')
 	case tc.Mode != "", tc.Type == "function", tc.Type == "allowed_tools":
 		bd.forward("tool_choice", tc.JSON)
@@ -702,8 +703,8 @@ func (r *Result) dropTool(typ string) {
 
 // appendValue appends a validated value verbatim, unless it holds invalid UTF-8, which is
 // re-encoded through encoding/json (replacing it with U+FFFD).
-func appendValue(dst, b []byte, sp span) []byte {
-	if sp.F&strBadUTF8 == 0 {
+func appendValue(dst, b []byte, sp jsonscan.Span) []byte {
+	if sp.F&jsonscan.BadUTF8 == 0 {
 		return append(dst, b[sp.S:sp.E]...)
 	}
 	var v any

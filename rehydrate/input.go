@@ -30,7 +30,7 @@ func ParseInput(raw json.RawMessage) ([]wire.Item, error) {
 		}
 		b := make([]byte, 0, len(raw)+40)
 		b = append(b, `{"type":"message","role":"user","content":`...)
-		b = appendStr(b, raw, span{S: 0, E: e, F: f})
+		b = appendStr(b, raw, jsonscan.Span{S: 0, E: e, F: f})
 		b = append(b, '}')
 		return []wire.Item{{Type: wire.TypeMessage, JSON: b}}, nil
 	case '[':
@@ -210,9 +210,9 @@ func (p *normPlan) write(v *view) []byte {
 	if p.mint {
 		ow.sep()
 		ow.out = append(ow.out, `"id":`...)
-		ow.out = appendQuoted(ow.out, p.id)
+		ow.out = wire.AppendString(ow.out, p.id)
 	}
-	o := scanTop(b)
+	o := jsonscan.NewObj(b, 0, 0)
 	for {
 		m, ok := o.Next()
 		if !ok {
@@ -251,7 +251,7 @@ func (ow *objWriter) sep() {
 
 // appendTextContent appends the "content" member for a string content (at sp in b) as one text part:
 // output_text with empty annotations for the assistant, input_text otherwise.
-func appendTextContent(out, b []byte, sp span, role string) []byte {
+func appendTextContent(out, b []byte, sp jsonscan.Span, role string) []byte {
 	part := `[{"type":"input_text","text":`
 	if role == "assistant" {
 		part = `[{"type":"output_text","text":`

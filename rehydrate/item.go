@@ -1,6 +1,7 @@
 package rehydrate
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -54,9 +55,9 @@ const (
 // json.
 type view struct {
 	b                                        []byte
-	typ, id, role, content, status           span
-	callID, name, arguments, output, summary span
-	encrypted, namespace                     span
+	typ, id, role, content, status           jsonscan.Span
+	callID, name, arguments, output, summary jsonscan.Span
+	encrypted, namespace                     jsonscan.Span
 	contentParts, outputParts                []part // when content / output is an array
 	kind                                     kind
 }
@@ -65,7 +66,7 @@ type view struct {
 // element that is not an object.
 type part struct {
 	obj                                  bool
-	typ, text, refusal, imageURL, detail span
+	typ, text, refusal, imageURL, detail jsonscan.Span
 }
 
 // scanItem validates b, which must be exactly one JSON object, in a single pass, recording the
@@ -74,14 +75,14 @@ type part struct {
 // parts (reused across items by Build); the view's part slices point into the returned slice.
 func scanItem(b []byte, parts []part) (view, []part, error) {
 	v := view{b: b}
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return v, parts, jsonscan.ErrSyntax
 	}
 	i++
 	cs, ce, ps, pe := 0, 0, 0, 0
 	for n := 0; ; n++ {
-		i = skipWS(b, i)
+		i = jsonscan.SkipWS(b, i)
 		if i >= len(b) {
 			return v, parts, jsonscan.ErrSyntax
 		}
@@ -89,7 +90,7 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 			i++
 			break
 		}
-		var m member
+		var m jsonscan.Member
 		var err error
 		m.Key, i, err = scanKey(b, i, n)
 		if err != nil {
@@ -112,10 +113,10 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 		if err != nil {
 			return v, parts, err
 		}
-		v.set(key, span{S: i, E: ve, F: vf})
+		v.set(key, jsonscan.Span{S: i, E: ve, F: vf})
 		i = ve
 	}
-	if skipWS(b, i) != len(b) {
+	if jsonscan.SkipWS(b, i) != len(b) {
 		return v, parts, jsonscan.ErrSyntax
 	}
 	if v.content.Kind(b) == '[' {
@@ -129,31 +130,31 @@ func scanItem(b []byte, parts []part) (view, []part, error) {
 
 // scanKey scans the n-th member's comma (for n > 0), key and colon, starting at b[i], which is not
 // whitespace. It returns the key's span and the index of the value, whitespace skipped.
-func scanKey(b []byte, i, n int) (span, int, error) {
+func scanKey(b []byte, i, n int) (jsonscan.Span, int, error) {
 	if n > 0 {
 		if b[i] != ',' {
-			return span{}, i, jsonscan.ErrSyntax
+			return jsonscan.Span{}, i, jsonscan.ErrSyntax
 		}
-		i = skipWS(b, i+1)
+		i = jsonscan.SkipWS(b, i+1)
 	}
 	if i >= len(b) || b[i] != '"' {
-		return span{}, i, jsonscan.ErrSyntax
+		return jsonscan.Span{}, i, jsonscan.ErrSyntax
 	}
 	ke, kf, err := jsonscan.ScanString(b, i)
 	if err != nil {
-		return span{}, i, err
+		return jsonscan.Span{}, i, err
 	}
-	k := span{S: i, E: ke, F: kf}
-	i = skipWS(b, ke)
+	k := jsonscan.Span{S: i, E: ke, F: kf}
+	i = jsonscan.SkipWS(b, ke)
 	if i >= len(b) || b[i] != ':' {
-		return span{}, i, jsonscan.ErrSyntax
+		return jsonscan.Span{}, i, jsonscan.ErrSyntax
 	}
-	return k, skipWS(b, i+1), nil
+	return k, jsonscan.SkipWS(b, i+1), nil
 }
 
 // set records val as the value of the member named key, if rehydration reads it; a later duplicate
 // overwrites an earlier one.
-func (v *view) set(key []byte, val span) {
+func (v *view) set(key []byte, val jsonscan.Span) {
 	switch string(key) {
 	case "type":
 		v.typ = val
@@ -186,7 +187,7 @@ func (v *view) set(key []byte, val span) {
 // element.
 func scanParts(b []byte, i int, parts []part) (int, jsonscan.Flags, []part, error) {
 	var flags jsonscan.Flags
-	i = skipWS(b, i+1)
+	i = jsonscan.SkipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, 0, parts, nil
 	}
@@ -230,7 +231,7 @@ func scanParts(b []byte, i int, parts []part) (int, jsonscan.Flags, []part, erro
 			i = e
 		}
 		parts = append(parts, p)
-		i = skipWS(b, i)
+		i = jsonscan.SkipWS(b, i)
 		if i >= len(b) {
 			return 0, 0, parts, jsonscan.ErrSyntax
 		}
@@ -238,7 +239,7 @@ func scanParts(b []byte, i int, parts []part) (int, jsonscan.Flags, []part, erro
 		case ']':
 			return i + 1, flags, parts, nil
 		case ',':
-			i = skipWS(b, i+1)
+			i = jsonscan.SkipWS(b, i+1)
 		default:
 			return 0, 0, parts, jsonscan.ErrSyntax
 		}
@@ -348,7 +349,7 @@ func idOf(it *wire.Item, v *view, w where) (string, error) {
 	if !v.id.IsStr(b) {
 		return "", w.invalidType(".id", "a string")
 	}
-	if v.id.F&(strEscaped|strBadUTF8) == 0 && string(v.id.Inner(b)) == it.ID {
+	if v.id.F&(jsonscan.Escaped|jsonscan.BadUTF8) == 0 && string(v.id.Inner(b)) == it.ID {
 		return it.ID, nil
 	}
 	return str(b, v.id), nil
@@ -363,8 +364,8 @@ var words = [...]string{
 
 // word decodes a string value, returning the shared constant for the names in words (so switching
 // on a stored item's type or role allocates nothing).
-func word(b []byte, sp span) string {
-	if sp.F&(strEscaped|strBadUTF8) == 0 {
+func word(b []byte, sp jsonscan.Span) string {
+	if sp.F&(jsonscan.Escaped|jsonscan.BadUTF8) == 0 {
 		raw := sp.Inner(b)
 		for _, w := range words {
 			if string(raw) == w {
@@ -417,4 +418,72 @@ func checkContent(v *view, w where) error {
 		return w.invalidType(".content", "a string or an array of content parts")
 	}
 	return nil
+}
+
+// Build reads every stored item of a conversation on every turn, so it cannot afford
+// encoding/json (which scans each item twice and allocates for every value). It uses
+// internal/jsonscan, the scanner every package that reads untrusted JSON shares (its package
+// comment states the rules): an item is walked once, the members rehydration cares about are
+// recorded as spans, and the projection copies string tokens verbatim (JSON in, JSON out: no
+// unescape/re-escape round trip). What the scanner walks is validated, so the bytes projection
+// copies are always well-formed JSON, even when the input is not. The helpers below read and copy
+// the strings of those spans; strings are written with wire.AppendString.
+
+// keyBytes returns the member's key, unescaped. Switch on string(keyBytes(b, m)): that conversion
+// costs no allocation (the compiler compares in place), which matters because every member of
+// every stored item goes through it on every turn.
+func keyBytes(b []byte, m jsonscan.Member) []byte {
+	if m.Key.Plain() {
+		return m.Key.Inner(b)
+	}
+	var s string
+	if json.Unmarshal(m.Key.Bytes(b), &s) != nil {
+		return nil
+	}
+	return []byte(s)
+}
+
+// keyIs reports whether the member's key equals name, without allocating for plain keys.
+func keyIs(b []byte, m jsonscan.Member, name string) bool {
+	return string(keyBytes(b, m)) == name
+}
+
+// str decodes a string value as encoding/json would (invalid UTF-8 and lone surrogates become
+// U+FFFD). Plain strings cost one allocation (the result); the others go through encoding/json.
+func str(b []byte, sp jsonscan.Span) string {
+	if sp.Plain() {
+		return string(sp.Inner(b))
+	}
+	var s string
+	_ = json.Unmarshal(sp.Bytes(b), &s) // sp was validated by the scanner
+	return s
+}
+
+// strIs reports whether the string value at sp equals lit, without allocating for plain strings.
+func strIs(b []byte, sp jsonscan.Span, lit string) bool {
+	if !sp.IsStr(b) {
+		return false
+	}
+	if sp.Plain() {
+		return string(sp.Inner(b)) == lit
+	}
+	return str(b, sp) == lit
+}
+
+// appendStr appends the string token at sp as valid UTF-8 JSON: verbatim unless it holds invalid
+// UTF-8, which is replaced by U+FFFD as encoding/json would when decoding it.
+func appendStr(dst, b []byte, sp jsonscan.Span) []byte {
+	if sp.F&jsonscan.BadUTF8 == 0 {
+		return append(dst, sp.Bytes(b)...)
+	}
+	return wire.AppendString(dst, str(b, sp))
+}
+
+// appendStrInner appends the string at sp without its quotes (for joining several strings into one).
+func appendStrInner(dst, b []byte, sp jsonscan.Span) []byte {
+	if sp.F&jsonscan.BadUTF8 == 0 {
+		return append(dst, sp.Inner(b)...)
+	}
+	q := wire.AppendString(nil, str(b, sp))
+	return append(dst, q[1:len(q)-1]...)
 }

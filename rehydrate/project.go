@@ -84,7 +84,7 @@ func partOf(b []byte, p *part, w where, field string, j int) (string, error) {
 
 // stringMember checks that sp is a string. The member is named field (j < 0), or field[j].sub; the
 // name is only built for an error, since this runs for every part of every stored item.
-func stringMember(b []byte, sp span, w where, field string, j int, sub string) error {
+func stringMember(b []byte, sp jsonscan.Span, w where, field string, j int, sub string) error {
 	if sp.IsStr(b) {
 		return nil
 	}
@@ -154,7 +154,7 @@ func (bd *builder) message(v *view, w where) (itemStats, error) {
 				if err != nil {
 					return itemStats{}, err
 				}
-				var t span
+				var t jsonscan.Span
 				var sub string
 				switch typ {
 				case "output_text", "input_text":
@@ -295,7 +295,7 @@ func (bd *builder) reasoning(v *view, w where, id string) (itemStats, error) {
 		bd.buf = appendStr(bd.buf, b, v.id)
 	} else {
 		// A stored item without an id: vLLM requires one, and no client sees this one.
-		bd.buf = appendQuoted(bd.buf, bd.newID(wire.PrefixReasoning))
+		bd.buf = wire.AppendString(bd.buf, bd.newID(wire.PrefixReasoning))
 	}
 	bd.buf = append(bd.buf, `,"summary":[],"content":[{"type":"reasoning_text","text":"`...)
 	text := len(bd.buf)
@@ -422,7 +422,7 @@ func (bd *builder) sealedText(sealed []byte, text int, w where) error {
 
 // scanSealed reads the content parts of a sealed reasoning item.
 func scanSealed(b []byte) ([]part, int, error) {
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return nil, 0, jsonscan.ErrSyntax
 	}

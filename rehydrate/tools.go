@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -97,8 +98,8 @@ func (tw *toolWriter) add(name, from string) error {
 // deeper than the scanner allows (jsonscan.MaxDepth).
 func appendFlatFunction(dst, b []byte, flat string) ([]byte, error) {
 	dst = append(dst, `{"type":"function","name":`...)
-	dst = appendQuoted(dst, flat)
-	o := newObjIter(b, 0)
+	dst = wire.AppendString(dst, flat)
+	o := jsonscan.NewObj(b, 0, 0)
 	for {
 		m, ok := o.Next()
 		if !ok {
@@ -121,5 +122,5 @@ func appendRaw(dst, raw []byte) []byte {
 	if utf8.Valid(raw) {
 		return append(dst, raw...)
 	}
-	return appendValue(dst, raw, span{S: 0, E: len(raw), F: strBadUTF8})
+	return appendValue(dst, raw, jsonscan.Span{S: 0, E: len(raw), F: jsonscan.BadUTF8})
 }

@@ -284,8 +284,8 @@ func decodeAllocs(b *testing.B, up *upstream.Client) float64 {
 			b.Fatal(err)
 		}
 		defer st.Close()
-		for {
-			if _, err := st.Next(); err != nil {
+		for _, err := range st.Events() {
+			if err != nil {
 				if !errors.Is(err, io.EOF) {
 					b.Fatal(err)
 				}

@@ -240,7 +240,8 @@ type EventWatcher interface {
 	// returns.
 	EventWatchStart(ctx context.Context, p *EventWatchParams) error
 	// EventWatchStop removes p (the pointer given to EventWatchStart); the last one stops the
-	// listener and waits for it until ctx ends. After it returns, p.Wake is not called.
+	// listener and waits for it to end, whatever ctx (the listener's own exit is bounded). After
+	// it returns, p.Wake is not called.
 	EventWatchStop(ctx context.Context, p *EventWatchParams) error
 }
 

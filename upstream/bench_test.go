@@ -30,21 +30,15 @@ func (r *cycleReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// BenchmarkStreamNext measures one Next (one delta event) per op: "memory" is the decoder
+// BenchmarkStreamEvents measures one event of Events (one delta) per op: "memory" is the decoder
 // alone over buffered input, "http" adds the transport with one write and flush per event as
 // vLLM does.
-func BenchmarkStreamNext(b *testing.B) {
+func BenchmarkStreamEvents(b *testing.B) {
 	b.Run("memory", func(b *testing.B) {
 		c := newTestClient(b, "http://127.0.0.1:1", nil)
 		s := memStream(c, &cycleReader{unit: deltaEvent})
 		defer s.Close()
-		b.SetBytes(int64(len(deltaEvent)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := s.Next(); err != nil {
-				b.Fatal(err)
-			}
-		}
+		readEvents(b, s)
 	})
 	b.Run("http", func(b *testing.B) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,14 +60,24 @@ func BenchmarkStreamNext(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		b.SetBytes(int64(len(deltaEvent)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := s.Next(); err != nil {
-				b.Fatal(err)
-			}
-		}
+		readEvents(b, s)
 	})
+}
+
+// readEvents reads b.N delta events of s, one per op.
+func readEvents(b *testing.B, s *Stream) {
+	b.SetBytes(int64(len(deltaEvent)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for _, err := range s.Events() {
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n++; n == b.N {
+			break
+		}
+	}
 }
 
 // BenchmarkLargeEvent measures a terminal event carrying a long answer (the full response of
@@ -92,11 +96,11 @@ func BenchmarkLargeEvent(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := s.Next(); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := s.Next(); err != io.EOF {
-					b.Fatal(err)
+				n := 0
+				for _, err := range s.Events() {
+					if n++; n == 1 && err != nil || n == 2 && err != io.EOF {
+						b.Fatal(err)
+					}
 				}
 				s.Close()
 			}

@@ -39,8 +39,8 @@ type Config struct {
 	// WroteRequest makes it bound Create's headers too.
 	ConnectTimeout time.Duration
 	// IdleTimeout is the longest silence allowed between bytes of a response body (a stream, or
-	// a non-stream body once its headers arrived). Time the caller spends between calls to
-	// Stream.Next does not count. Default 60s.
+	// a non-stream body once its headers arrived). Time the caller spends in the body of its
+	// Stream.Events loop does not count. Default 60s.
 	IdleTimeout time.Duration
 	// MaxEventBytes bounds the raw size of one SSE event (field names, data lines and line
 	// endings) and of a non-stream body; larger gives KindEventTooLarge, and memory stays bounded
@@ -397,7 +397,7 @@ func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bou
 // Stream sends a streamed request (POST {BaseURL}/responses, body as given with "stream":true)
 // and returns once vLLM answered 2xx with Content-Type text/event-stream. Every failure is an
 // *Error. ctx governs the whole stream: cancelling it aborts the request at once, including a
-// blocked Next. The caller must Close the Stream.
+// read of Stream.Events blocked on the body. The caller must Close the Stream.
 func (c *Client) Stream(ctx context.Context, body []byte) (*Stream, error) {
 	return c.StreamLent(ctx, body, nil)
 }

@@ -324,11 +324,12 @@ func runCallBody(ctx context.Context, c *Client, call, body string) error {
 		return err
 	}
 	defer s.Close()
-	for {
-		if _, err := s.Next(); err != nil {
+	for _, err := range s.Events() {
+		if err != nil {
 			return err
 		}
 	}
+	panic("Events ended without its final error")
 }
 
 // TestErrorKinds checks each failure's classification, its fields and its client envelope, and
@@ -425,7 +426,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	defer c.CloseIdleConnections()
 	s := memStream(c, strings.NewReader("data: "+created+"\n\n"))
 	defer s.Close()
-	if _, err := s.Next(); err != nil {
+	if _, err := pull(t, s)(); err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range []any{cfg, &cfg, c, s} {
@@ -559,11 +560,12 @@ func TestIdleTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if ev, err := s.Next(); err != nil || ev.Type != "response.created" {
+			next := pull(t, s)
+			if ev, err := next(); err != nil || ev.Type != "response.created" {
 				t.Fatalf("first event: %v %v", ev, err)
 			}
 			start := time.Now()
-			_, err = s.Next()
+			_, err = next()
 			e := mustKind(t, err, KindTimeout)
 			// The idle timer, not the connect timer (which stopped at the headers): its message,
 			// after exactly IdleTimeout on the bubble's clock.
@@ -587,8 +589,8 @@ func TestIdleTimeout(t *testing.T) {
 	})
 }
 
-// TestIdleTimeoutIgnoresCallerTime: time the caller spends between Next calls is not upstream
-// silence.
+// TestIdleTimeoutIgnoresCallerTime: time the caller spends in the body of its Events loop is not
+// upstream silence.
 func TestIdleTimeoutIgnoresCallerTime(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -599,70 +601,105 @@ func TestIdleTimeoutIgnoresCallerTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		for i := range 3 {
-			if _, err := s.Next(); err != nil {
+		i := 0
+		for _, err := range s.Events() {
+			if i == 3 {
+				if err != io.EOF {
+					t.Fatalf("end = %v, want io.EOF", err)
+				}
+				break
+			}
+			if err != nil {
 				t.Fatalf("event %d: %v", i, err)
 			}
+			i++
 			time.Sleep(250 * time.Millisecond) // a slow client, on the bubble's clock
 		}
-		if _, err := s.Next(); err != io.EOF {
-			t.Fatalf("end = %v, want io.EOF", err)
+		if i != 3 {
+			t.Fatalf("%d events, want 3", i)
 		}
 	})
 }
 
-// TestCancelUnblocksNext: cancelling the caller's context ends a blocked Next promptly with
-// KindCanceled, and the upstream sees its request cancelled.
-func TestCancelUnblocksNext(t *testing.T) {
-	t.Parallel()
-	srv, gone := stallServer(t, "text/event-stream", "event: response.created\ndata: "+created+"\n\n")
-	c := newTestClient(t, srv.URL, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	s, err := c.Stream(ctx, []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Next(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
+// readInBackground ranges over s.Events on a goroutine of its own and sends the types of the
+// events it read, then the error that ended the stream.
+func readInBackground(s *Stream) <-chan readResult {
+	done := make(chan readResult, 1)
 	go func() {
-		_, err := s.Next()
-		done <- err
+		var r readResult
+		for ev, err := range s.Events() {
+			if err != nil {
+				r.err = err
+				break
+			}
+			r.types = append(r.types, string(ev.Type))
+		}
+		done <- r
 	}()
-	time.Sleep(50 * time.Millisecond) // let Next block in a read
-	cancel()
-	err = waitOrTimeout(t, done, time.Second, "Next to return after cancel")
-	e := mustKind(t, err, KindCanceled)
-	if !IsClientGone(err) || !errors.Is(err, context.Canceled) {
-		t.Errorf("IsClientGone=%v errors.Is(Canceled)=%v", IsClientGone(err), errors.Is(err, context.Canceled))
-	}
-	if e.APIError().Status != 499 {
-		t.Errorf("APIError status %d, want 499", e.APIError().Status)
-	}
-	waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+	return done
+}
+
+type readResult struct {
+	types []string
+	err   error
+}
+
+// TestCancelUnblocksARead: cancelling the caller's context ends a read of Events blocked on the
+// body promptly with KindCanceled, and the upstream sees its request cancelled.
+func TestCancelUnblocksARead(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h, gone := stallHandler("text/event-stream", "event: response.created\ndata: "+created+"\n\n")
+		c := memServer(t, h, nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		s, err := c.Stream(ctx, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		done := readInBackground(s)
+		synctest.Wait() // the reader has the first event and is blocked reading the body
+		cancel()
+		r := <-done
+		if len(r.types) != 1 || r.types[0] != "response.created" {
+			t.Errorf("events before the cancel %v, want the first one", r.types)
+		}
+		e := mustKind(t, r.err, KindCanceled)
+		if !IsClientGone(r.err) || !errors.Is(r.err, context.Canceled) {
+			t.Errorf("IsClientGone=%v errors.Is(Canceled)=%v", IsClientGone(r.err), errors.Is(r.err, context.Canceled))
+		}
+		if e.APIError().Status != 499 {
+			t.Errorf("APIError status %d, want 499", e.APIError().Status)
+		}
+		// A hang guard on the fake clock: it fires only if the server never sees the cancel.
+		waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+	})
 }
 
 // TestCancelCauseIsKept: a caller that cancels with a cause finds both the cause and
 // context.Canceled in the error.
 func TestCancelCauseIsKept(t *testing.T) {
 	t.Parallel()
-	srv, _ := stallServer(t, "text/event-stream", ": hi\n\n")
-	c := newTestClient(t, srv.URL, nil)
-	ctx, cancel := context.WithCancelCause(t.Context())
-	s, err := c.Stream(ctx, []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	shutdown := errors.New("gateway shutting down")
-	time.AfterFunc(50*time.Millisecond, func() { cancel(shutdown) })
-	_, err = s.Next()
-	e := mustKind(t, err, KindCanceled)
-	if !errors.Is(err, shutdown) || !errors.Is(err, context.Canceled) || e.Status != 200 {
-		t.Errorf("error %v: Is(cause)=%v Is(Canceled)=%v status=%d", err, errors.Is(err, shutdown), errors.Is(err, context.Canceled), e.Status)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h, gone := stallHandler("text/event-stream", ": hi\n\n")
+		c := memServer(t, h, nil)
+		ctx, cancel := context.WithCancelCause(t.Context())
+		s, err := c.Stream(ctx, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		done := readInBackground(s)
+		synctest.Wait() // the reader is blocked reading the body
+		shutdown := errors.New("gateway shutting down")
+		cancel(shutdown)
+		r := <-done
+		e := mustKind(t, r.err, KindCanceled)
+		if !errors.Is(r.err, shutdown) || !errors.Is(r.err, context.Canceled) || e.Status != 200 {
+			t.Errorf("error %v: Is(cause)=%v Is(Canceled)=%v status=%d", r.err, errors.Is(r.err, shutdown), errors.Is(r.err, context.Canceled), e.Status)
+		}
+		waitOrTimeout(t, gone, time.Second, "the server to see the request cancelled")
+	})
 }
 
 // TestCancelledContext: a context cancelled (or past its deadline) before the call sends nothing.
@@ -701,32 +738,31 @@ func TestCallerDeadlineDuringCreate(t *testing.T) {
 	}
 }
 
-// TestCloseUnblocksNext: Close from another goroutine ends a blocked Next with ErrClosed, and
-// releases the connection (the server sees its request cancelled).
-func TestCloseUnblocksNext(t *testing.T) {
+// TestCloseUnblocksARead: Close from another goroutine ends a read of Events blocked on the body
+// with ErrClosed, and releases the connection (the server sees its request cancelled).
+func TestCloseUnblocksARead(t *testing.T) {
 	t.Parallel()
-	srv, gone := stallServer(t, "text/event-stream", ": hello\n\n")
-	c := newTestClient(t, srv.URL, nil)
-	s, err := c.Stream(t.Context(), []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Next()
-		done <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitOrTimeout(t, done, time.Second, "Next to return after Close"); !errors.Is(err, ErrClosed) {
-		t.Errorf("Next = %v, want ErrClosed", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("second Close = %v", err)
-	}
-	waitOrTimeout(t, gone, time.Second, "the server to see the connection closed")
+	synctest.Test(t, func(t *testing.T) {
+		h, gone := stallHandler("text/event-stream", ": hello\n\n")
+		c := memServer(t, h, nil)
+		s, err := c.Stream(t.Context(), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := readInBackground(s)
+		synctest.Wait() // the reader is blocked reading the body
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; len(r.types) != 0 || !errors.Is(r.err, ErrClosed) {
+			t.Errorf("Events = %v then %v, want no event and ErrClosed", r.types, r.err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("second Close = %v", err)
+		}
+		// A hang guard on the fake clock: it fires only if the server never sees the close.
+		waitOrTimeout(t, gone, time.Second, "the server to see the connection closed")
+	})
 }
 
 // TestConnectionReuse: a stream read to its end returns its connection to the pool, so
@@ -765,7 +801,7 @@ func TestConnectionReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Next(); err != nil {
+	if _, err := pull(t, s)(); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close() // early: this connection is dropped
@@ -796,9 +832,9 @@ func TestConcurrentStreams(t *testing.T) {
 	wg.Wait()
 }
 
-// TestCloseWithoutNext: a stream closed before any Next releases everything, and Next then
-// reports ErrClosed.
-func TestCloseWithoutNext(t *testing.T) {
+// TestCloseWithoutReading: a stream closed before it is read releases everything, and Events
+// then yields only ErrClosed.
+func TestCloseWithoutReading(t *testing.T) {
 	t.Parallel()
 	srv, gone := stallServer(t, "text/event-stream", ": hi\n\n")
 	c := newTestClient(t, srv.URL, nil)
@@ -809,8 +845,8 @@ func TestCloseWithoutNext(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Next(); !errors.Is(err, ErrClosed) {
-		t.Errorf("Next after Close = %v, want ErrClosed", err)
+	if o := drain(t, s); len(o.Events) != 0 || o.End != "closed" {
+		t.Errorf("Events after Close = %+v, want no event and closed", o)
 	}
 	waitOrTimeout(t, gone, time.Second, "the server to see the connection closed")
 }
@@ -828,7 +864,8 @@ func TestAbandonedStreamIsReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close() // only for a failed test: the bubble must end with nothing blocked
-		if _, err := s.Next(); err != nil {
+		next := pull(t, s)
+		if _, err := next(); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -842,8 +879,8 @@ func TestAbandonedStreamIsReleased(t *testing.T) {
 		if !released || time.Since(start) != 0 {
 			t.Fatalf("released=%v %s after the context ended, want released with no time passing", released, time.Since(start))
 		}
-		if _, err := s.Next(); !IsClientGone(err) {
-			t.Errorf("Next after the context ended = %v, want KindCanceled", err)
+		if _, err := next(); !IsClientGone(err) {
+			t.Errorf("Events after the context ended = %v, want KindCanceled", err)
 		}
 	})
 }

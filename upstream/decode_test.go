@@ -233,30 +233,42 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// TestNextAfterEndRepeatsTheEnd: io.EOF and errors are sticky, and Close after them is harmless.
-func TestNextAfterEndRepeatsTheEnd(t *testing.T) {
+// TestEventsAfterEndRepeatsTheEnd: io.EOF and errors are sticky (Events again yields only the
+// error that ended the stream), and Close after them is harmless.
+func TestEventsAfterEndRepeatsTheEnd(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t, "http://127.0.0.1:1", nil)
 	for _, body := range []string{"data: " + created + "\n\n", "data: nope\n\n"} {
 		s := memStream(c, strings.NewReader(body))
 		var first error
-		for first == nil {
-			_, first = s.Next()
+		for _, err := range s.Events() {
+			first = err
 		}
-		for range 3 {
-			if _, err := s.Next(); err != first {
-				t.Fatalf("Next after the end = %v, want %v", err, first)
+		if first == nil {
+			t.Fatal("Events ended without an error")
+		}
+		again := func(what string) {
+			t.Helper()
+			n := 0
+			for ev, err := range s.Events() {
+				if n++; ev.Type != "" || err != first {
+					t.Fatalf("Events %s: %q %v, want only %v", what, ev.Type, err, first)
+				}
+			}
+			if n != 1 {
+				t.Fatalf("Events %s yielded %d times, want once", what, n)
 			}
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
+		for range 3 {
+			again("after the end")
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Next(); err != first {
-			t.Fatalf("Next after Close at the end = %v, want %v", err, first)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
+		again("after Close at the end")
 	}
 }
 
@@ -267,15 +279,16 @@ func TestEventDataIsReusedButTypeIsNot(t *testing.T) {
 	body := strings.Repeat("event: response.output_text.delta\ndata: "+delta+"\n\n", 2) + "event: acme:x\ndata: {}\n\n"
 	s := memStream(c, strings.NewReader(body))
 	defer s.Close()
-	ev1, _ := s.Next()
-	ev2, _ := s.Next()
+	next := pull(t, s)
+	ev1, _ := next()
+	ev2, _ := next()
 	if &ev1.Data[0] != &ev2.Data[0] {
 		t.Error("Data is not reused between events; the doc promises reuse (one allocation fewer per event)")
 	}
 	if ev1.Type != "response.output_text.delta" {
 		t.Errorf("Type changed under the caller: %q", ev1.Type)
 	}
-	ev3, _ := s.Next()
+	ev3, _ := next()
 	if ev3.Type != "acme:x" {
 		t.Errorf("Type = %q", ev3.Type)
 	}
@@ -291,7 +304,7 @@ func TestEventTooLargeBoundsMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	s := memStream(c, endless)
-	_, err := s.Next()
+	_, err := pull(t, s)()
 	runtime.ReadMemStats(&after)
 	s.Close()
 	mustKind(t, err, KindEventTooLarge)

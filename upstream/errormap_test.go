@@ -312,8 +312,7 @@ func TestErrorEventsMapLikeTheSameAnswer(t *testing.T) {
 	}
 	defer s.Close()
 	var events int
-	for {
-		ev, err := s.Next()
+	for ev, err := range s.Events() {
 		if err != nil {
 			t.Fatalf("the stream ended (%v) after %d events without its error event", err, events)
 		}

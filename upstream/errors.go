@@ -404,7 +404,7 @@ func IsClientGone(err error) bool {
 	return errors.As(err, &e) && e.Kind == KindCanceled
 }
 
-// ErrClosed is returned by Stream.Next after Close (also when Close interrupts a blocked Next).
+// ErrClosed ends Stream.Events after Close (also when Close interrupts a read blocked on the body).
 var ErrClosed = errors.New("upstream: stream closed")
 
 // Causes set on a request's context by this package's timers, so a failed read can be

@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,29 +12,15 @@ import (
 	"time"
 )
 
-// drainEvents is drain through Events (the push iterator, no coroutine).
-func drainEvents(t testing.TB, s *Stream) outcome {
-	t.Helper()
-	defer s.Close()
-	var o outcome
-	for ev, err := range s.Events() {
-		if err != nil {
-			o.End = endName(err)
-			break
-		}
-		o.Events = append(o.Events, event{Type: string(ev.Type), Data: string(ev.Data)})
-	}
-	return o
-}
-
-func TestEventsDecodesExactlyAsNext(t *testing.T) {
+// TestEventsDecodesAcrossReads: events that straddle reads of the body decode as whole ones.
+func TestEventsDecodesAcrossReads(t *testing.T) {
 	t.Parallel()
 	for _, tc := range decodeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestClient(t, "http://127.0.0.1:1", func(cfg *Config) { cfg.MaxEventBytes = tc.maxEvent })
 			want := outcome{Events: tc.want, End: tc.end}
 			// In chunks of 7 bytes, so events straddle reads.
-			got := drainEvents(t, memStream(c, &chunkReader{data: []byte(tc.body), sizes: []int{7}}))
+			got := drain(t, memStream(c, &chunkReader{data: []byte(tc.body), sizes: []int{7}}))
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Events:\n got %+v\nwant %+v", got, want)
 			}
@@ -43,25 +28,20 @@ func TestEventsDecodesExactlyAsNext(t *testing.T) {
 	}
 }
 
-func TestEventsAfterNextOrTwiceEndsClosed(t *testing.T) {
+// TestEventsTwiceEndsClosed: a stream is read once; a second Events, after a first that
+// stopped early, yields only ErrClosed.
+func TestEventsTwiceEndsClosed(t *testing.T) {
 	t.Parallel()
 	c := newTestClient(t, "http://127.0.0.1:1", nil)
 	body := "data: " + delta + "\n\ndata: " + delta + "\n\n"
 	s := memStream(c, strings.NewReader(body))
-	if _, err := s.Next(); err != nil {
-		t.Fatal(err)
-	}
-	if o := drainEvents(t, s); len(o.Events) != 0 || o.End != "closed" {
-		t.Errorf("Events after Next: %+v, want no event and closed", o)
-	}
-	s = memStream(c, strings.NewReader(body))
 	for _, err := range s.Events() {
 		if err != nil {
 			t.Fatal(err)
 		}
 		break
 	}
-	if o := drainEvents(t, s); len(o.Events) != 0 || o.End != "closed" {
+	if o := drain(t, s); len(o.Events) != 0 || o.End != "closed" {
 		t.Errorf("Events twice: %+v, want no event and closed", o)
 	}
 }
@@ -123,8 +103,8 @@ func TestFinishHandsTheConnectionBack(t *testing.T) {
 		if err := s.Finish(time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Next(); err != ErrClosed && err != io.EOF {
-			t.Fatalf("Next after Finish: %v", err)
+		if o := drain(t, s); len(o.Events) != 0 || (o.End != "closed" && o.End != "eof") {
+			t.Fatalf("Events after Finish: %+v, want no event and the end", o)
 		}
 	}
 	if n := conns.Load(); n != 1 {

@@ -11,7 +11,8 @@ import (
 	"github.com/respgate/respgate/upstream"
 )
 
-// A stream is read until io.EOF; Data is only valid until the next call, so copy what you keep.
+// A stream is read with Events until io.EOF; Data is only valid until the loop's body returns,
+// so copy what you keep.
 // The final event lacks its blank line, and the "data:" of the second event has no space and
 // no "event:" field: both are decoded.
 func ExampleClient_Stream() {
@@ -35,14 +36,14 @@ func ExampleClient_Stream() {
 	}
 	defer s.Close()
 	var kept [][]byte
-	for {
-		ev, err := s.Next()
+	for ev, err := range s.Events() {
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			panic(err)
 		}
+		// Data is valid until the loop's body returns: keep a copy.
 		kept = append(kept, append([]byte(nil), ev.Data...))
 		fmt.Println(ev.Type)
 	}

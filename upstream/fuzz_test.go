@@ -51,18 +51,18 @@ func decodeChecked(t *testing.T, s *Stream) outcome {
 	t.Helper()
 	defer s.Close()
 	var o outcome
-	for {
-		ev, err := s.Next()
+	for ev, err := range s.Events() {
 		if err != nil {
 			o.End = endName(err)
 			if o.End != "eof" && o.End != "event_too_large" && o.End != "bad_body" && o.End != "stream_broken" {
 				t.Fatalf("unexpected end %q (%v)", o.End, err)
 			}
-			return o
+			break
 		}
 		if len(ev.Data) == 0 || len(ev.Data) > fuzzMaxEvent || cap(s.buf) > 2*fuzzMaxEvent || ev.Type == "" {
 			t.Fatalf("event out of bounds: type %q, %d bytes, buffer %d", ev.Type, len(ev.Data), cap(s.buf))
 		}
 		o.Events = append(o.Events, event{Type: string(ev.Type), Data: string(ev.Data)})
 	}
+	return o
 }

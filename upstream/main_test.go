@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"iter"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/respgate/respgate/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/traces/*.events.golden")
@@ -113,18 +116,39 @@ func endName(err error) string {
 	return "unclassified: " + err.Error()
 }
 
-// drain reads s to its end, copying every event (Data is only valid until the next call).
+// drain reads s to its end with Events, copying every event (Data is only valid until the loop's
+// body returns).
 func drain(t testing.TB, s *Stream) outcome {
 	t.Helper()
 	defer s.Close()
 	var o outcome
-	for {
-		ev, err := s.Next()
+	for ev, err := range s.Events() {
 		if err != nil {
 			o.End = endName(err)
-			return o
+			break
 		}
 		o.Events = append(o.Events, event{Type: string(ev.Type), Data: string(ev.Data)})
+	}
+	return o
+}
+
+// pull steps through s.Events one event at a time, for tests that act between two events (stop
+// reading, cancel, look at the stream). After the error that ends the stream it keeps returning
+// that error. The iterator is stopped when the test ends.
+func pull(t testing.TB, s *Stream) func() (wire.Event, error) {
+	next, stop := iter.Pull2(s.Events())
+	t.Cleanup(stop)
+	var end error
+	return func() (wire.Event, error) {
+		if end != nil {
+			return wire.Event{}, end
+		}
+		ev, err, ok := next()
+		if !ok {
+			t.Fatal("Events ended without its final error")
+		}
+		end = err
+		return ev, err
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// Stream is one streamed upstream response. Next is not safe for concurrent use; Close may be
-// called from any goroutine at any time (it interrupts a blocked Next). The caller must Close
+// Stream is one streamed upstream response, read once with Events; Close may be called from any
+// goroutine at any time (it interrupts a read blocked on the body). The caller must Close
 // every Stream (a deferred Close is right also after io.EOF or an error).
 type Stream struct {
 	c    *Client
@@ -28,11 +28,9 @@ type Stream struct {
 	body io.ReadCloser
 	rd   *idleReader
 
-	mu       sync.Mutex // serialises Next (or the decoding step of Events), Close and abort
+	mu       sync.Mutex // serialises the decoding step of Events, Close and abort
 	seq      iter.Seq2[sse.Event, error]
-	next     func() (sse.Event, error, bool) // Next's pull iterator over seq, made at its first call
-	stop     func()
-	pushing  bool        // Events is reading the stream: Next must not
+	pushing  bool        // Events is reading the stream: a second Events must not
 	unwatch  func() bool // stops the context.AfterFunc that calls abort
 	status   int         // the response's status, kept on errors
 	buf      []byte      // Data of the last event, reused
@@ -51,7 +49,7 @@ func (c *Client) newStream(cl *call, status int, body io.ReadCloser) *Stream {
 	// beyond it, which bounds the memory of one event.
 	s.seq = iter.Seq2[sse.Event, error](sse.Read(s.rd, &sse.ReadConfig{MaxEventSize: c.maxEventBytes}))
 	// When the request's context ends (the caller's context, the idle timer, Close), release
-	// the stream even if nobody calls Next or Close again: an abandoned stream leaks nothing
+	// the stream even if nobody reads it or calls Close again: an abandoned stream leaks nothing
 	// once its context is done.
 	s.unwatch = context.AfterFunc(cl.ctx, s.abort)
 	return s
@@ -68,10 +66,16 @@ func (s *Stream) abort() {
 	s.release()
 }
 
-// Next returns the next event of the stream, or io.EOF at its clean end: the body ended, or an
-// event's data was "[DONE]" (vLLM sends none, docs/wire.md §6.1; OpenAI-style upstreams may). Any
-// other failure is an *Error (KindCanceled, KindTimeout, KindStreamBroken, KindEventTooLarge,
-// KindBadBody), or ErrClosed after Close; once Next fails it keeps returning the same error.
+// Events reads the stream as a push iterator, for a range loop: the loop's body runs on the
+// caller's goroutine between reads of the body, with no coroutine and no goroutine at all. Every
+// event is yielded with a nil error; the last yield carries the error that ends the stream with a
+// zero Event: io.EOF at its clean end (the body ended, or an event's data was "[DONE]"; vLLM sends
+// none, docs/wire.md §6.1; OpenAI-style upstreams may). Any other failure is an *Error
+// (KindCanceled, KindTimeout, KindStreamBroken, KindEventTooLarge, KindBadBody), or ErrClosed
+// after Close. A Stream is read once: a second Events yields only the error that ended the
+// first (ErrClosed if the first is still running). The loop's body must not call Close (after
+// the loop, or from another goroutine, it may: a read blocked on the body then ends with
+// ErrClosed).
 //
 // Decoding follows the SSE specification through go-sse: LF, CRLF and lone CR line endings,
 // multi-line data joined with "\n", "data:" with or without a space, comments and id/retry
@@ -84,46 +88,14 @@ func (s *Stream) abort() {
 //     "error" for a typeless {"error":{...}} object; an event with neither is KindBadBody;
 //   - when both are present the SSE event name wins (vLLM always sends both, equal, §5.1).
 //
-// Data is the event's raw data, not validated as JSON, and valid only until the next call to
-// Next or Close: the Stream reuses the buffer, which saves an allocation per event on the hot
-// path. A caller that keeps data must copy it. Type is an ordinary string that may be kept.
-func (s *Stream) Next() (wire.Event, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return wire.Event{}, s.err
-	}
-	if s.next == nil {
-		if s.pushing {
-			return s.fail(ErrClosed)
-		}
-		// iter.Pull2 runs the push iterator as a coroutine: no goroutine switch per event, and
-		// no goroutine left once the iterator ends or stop is called (Close, or the end of the
-		// stream). It is a goroutine while the stream is open, though: Events has none.
-		s.next, s.stop = iter.Pull2(s.seq)
-	}
-	for {
-		if ev, err, _ := s.ctxEnded(); err != nil {
-			return ev, err
-		}
-		ev, err, ok := s.next()
-		if e, err, skip := s.decode(ev, err, ok); !skip {
-			return e, err
-		}
-	}
-}
-
-// Events is Next as a push iterator, for a range loop: the loop's body runs on the caller's
-// goroutine between reads of the body, with no coroutine (Next runs one) and no goroutine at all.
-// Every event is yielded with a nil error; the last yield carries the error that ends the
-// stream (io.EOF at a clean end, else what Next would return) with a zero Event. Data is valid
-// until the loop's body returns. A Stream is read with Next or with Events, not both, and Events
-// only once. The loop's body must not call Close (after the loop, it may).
+// Data is the event's raw data, not validated as JSON, and valid only until the loop's body
+// returns: the Stream reuses the buffer, which saves an allocation per event on the hot path. A
+// caller that keeps data must copy it. Type is an ordinary string that may be kept.
 func (s *Stream) Events() iter.Seq2[wire.Event, error] {
 	return func(yield func(wire.Event, error) bool) {
 		s.mu.Lock()
 		start := s.err
-		if start == nil && (s.pushing || s.next != nil) {
+		if start == nil && s.pushing {
 			_, start = s.fail(ErrClosed)
 		}
 		s.pushing = true
@@ -209,7 +181,7 @@ func (s *Stream) decode(ev sse.Event, err error, ok bool) (_ wire.Event, _ error
 }
 
 // BeforeRead sets f to run before each read of the upstream body, on the goroutine that reads
-// the stream (Next's or Events' caller): the moment the decoder has no complete event left and
+// the stream (Events' caller): the moment the decoder has no complete event left and
 // may wait for bytes. A relay flushes there what it has buffered, so the events of one read go
 // to its client in one write, and a lone event is never held back (issue 25). Set it before
 // reading; f must not call the Stream's methods.
@@ -245,7 +217,7 @@ func (s *Stream) fail(err error) (wire.Event, error) {
 	return wire.Event{}, err
 }
 
-// release ends the iterator, stops the idle timer, closes the body (returning the connection to
+// release stops the idle timer, closes the body (returning the connection to
 // the pool when it was read to its end) and cancels the request. Callers hold s.mu.
 func (s *Stream) release() {
 	if s.released {
@@ -253,18 +225,16 @@ func (s *Stream) release() {
 	}
 	s.released = true
 	s.unwatch()
-	if s.stop != nil {
-		s.stop()
-	}
 	s.cl.end(s.body)
 }
 
 // Close ends the stream and releases its connection. It is safe to call more than once, after
-// io.EOF or an error, and concurrently with a blocked Next, which then returns ErrClosed.
+// io.EOF or an error, and concurrently with a read of Events blocked on the body, which then
+// ends with ErrClosed.
 // (A stream whose context ends is released even without Close, but call it anyway: only Close
 // frees a stream abandoned under a context that never ends.)
 func (s *Stream) Close() error {
-	s.cl.cancel(ErrClosed) // unblocks a Next waiting for bytes, before we wait for its lock
+	s.cl.cancel(ErrClosed) // unblocks a read waiting for bytes, before we wait for the lock
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {

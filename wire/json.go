@@ -5,17 +5,30 @@ import (
 	"encoding/json"
 	"errors"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// AppendString appends s to dst as a JSON string literal. Unlike Go-syntax quoting (Go escapes
-// such as \a and \x00 are not JSON), every control character is escaped the JSON way, and
-// invalid UTF-8 comes out as U+FFFD, so the result is always valid JSON and valid UTF-8 whatever
-// a stored id or status holds.
+// AppendString appends s to dst as a JSON string literal: respgate's one JSON string quoter
+// (the accumulator's events, rehydration's vLLM-bound copy, the simulator's answers, every
+// response body the server writes). It writes the minimal form of RFC 8785 §3.2.2.2, through
+// jsontext: '"', '\\' and control characters escaped (\b \f \n \r \t short, the others \u00xx),
+// everything else as it is (HTML characters, U+2028 and U+2029 included), which is also how
+// Python's json.dumps(ensure_ascii=False) and pydantic, and so vLLM, write strings. Unlike
+// Go-syntax quoting (Go escapes such as \a and \x00 are not JSON), the result is always valid
+// JSON, and invalid UTF-8 comes out as U+FFFD, so it is valid UTF-8 whatever a stored id or an
+// upstream delta holds. It does not allocate beyond growing dst.
 func AppendString(dst []byte, s string) []byte {
+	// A read-only view of s: jsontext only reads its input, and the conversion []byte(s) would
+	// copy every string longer than a small stack buffer.
+	return AppendStringBytes(dst, unsafe.Slice(unsafe.StringData(s), len(s))) //nolint:gosec // G103: a read-only view of an immutable string
+}
+
+// AppendStringBytes is AppendString for a byte slice, which it does not copy.
+func AppendStringBytes(dst, b []byte) []byte {
 	// The only error AppendQuote reports is invalid UTF-8, which it has already replaced.
-	dst, _ = jsontext.AppendQuote(dst, s)
+	dst, _ = jsontext.AppendQuote(dst, b)
 	return dst
 }
 

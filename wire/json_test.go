@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -17,6 +18,69 @@ func TestAppendStringWritesJSONWhateverTheString(t *testing.T) {
 			t.Fatalf("AppendString(%q) decodes to %q", s, back)
 		}
 	}
+}
+
+// TestAppendStringWritesTheMinimalForm: the one quoter writes RFC 8785's minimal form, as
+// Python (and so vLLM) does: short escapes where JSON has them, nothing escaped that need not be.
+func TestAppendStringWritesTheMinimalForm(t *testing.T) {
+	cases := map[string]string{
+		"plain":             `"plain"`,
+		"a\"b\\c\n\r\t\b\f": `"a\"b\\c\n\r\t\b\f"`,
+		"\x00\x1f\x7f":      "\"\\u0000\\u001f\x7f\"",
+		"<&>":               `"<&>"`,
+		"bad \xff\xfe":      "\"bad \ufffd\ufffd\"",
+		"\u2028\u2029":      "\"\u2028\u2029\"",
+		"né 🙂":              `"né 🙂"`,
+	}
+	for in, want := range cases {
+		if got := string(AppendString(nil, in)); got != want {
+			t.Errorf("AppendString(%q) = %q, want %q", in, got, want)
+		}
+		if got := string(AppendStringBytes(nil, []byte(in))); got != want {
+			t.Errorf("AppendStringBytes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestAppendStringDoesNotAllocate: quoting into a buffer with room costs no allocation, however
+// long the string (the accumulator quotes every delta).
+func TestAppendStringDoesNotAllocate(t *testing.T) {
+	s := strings.Repeat("a long delta with \"quotes\", é and\n", 64)
+	dst := make([]byte, 0, 4*len(s))
+	if n := testing.AllocsPerRun(100, func() { dst = AppendString(dst[:0], s) }); n != 0 {
+		t.Errorf("AppendString allocates %v times per call", n)
+	}
+	b := []byte(s)
+	if n := testing.AllocsPerRun(100, func() { dst = AppendStringBytes(dst[:0], b) }); n != 0 {
+		t.Errorf("AppendStringBytes allocates %v times per call", n)
+	}
+}
+
+// FuzzAppendString: quoting any bytes gives valid JSON and valid UTF-8 that reads back as their
+// valid form (each invalid byte a U+FFFD).
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain", "\x00\x1f", "bad\xff", "\xed\xa0\x80", "\u2028", "q\"b\\"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q := AppendStringBytes(nil, b)
+		var back string
+		if !utf8.Valid(q) || json.Unmarshal(q, &back) != nil {
+			t.Fatalf("AppendStringBytes(%q) = %q is not valid", b, q)
+		}
+		var want []rune
+		for rest := b; len(rest) > 0; {
+			r, n := utf8.DecodeRune(rest)
+			want = append(want, r)
+			rest = rest[n:]
+		}
+		if back != string(want) {
+			t.Fatalf("AppendStringBytes(%q) reads back as %q, want %q", b, back, string(want))
+		}
+		if string(AppendString(nil, string(b))) != string(q) {
+			t.Fatalf("AppendString and AppendStringBytes differ on %q", b)
+		}
+	})
 }
 
 func TestAppendRawReplacesInvalidUTF8AndWritesNullForEmpty(t *testing.T) {

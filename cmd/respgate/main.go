@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		log.Info("exporting traces over OTLP")
 	}
 
-	st, err := openStore(ctx, cfg.databaseURL, cfg.dbMaxConns)
+	st, err := openStore(ctx, cfg.databaseURL, cfg.dbMaxConns, log)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -89,14 +89,14 @@ func hasEnv(lookupEnv func(string) (string, bool), name string) bool {
 	return ok && v != ""
 }
 
-func openStore(ctx context.Context, dsn string, maxConns int) (store.Store, error) {
+func openStore(ctx context.Context, dsn string, maxConns int, log *slog.Logger) (store.Store, error) {
 	switch {
 	case isPostgresURL(dsn):
 		// pgxpool's default (max(4, CPUs)) serialises a busy gateway's commits on 2 cores.
 		if maxConns > math.MaxInt32 {
 			return nil, fmt.Errorf("--database-max-conns %d is too large", maxConns)
 		}
-		return postgres.Open(ctx, dsn, postgres.WithMaxConns(int32(maxConns))) //nolint:gosec // G115: bounded just above
+		return postgres.Open(ctx, dsn, postgres.WithMaxConns(int32(maxConns)), postgres.WithLogger(log)) //nolint:gosec // G115: bounded just above
 	case strings.HasPrefix(dsn, "sqlite:"):
 		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/seal"
 	"github.com/respgate/respgate/server"
@@ -61,7 +62,8 @@ type setting struct {
 }
 
 // serverDefaults are the server's own defaults (server.DefaultConfig): the rows of server
-// settings show them rather than repeat them.
+// settings show them rather than repeat them, as the upstream and accumulator rows show those
+// packages' exported defaults. Each default is written once, in the package that applies it.
 var serverDefaults = server.DefaultConfig()
 
 // durDef writes a default duration in the flag's shortest syntax (1m, not 1m0s).
@@ -118,9 +120,9 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.shutdownTimeout }},
 	{flag: "keepalive", def: durDef(serverDefaults.KeepAlive), help: "SSE comment keepalive interval during upstream silence, and WebSocket ping interval (a pong must come within `--write-timeout`)",
 		bind: func(c *config) any { return &c.server.KeepAlive }},
-	{flag: "upstream-connect-timeout", def: "10s", help: "connect timeout toward vLLM, and for a streamed request the wait for its response headers",
+	{flag: "upstream-connect-timeout", def: durDef(upstream.DefaultConnectTimeout), help: "connect timeout toward vLLM, and for a streamed request the wait for its response headers",
 		bind: func(c *config) any { return &c.upstream.ConnectTimeout }},
-	{flag: "upstream-idle-timeout", def: "2m", help: "longest silence of a vLLM stream before the turn fails",
+	{flag: "upstream-idle-timeout", def: durDef(upstream.DefaultIdleTimeout), help: "longest silence of a vLLM stream before the turn fails",
 		bind: func(c *config) any { return &c.upstream.IdleTimeout }},
 	{flag: "sync-timeout", def: durDef(serverDefaults.SyncTimeout), help: "longest wait for vLLM's answer to a non-streamed request (vLLM sends it only once generation ends); beyond it 504",
 		bind: func(c *config) any { return &c.server.SyncTimeout }},
@@ -146,11 +148,11 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.MaxInputItems }},
 	{flag: "max-json-depth", def: intDef(serverDefaults.MaxJSONDepth), help: "deepest nesting of a request body's JSON (400 beyond)",
 		bind: func(c *config) any { return &c.server.MaxJSONDepth }},
-	{flag: "upstream-max-event-bytes", def: "16777216", help: "largest SSE event from vLLM, and largest non-streamed answer; beyond it the turn fails",
+	{flag: "upstream-max-event-bytes", def: intDef(upstream.DefaultMaxEventBytes), help: "largest SSE event from vLLM, and largest non-streamed answer; beyond it the turn fails",
 		bind: func(c *config) any { return &c.upstream.MaxEventBytes }},
-	{flag: "max-output-items", def: "4096", help: "most output items, content and summary parts of one response; beyond it the turn fails",
+	{flag: "max-output-items", def: intDef(accumulator.DefaultMaxItems), help: "most output items, content and summary parts of one response; beyond it the turn fails",
 		bind: func(c *config) any { return &c.server.MaxOutputItems }},
-	{flag: "max-output-item-bytes", def: "16777216", help: "most bytes of one output item (text, arguments, JSON); beyond it the turn fails",
+	{flag: "max-output-item-bytes", def: intDef(accumulator.DefaultMaxItemBytes), help: "most bytes of one output item (text, arguments, JSON); beyond it the turn fails",
 		bind: func(c *config) any { return &c.server.MaxOutputItemBytes }},
 	{flag: "max-output-bytes", def: "0", zeroOK: true, help: "most bytes of one response's output; beyond it the turn fails; `0` is 4 × `--max-output-item-bytes`",
 		bind: func(c *config) any { return &c.server.MaxOutputBytes }},

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/server"
+	"github.com/respgate/respgate/upstream"
 	"go.uber.org/goleak"
 )
 
@@ -156,7 +158,7 @@ func TestEverySettingHasAnEnvironmentVariableTheFlagOverrides(t *testing.T) {
 func TestDefaultsReachTheServerAndUpstreamConfig(t *testing.T) {
 	c := mustParse(t, nil, nil)
 	if c.server.SyncTimeout != 10*time.Minute || c.server.WriteTimeout != 30*time.Second ||
-		c.server.MaxOutputItems != 4096 || c.upstream.MaxEventBytes != 16<<20 || c.upstream.IdleTimeout != 2*time.Minute {
+		c.server.MaxOutputItems != 4096 || c.upstream.MaxEventBytes != 16<<20 || c.upstream.IdleTimeout != time.Minute {
 		t.Errorf("defaults not bound: server %+v upstream %v", c.server, c.upstream)
 	}
 	c = mustParse(t, []string{"--sync-timeout", "90s", "--max-json-depth", "9", "--api-keys", "a, b,,c", "--tool-policy", "reject"}, nil)
@@ -336,6 +338,50 @@ func TestHelpListsEverySettingWithItsVariable(t *testing.T) {
 	if strings.Contains(out.String(), "`") {
 		t.Errorf("-h shows Markdown quotes:\n%s", out.String())
 	}
+}
+
+// TestHelpShowsThePackagesOwnDefaults: the upstream and accumulator rows take their defaults
+// from those packages' exported defaults, so -h shows what the packages apply when a setting is
+// left at its default (a default hard-coded here once said 2m where upstream applied 60s).
+func TestHelpShowsThePackagesOwnDefaults(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"-h"}, env(nil), &out); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"upstream-connect-timeout": upstream.DefaultConnectTimeout.String(),
+		"upstream-idle-timeout":    upstream.DefaultIdleTimeout.String(),
+		"upstream-max-event-bytes": strconv.Itoa(upstream.DefaultMaxEventBytes),
+		"max-output-items":         strconv.Itoa(accumulator.DefaultMaxItems),
+		"max-output-item-bytes":    strconv.Itoa(accumulator.DefaultMaxItemBytes),
+	} {
+		f := newFlagSet(&config{}, io.Discard).Lookup(name)
+		if f == nil {
+			t.Errorf("no --%s", name)
+			continue
+		}
+		// DefValue is the default as the flag parsed it, in its own form (1m0s for a minute),
+		// which is what flag.PrintDefaults shows.
+		if f.DefValue != want {
+			t.Errorf("--%s defaults to %s, want the package default %s", name, f.DefValue, want)
+		}
+		if !helpLineHasDefault(out.String(), name, want) {
+			t.Errorf("-h of --%s does not show the default %s:\n%s", name, want, out.String())
+		}
+	}
+}
+
+// helpLineHasDefault reports whether the -h entry of flag name says "(default def)".
+func helpLineHasDefault(help, name, def string) bool {
+	_, entry, ok := strings.Cut(help, "  -"+name+" ")
+	if !ok {
+		return false
+	}
+	// The entry ends where the next flag's begins.
+	if i := strings.Index(entry, "\n  -"); i >= 0 {
+		entry = entry[:i]
+	}
+	return strings.Contains(entry, "(default "+def+")")
 }
 
 // An unquoted value with a space leaves the rest of it as an argument; it may be part of a secret.

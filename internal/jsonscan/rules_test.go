@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"unicode/utf8"
 )
 
 func nested(open, close string, n int) string {
@@ -203,27 +202,6 @@ func TestAppendUnescaped(t *testing.T) {
 	for in, want := range cases {
 		if got := string(AppendUnescaped(nil, []byte(in))); got != want {
 			t.Errorf("AppendUnescaped(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestAppendQuote(t *testing.T) {
-	cases := map[string]string{
-		"plain":         `"plain"`,
-		"a\"b\\c\n\r\t": `"a\"b\\c\n\r\t"`,
-		"\x00\x1f":      `"\u0000\u001f"`,
-		"<&>":           `"<&>"`,
-		"bad \xff":      `"bad \ufffd"`,
-		"\u2028\u2029":  `"\u2028\u2029"`,
-		"né 🙂":          `"né 🙂"`,
-	}
-	for in, want := range cases {
-		got := AppendQuote(nil, in)
-		if string(got) != want {
-			t.Errorf("AppendQuote(%q) = %s, want %s", in, got, want)
-		}
-		if !utf8.Valid(got) || !Valid(got) {
-			t.Errorf("AppendQuote(%q) = %q is not valid", in, got)
 		}
 	}
 }

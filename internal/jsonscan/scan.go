@@ -15,7 +15,8 @@
 //     silently passed on as if valid. Rejecting it would refuse history stored before this rule and
 //     a text delta that splits a rune (the accumulator joins deltas byte for byte, see
 //     accumulator/invariance_test.go); each caller decides what leaves: rehydrate re-encodes such
-//     strings with U+FFFD, and AppendQuote replaces invalid bytes with U+FFFD.
+//     strings with U+FFFD, and wire.AppendString (respgate's one JSON string quoter, which the
+//     callers of this package use to write strings) replaces invalid bytes with U+FFFD.
 //   - Size: the scanner has no size limit of its own and needs none: it never allocates and its
 //     memory is constant (the nesting stack is MaxDepth bits), whatever the input. Input size is
 //     bounded where the input enters (the SSE line limit in upstream, the request body limit in

@@ -28,3 +28,6 @@ func (s *Store) Exec(ctx context.Context, sql string, args ...any) error {
 	_, err := s.pool.Exec(ctx, sql, args...)
 	return err
 }
+
+// ListenerGoroutines is the number of listener goroutines that have not returned.
+func (s *Store) ListenerGoroutines() int { return int(s.watch.running.Load()) }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,21 +41,27 @@ func channelFor(schema string) string {
 // listenRetry bounds the wait before the listener reconnects after losing its connection.
 const listenRetry = 2 * time.Second
 
+// listenerCloseTimeout bounds the close of the listener's connection (EventWatchStop waits for it).
+const listenerCloseTimeout = time.Second
+
 // watcher is the store's LISTEN connection and its watchers. Safe for concurrent use.
 type watcher struct {
 	conn    *pgx.ConnConfig // a copy of the pool's, without its tracer
 	channel string
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	subs   map[*store.EventWatchParams]struct{}
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the listener goroutine has returned
+
+	running atomic.Int32 // listener goroutines that have not returned (tests read it)
 }
 
-func newWatcher(cc *pgx.ConnConfig, channel string) *watcher {
+func newWatcher(cc *pgx.ConnConfig, channel string, log *slog.Logger) *watcher {
 	c := cc.Copy()
 	c.Tracer = nil // the round-trip count is the store's queries (WithRoundTrips)
-	return &watcher{conn: c, channel: channel, subs: map[*store.EventWatchParams]struct{}{}}
+	return &watcher{conn: c, channel: channel, log: log, subs: map[*store.EventWatchParams]struct{}{}}
 }
 
 // EventWatchStart adds a watcher (store.EventWatcher).
@@ -69,13 +77,18 @@ func (s *Store) EventWatchStart(ctx context.Context, p *store.EventWatchParams) 
 		// The listener lives until the last watcher stops, not until the caller's ctx ends.
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		w.cancel, w.done = cancel, make(chan struct{})
+		w.running.Add(1)
 		go w.run(lctx, w.done)
 	}
 	return nil
 }
 
 // EventWatchStop removes a watcher and stops the listener after the last one (store.EventWatcher).
-func (s *Store) EventWatchStop(ctx context.Context, p *store.EventWatchParams) error {
+// It returns once the listener has ended, whatever ctx: a stopped listener's goroutine and
+// connection are gone, and a watcher started next never runs beside it. The wait is short: the
+// listener's connect and wait for notifications end with its context, and its connection's
+// close is bounded (listenerCloseTimeout).
+func (s *Store) EventWatchStop(_ context.Context, p *store.EventWatchParams) error {
 	w := s.watch
 	w.mu.Lock()
 	delete(w.subs, p)
@@ -87,12 +100,8 @@ func (s *Store) EventWatchStop(ctx context.Context, p *store.EventWatchParams) e
 	w.cancel, w.done = nil, nil
 	w.mu.Unlock()
 	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stop event watch: %w", ctx.Err())
-	}
+	<-done
+	return nil
 }
 
 // stop ends the listener whatever its watchers (Close) and waits for it.
@@ -121,12 +130,15 @@ func (w *watcher) wake(id string) {
 // every follower: what was notified while nothing listened is read by their next look.
 func (w *watcher) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	defer w.running.Add(-1)
 	for {
 		err := w.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		_ = err // the followers' fallback poll covers the gap; the next connection wakes them
+		// The followers' fallback poll covers the gap; the next connection wakes them.
+		w.log.Warn("event listener lost its connection; reconnecting", "channel", w.channel,
+			"retry", listenRetry, "err", err)
 		t := time.NewTimer(listenRetry)
 		select {
 		case <-ctx.Done():
@@ -145,7 +157,7 @@ func (w *watcher) listen(ctx context.Context) error {
 		return fmt.Errorf("event listener: connect: %w", err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listenerCloseTimeout)
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()

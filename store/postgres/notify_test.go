@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,80 @@ func TestTheListenerReconnectsAndWakesEveryone(t *testing.T) {
 		t.Fatalf("wake after the reconnection %q, want resp_2", id)
 	}
 }
+
+// TestEventWatchStopWaitsForTheListener: the last watcher's stop returns only once the listener's
+// goroutine has returned, even when the caller's context has already ended, so no listener
+// outlives its watchers or runs beside the next one.
+func TestEventWatchStopWaitsForTheListener(t *testing.T) {
+	s := newStore(t)
+	for round := range 3 {
+		p, wakes := watch(t, s)
+		if id := wakeOf(t, wakes); id != "" {
+			t.Fatalf("round %d: first wake %q, want the listener's start", round, id)
+		}
+		ended, cancel := context.WithCancel(t.Context())
+		cancel()
+		if err := s.EventWatchStop(ended, p); err != nil {
+			t.Fatalf("round %d: stop under an ended context: %v", round, err)
+		}
+		if n := s.ListenerGoroutines(); n != 0 {
+			t.Fatalf("round %d: %d listener goroutines still running after the last watcher stopped", round, n)
+		}
+	}
+}
+
+// TestTheListenerLogsALostConnection: a listener that loses its connection says so in the
+// store's log (WithLogger) before it reconnects, so an operator sees why followers fell back to
+// polling.
+func TestTheListenerLogsALostConnection(t *testing.T) {
+	records := make(chan slog.Record, 16)
+	s, err := postgres.Open(t.Context(), pgtest.DSN(t), postgres.WithLogger(slog.New(recordHandler(records))))
+	if err != nil {
+		t.Fatalf("open postgres store: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	p, wakes := watch(t, s)
+	t.Cleanup(func() { _ = s.EventWatchStop(context.Background(), p) })
+	if id := wakeOf(t, wakes); id != "" {
+		t.Fatalf("first wake %q, want the listener's start", id)
+	}
+	select {
+	case r := <-records:
+		t.Fatalf("logged %q before anything went wrong", r.Message)
+	default:
+	}
+	err = s.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1`,
+		"LISTEN "+pgx.Identifier{s.Channel()}.Sanitize())
+	if err != nil {
+		t.Fatalf("terminate the listener's connection: %v", err)
+	}
+	var r slog.Record
+	select {
+	case r = <-records:
+	case <-time.After(30 * time.Second): // a guard against a hung test, not a timing assertion
+		t.Fatal("nothing logged within 30 s of the lost connection")
+	}
+	attrs := map[string]string{}
+	r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+	if r.Level != slog.LevelWarn || !strings.Contains(r.Message, "event listener") || attrs["err"] == "" || attrs["channel"] != s.Channel() {
+		t.Errorf("logged %v %q %v, want a warning naming the channel and the error", r.Level, r.Message, attrs)
+	}
+}
+
+// recordHandler sends records to ch, dropping those that do not fit (a listener that keeps
+// reconnecting must not block on a test that has stopped reading).
+type recordHandler chan<- slog.Record
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r.Clone():
+	default:
+	}
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }
 
 func newStoreAt(tb testing.TB, dsn string) *postgres.Store {
 	tb.Helper()

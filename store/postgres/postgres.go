@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,7 @@ type options struct {
 	schema     string
 	maxConns   int32
 	roundTrips *atomic.Int64
+	log        *slog.Logger
 }
 
 // WithSchema puts the tables in schema (which must exist) by making it the connections'
@@ -65,15 +67,22 @@ func WithSchema(schema string) Option { return func(o *options) { o.schema = sch
 // preparation, once per connection and statement, is not counted).
 func WithRoundTrips(n *atomic.Int64) Option { return func(o *options) { o.roundTrips = n } }
 
+// WithLogger sets where the store logs what no caller sees: today the event listener's lost
+// connections (notify.go). Default: slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
 // WithMaxConns caps the pool size (pgxpool's default: the larger of 4 and the number of CPUs).
 func WithMaxConns(n int32) Option { return func(o *options) { o.maxConns = n } }
 
 // Open connects to the database at dsn (a postgres:// URL or key=value string as pgx accepts),
 // applies pending migrations and returns a ready Store. The caller must Close it.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
-	var o options
+	o := options{log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -111,7 +120,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	channel := channelFor(schema)
 	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool, jobs: jobs,
-		watch: newWatcher(pool.Config().ConnConfig, channel), channel: channel}, nil
+		watch: newWatcher(pool.Config().ConnConfig, channel, o.log), channel: channel}, nil
 }
 
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is

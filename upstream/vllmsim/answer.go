@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // The simulated model: a pure function from what reached it to the items it generates. The format is
@@ -35,7 +37,7 @@ type outItem struct {
 // many events repeat it: a huge= text is 16 MiB.
 func (it *outItem) appendText(b []byte) []byte {
 	if it.esc == nil {
-		it.esc = appendStr(nil, strings.Join(it.tokens, ""))
+		it.esc = wire.AppendString(nil, strings.Join(it.tokens, ""))
 	}
 	return append(b, it.esc...)
 }
@@ -277,9 +279,9 @@ func planItems(d Dialect, req *createRequest, c *conversation, f *fault) (items 
 	for _, t := range calls {
 		var args []string
 		if !f.noArgs {
-			b := append([]byte(`{`), appendStr(nil, t.param)...)
+			b := append([]byte(`{`), wire.AppendString(nil, t.param)...)
 			b = append(b, ':')
-			b = appendStr(b, value)
+			b = wire.AppendString(b, value)
 			args = tokenize(string(append(b, '}')))
 		}
 		items = append(items, &outItem{kind: kindCall, name: t.name, tokens: args})

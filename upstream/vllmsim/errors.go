@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // vllmError is one of vLLM's error answers: {"error":{"message","type","param","code"}} where code is
@@ -173,14 +175,14 @@ func knownError(name string) (func(Dialect, int) *vllmError, bool) {
 
 func (e *vllmError) appendJSON(b []byte) []byte {
 	b = append(b, `{"error":{"message":`...)
-	b = appendStr(b, e.message)
+	b = wire.AppendString(b, e.message)
 	b = append(b, `,"type":`...)
-	b = appendStr(b, e.typ)
+	b = wire.AppendString(b, e.typ)
 	b = append(b, `,"param":`...)
 	if e.param == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendStr(b, e.param)
+		b = wire.AppendString(b, e.param)
 	}
 	b = append(b, `,"code":`...)
 	b = appendInt(b, e.status)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // vllmErr asserts r is vLLM's error envelope with the given status, type, param (nil for null) and a
@@ -240,14 +242,17 @@ func TestTokenize(t *testing.T) {
 	}
 }
 
-func TestAppendStr(t *testing.T) {
+// TestStringsAndFloatsAsPydanticWritesThem: the simulator's strings (wire.AppendString) and floats
+// come out as vLLM's pydantic models write them.
+func TestStringsAndFloatsAsPydanticWritesThem(t *testing.T) {
 	for in, want := range map[string]string{
-		`plain <&> é`:     `"plain <&> é"`,
-		"q\"b\\n\n\t\x01": `"q\"b\\n\n\t\u0001"`,
-		"bad\xffutf8":     `"bad\ufffdutf8"`,
+		`plain <&> é`:       `"plain <&> é"`,
+		"q\"b\\n\n\t\x01\b": `"q\"b\\n\n\t\u0001\b"`,
+		"bad\xffutf8":       "\"bad\uFFFDutf8\"",
+		"\u2028":            "\"\u2028\"",
 	} {
-		if got := string(appendStr(nil, in)); got != want {
-			t.Errorf("appendStr(%q) = %s, want %s", in, got, want)
+		if got := string(wire.AppendString(nil, in)); got != want {
+			t.Errorf("wire.AppendString(%q) = %s, want %s", in, got, want)
 		}
 	}
 	for f, want := range map[float64]string{1: "1.0", 0.7: "0.7", 0: "0.0", 1e-5: "1e-05", 2.5e16: "2.5e+16"} {

@@ -6,18 +6,14 @@ import (
 	"math"
 	"strconv"
 	"strings"
-
-	"github.com/respgate/respgate/internal/jsonscan"
 )
 
 // The simulator writes its JSON by hand: vLLM serialises pydantic models, so the key order is the
 // models' field order (alphabetical for openai-python's event types), output is compact, non-ASCII
 // stays raw and "<>&" are not escaped (pydantic's model_dump_json; starlette's JSONResponse uses
 // json.dumps(ensure_ascii=False, separators=(",", ":"))). encoding/json would reorder and escape.
-
-// appendStr appends s as a JSON string the way pydantic does: only '"', '\\' and control characters
-// are escaped; invalid UTF-8 becomes U+FFFD.
-func appendStr(b []byte, s string) []byte { return jsonscan.AppendQuotePython(b, s) }
+// Strings go through wire.AppendString, which quotes them as pydantic does: only '"', '\\' and
+// control characters escaped (\b \f \n \r \t short), invalid UTF-8 as U+FFFD.
 
 // appendPyFloat appends f the way Python's repr prints a float: always with a fraction or an
 // exponent ("1.0", "0.7", "1e-05").

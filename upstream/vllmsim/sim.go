@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // Dialect is how a served model talks: which vLLM code path serves it.
@@ -315,15 +317,15 @@ func (s *Sim) serveModels(w http.ResponseWriter) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = appendStr(b, m.Name)
+		b = wire.AppendString(b, m.Name)
 		b = append(b, `,"object":"model","created":`...)
 		b = appendInt(b, int(now))
 		b = append(b, `,"owned_by":"vllm","root":`...)
-		b = appendStr(b, m.Name)
+		b = wire.AppendString(b, m.Name)
 		b = append(b, `,"parent":null,"max_model_len":`...)
 		b = appendInt(b, s.opts.MaxModelLen)
 		b = append(b, `,"permission":[{"id":`...)
-		b = appendStr(b, ids.hex("modelperm-"))
+		b = wire.AppendString(b, ids.hex("modelperm-"))
 		b = append(b, `,"object":"model_permission","created":`...)
 		b = appendInt(b, int(now))
 		b = append(b, `,"allow_create_engine":false,"allow_sampling":true,"allow_logprobs":true,`+

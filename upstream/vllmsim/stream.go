@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // emitter writes SSE frames the way vLLM's _convert_stream_to_sse_events does
@@ -250,7 +252,7 @@ func appendPartHead(b []byte, ci int, id string, idx int) []byte {
 	b = append(b, `{"content_index":`...)
 	b = appendInt(b, ci)
 	b = append(b, `,"item_id":`...)
-	b = appendStr(b, id)
+	b = wire.AppendString(b, id)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, idx)
 	return append(b, ',')
@@ -286,7 +288,7 @@ func (t *turn) textDone(e *emitter, typ string, ci int, id string, idx int, logp
 	e.buf = append(e.buf, `{"content_index":`...)
 	e.buf = appendInt(e.buf, ci)
 	e.buf = append(e.buf, `,"item_id":`...)
-	e.buf = appendStr(e.buf, id)
+	e.buf = wire.AppendString(e.buf, id)
 	if logprobs {
 		e.buf = append(e.buf, `,"logprobs":[]`...)
 	}
@@ -323,7 +325,7 @@ func (t *turn) deltas(e *emitter, typ string, it *outItem, head, tail []byte) er
 func (e *emitter) delta(typ string, head []byte, tok string, tail []byte) {
 	e.begin(typ)
 	e.buf = append(e.buf, head...)
-	e.buf = appendStr(e.buf, tok)
+	e.buf = wire.AppendString(e.buf, tok)
 	e.buf = append(e.buf, tail...)
 	e.seqField()
 	e.finish()
@@ -372,7 +374,7 @@ func (t *turn) streamText(e *emitter, ci, idx int, it *outItem, output bool) (mo
 		delta, done, logprobs = "response.output_text.delta", "response.output_text.done", `,"logprobs":[]`
 	}
 	head := append(appendInt([]byte(`{"content_index":`), ci), `,"delta":`...)
-	tail := appendStr([]byte(`,"item_id":`), id)
+	tail := wire.AppendString([]byte(`,"item_id":`), id)
 	tail = append(appendInt(append(append(tail, logprobs...), `,"output_index":`...), idx), ',')
 	if err := t.deltas(e, delta, it, head, tail); err != nil {
 		return false, err
@@ -388,7 +390,7 @@ func (t *turn) streamMessage(e *emitter, idx, ci int, it *outItem, afterReasonin
 	if !t.lazyAdded(it, afterReasoning) {
 		err := t.itemAdded(e, idx, func(b []byte) []byte {
 			b = append(b, `{"id":`...)
-			b = appendStr(b, id)
+			b = wire.AppendString(b, id)
 			return append(b, `,"content":[],"role":"assistant","status":"in_progress","type":"message"}`...)
 		})
 		if err != nil {
@@ -423,18 +425,18 @@ func (t *turn) streamCall(e *emitter, idx int, it *outItem) error {
 	if !t.lazyAdded(it, false) {
 		err := t.itemAdded(e, idx, func(b []byte) []byte {
 			b = append(b, `{"arguments":"","call_id":`...)
-			b = appendStr(b, callID)
+			b = wire.AppendString(b, callID)
 			b = append(b, `,"name":`...)
-			b = appendStr(b, it.name)
+			b = wire.AppendString(b, it.name)
 			b = append(b, `,"type":"function_call","id":`...)
-			b = appendStr(b, id)
+			b = wire.AppendString(b, id)
 			return append(b, `,"status":"in_progress"}`...)
 		})
 		if err != nil {
 			return err
 		}
 	}
-	tail := appendStr([]byte(`,"item_id":`), id)
+	tail := wire.AppendString([]byte(`,"item_id":`), id)
 	tail = append(appendInt(append(tail, `,"output_index":`...), idx), ',')
 	if err := t.deltas(e, "response.function_call_arguments.delta", it, []byte(`{"delta":`), tail); err != nil {
 		return err
@@ -448,9 +450,9 @@ func (t *turn) streamCall(e *emitter, idx int, it *outItem) error {
 		e.buf = append(e.buf, `{"arguments":`...)
 		e.buf = it.appendText(e.buf)
 		e.buf = append(e.buf, `,"item_id":`...)
-		e.buf = appendStr(e.buf, id)
+		e.buf = wire.AppendString(e.buf, id)
 		e.buf = append(e.buf, `,"name":`...)
-		e.buf = appendStr(e.buf, it.name)
+		e.buf = wire.AppendString(e.buf, it.name)
 		e.buf = append(e.buf, `,"output_index":`...)
 		e.buf = appendInt(e.buf, idx)
 		e.buf = append(e.buf, ',')

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // turn is one POST /v1/responses being answered: the generated items and everything needed to render
@@ -166,7 +168,7 @@ func (t *turn) appendVLLMResponse(b []byte, h responseHead) []byte {
 	r := t.req
 	// ResponsesResponse in responses/protocol.py, in its field order (docs/wire.md §6.2).
 	b = append(b, `{"id":`...)
-	b = appendStr(b, t.respID)
+	b = wire.AppendString(b, t.respID)
 	b = append(b, `,"created_at":`...)
 	b = strconv.AppendInt(b, t.createdAt, 10)
 	b = append(b, `,"incomplete_details":`...)
@@ -176,7 +178,7 @@ func (t *turn) appendVLLMResponse(b []byte, h responseHead) []byte {
 	b = append(b, `,"metadata":`...)
 	b = appendRaw(b, r.Metadata, "null")
 	b = append(b, `,"model":`...)
-	b = appendStr(b, t.model.Name)
+	b = wire.AppendString(b, t.model.Name)
 	b = append(b, `,"object":"response","output":`...)
 	b = t.appendOutput(b, h.final)
 	b = append(b, `,"parallel_tool_calls":`...)
@@ -214,7 +216,7 @@ func (t *turn) appendVLLMResponse(b []byte, h responseHead) []byte {
 func (t *turn) appendOpenAIResponse(b []byte, h responseHead) []byte {
 	r := t.req
 	b = append(b, `{"id":`...)
-	b = appendStr(b, t.respID)
+	b = wire.AppendString(b, t.respID)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = strconv.AppendInt(b, t.createdAt, 10)
 	b = append(b, `,"status":"`...)
@@ -239,7 +241,7 @@ func (t *turn) appendOpenAIResponse(b []byte, h responseHead) []byte {
 	b = append(b, `,"max_tool_calls":`...)
 	b = appendRaw(b, r.MaxToolCalls, "null")
 	b = append(b, `,"model":`...)
-	b = appendStr(b, t.model.Name)
+	b = wire.AppendString(b, t.model.Name)
 	b = append(b, `,"output":`...)
 	b = t.appendOutput(b, h.final)
 	b = append(b, `,"parallel_tool_calls":`...)
@@ -353,7 +355,7 @@ func (t *turn) appendFinalItem(b []byte, it *outItem) []byte {
 // content:null and encrypted_content:null (quirk nulls).
 func (t *turn) appendReasoningItem(b []byte, id string, it *outItem, status string) []byte {
 	b = append(b, `{"id":`...)
-	b = appendStr(b, id)
+	b = wire.AppendString(b, id)
 	b = append(b, `,"summary":[],"type":"reasoning","content":`...)
 	switch {
 	case it != nil:
@@ -387,7 +389,7 @@ func (t *turn) appendOutputText(b []byte, it *outItem) []byte {
 // summary:[] (emit_simple_content_done).
 func (t *turn) appendMessageItem(b []byte, id string, it *outItem, status string, streamDone bool) []byte {
 	b = append(b, `{"id":`...)
-	b = appendStr(b, id)
+	b = wire.AppendString(b, id)
 	b = append(b, `,"content":[`...)
 	if len(it.tokens) > 0 || !streamDone || t.harmony {
 		b = t.appendOutputText(b, it)
@@ -407,16 +409,16 @@ func (t *turn) appendCallItem(b []byte, it *outItem, id, callID, status string, 
 	b = append(b, `{"arguments":`...)
 	b = it.appendText(b)
 	b = append(b, `,"call_id":`...)
-	b = appendStr(b, callID)
+	b = wire.AppendString(b, callID)
 	b = append(b, `,"name":`...)
-	b = appendStr(b, it.name)
+	b = wire.AppendString(b, it.name)
 	b = append(b, `,"type":"function_call","id":`...)
-	b = appendStr(b, id)
+	b = wire.AppendString(b, id)
 	b = append(b, `,"status":`...)
 	b = append(b, status...)
 	if strayIndex >= 0 {
 		b = append(b, `,"item_id":`...)
-		b = appendStr(b, id)
+		b = wire.AppendString(b, id)
 		b = append(b, `,"output_index":`...)
 		b = appendInt(b, strayIndex)
 		b = append(b, `,"sequence_number":-1`...)
