@@ -151,13 +151,13 @@ compat: $(CLIENTS)/node_modules/.installed $(if $(filter 1,$(CODEX)),$(CLIENTS)/
 	COMPAT_REPORT=$(CURDIR)/bin/compat-table.md $(GO) test -count=1 -timeout 10m -tags '$(COMPAT_TAGS)' -v ./$(CLIENTS)/
 
 # The Open Responses compliance suite (integration/orsuite) is not vendored: it is read at run time
-# from ORSUITE_DIR, the folder holding its run.sh, which installs bun and zod into ORSUITE_CACHE
-# (git-ignored under bin/) on first use.
-ORSUITE_DIR   ?= $(firstword $(wildcard ../shared/orsuite ../../shared/orsuite))
+# from ORSUITE_DIR (required; set it here or in .makerc), the folder holding its run.sh, which
+# installs bun and zod into ORSUITE_CACHE (git-ignored under bin/) on first use.
+ORSUITE_DIR   ?=
 ORSUITE_CACHE ?= $(CURDIR)/bin/orsuite-cache
 
 .PHONY: orsuite
-orsuite: ## the Open Responses compliance suite against respgate + the simulator, default and --reasoning-exposure hidden (needs npm and ORSUITE_DIR); scores in bin/orsuite.md
+orsuite: ## the Open Responses compliance suite against respgate + the simulator, default and --reasoning-exposure hidden (needs npm; ORSUITE_DIR=folder of the suite's run.sh); scores in bin/orsuite.md
 	ORSUITE_DIR=$(if $(ORSUITE_DIR),$(abspath $(ORSUITE_DIR))) ORSUITE_CACHE=$(ORSUITE_CACHE) ORSUITE_REPORT=$(CURDIR)/bin/orsuite.md \
 		$(GO) test -count=1 -timeout 15m -tags orsuite -v ./integration/orsuite/
 

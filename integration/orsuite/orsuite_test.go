@@ -51,7 +51,7 @@ func reasoningNaming(r result) bool {
 func TestOpenResponsesSuite(t *testing.T) {
 	dir := os.Getenv("ORSUITE_DIR")
 	if dir == "" {
-		t.Fatal("ORSUITE_DIR is not set: it names the folder of the Open Responses compliance suite (the one holding run.sh); make orsuite sets it")
+		t.Fatal("ORSUITE_DIR is not set: it names the folder of the Open Responses compliance suite (the one holding run.sh): make orsuite ORSUITE_DIR=/path/to/orsuite")
 	}
 	runSh, err := filepath.Abs(filepath.Join(dir, "run.sh"))
 	if err != nil {
