@@ -81,6 +81,7 @@ func TestOpenResponsesSuite(t *testing.T) {
 			base := start(t, bin, cfg.args...)
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 			defer cancel()
+			//nolint:gosec // G702: runSh is the suite the operator named in ORSUITE_DIR; running it is the point
 			cmd := exec.CommandContext(ctx, runSh, "--base-url", base+"/v1", "--api-key", "orsuite", "--model", "openai/gpt-oss-sim", "--json")
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
