@@ -102,8 +102,9 @@ func (s *Server) sessionItems(ctx context.Context, tn string, req *createRequest
 
 // compactItems plans OpenAI's compaction window of items (compact.PlanWindow), asks the model
 // for the summary and returns every user message then the compaction item, with the summary
-// call's usage (OpenAI's shape; zeros for an empty session, which is returned as it is). responseID is the id of the compact answer, which the
-// archive record keeps beside the compaction item's id.
+// call's usage (OpenAI's shape; zeros for an empty session, which is returned as it is).
+// responseID is the id of the compact answer, which the archive record keeps beside the
+// compaction item's id.
 func (s *Server) compactItems(ctx context.Context, tn string, req *createRequest, items []wire.Item, responseID string) ([]wire.Item, json.RawMessage, error) {
 	w := compact.PlanWindow(items)
 	if w.Empty() {
