@@ -150,6 +150,17 @@ $(CLIENTS)/codex/node_modules/.installed: $(CLIENTS)/codex/package.json $(CLIENT
 compat: $(CLIENTS)/node_modules/.installed $(if $(filter 1,$(CODEX)),$(CLIENTS)/codex/node_modules/.installed) ## real clients (openai-node 6/7, Agents SDK, AI SDK, openai-go, Codex CLI unless CODEX=0) against respgate + the simulator, checked against Open Responses
 	COMPAT_REPORT=$(CURDIR)/bin/compat-table.md $(GO) test -count=1 -timeout 10m -tags '$(COMPAT_TAGS)' -v ./$(CLIENTS)/
 
+# The Open Responses compliance suite (integration/orsuite) is not vendored: it is read at run time
+# from ORSUITE_DIR (required; set it here or in .makerc), the folder holding its run.sh, which
+# installs bun and zod into ORSUITE_CACHE (git-ignored under bin/) on first use.
+ORSUITE_DIR   ?=
+ORSUITE_CACHE ?= $(CURDIR)/bin/orsuite-cache
+
+.PHONY: orsuite
+orsuite: ## the Open Responses compliance suite against respgate + the simulator, default and --reasoning-exposure hidden (needs npm; ORSUITE_DIR=folder of the suite's run.sh); scores in bin/orsuite.md
+	ORSUITE_DIR=$(if $(ORSUITE_DIR),$(abspath $(ORSUITE_DIR))) ORSUITE_CACHE=$(ORSUITE_CACHE) ORSUITE_REPORT=$(CURDIR)/bin/orsuite.md \
+		$(GO) test -count=1 -timeout 15m -tags orsuite -v ./integration/orsuite/
+
 # Chaos and soak (integration/chaos, docs/testing.md "Chaos and soak"). `make test` runs the fast
 # subset of the matrix (one seed per scenario); `chaos` runs CHAOS_SEEDS seeds of every scenario on
 # both backends and prints the scenario table (also in bin/chaos-table.md). A violation prints its

@@ -1,7 +1,9 @@
 // Package compact owns respgate's compaction (docs/compaction.md): planning which items of a
-// session a summary replaces (leading system/developer messages kept, the last keep_turns user
-// turns kept verbatim, the boundary always on a user message so a function call is never separated
-// from its output), the handoff prompt the model is asked to answer with that summary, the sealed
+// session a summary replaces — for automatic compaction, leading system/developer messages kept,
+// the last keep_turns user turns kept verbatim, the boundary always on a user message so a function
+// call is never separated from its output (PlanItems); for POST /v1/responses/compact, OpenAI's
+// window of every user message verbatim then one compaction item for the rest (PlanWindow) — the
+// handoff prompt the model is asked to answer with that summary, the sealed
 // payload of a compaction item, its expansion into the one clearly marked summary message vLLM
 // receives in its place, and the context-window arithmetic of truncation:"auto".
 //

@@ -216,3 +216,56 @@ func TestExpandSupersededCompaction(t *testing.T) {
 		t.Fatalf("expanded %q (first %s), want only the later summary, then the recent turn", letters(out), out[0].ID)
 	}
 }
+
+func TestPlanWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name, session   string
+		users, replaced string
+	}{
+		{"a short window: one user message, nothing else", "U", "U", ""},
+		{"a short exchange: the user message, the rest replaced", "UA", "U", "A"},
+		{"every user message is kept, even the early ones", "UAUAUA", "UUU", "AAA"},
+		{"system and developer messages are replaced", "SDUAUA", "UU", "SDAA"},
+		{"reasoning, calls and their outputs are replaced", "URCOAURA", "UU", "RCOARA"},
+		{"an earlier compaction item is replaced with the rest", "XUAUA", "UU", "XAA"},
+		{"items before the first user message are replaced", "AUA", "U", "AA"},
+		{"the last item may be a user message", "UAU", "UU", "A"},
+		{"empty", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			session := items(tc.session)
+			w := PlanWindow(session)
+			if got := [2]string{letters(w.Users), letters(w.Replaced)}; got != [2]string{tc.users, tc.replaced} {
+				t.Fatalf("window of %s = users %q replaced %q, want %q %q", tc.session, got[0], got[1], tc.users, tc.replaced)
+			}
+			if letters(w.Summarise) != tc.session || w.Empty() != (tc.session == "") {
+				t.Fatalf("summarise %q (empty %v), want the whole session %q", letters(w.Summarise), w.Empty(), tc.session)
+			}
+			for i, u := range w.Users { // verbatim: the same bytes
+				if j := slices.IndexFunc(session, func(it wire.Item) bool { return it.ID == u.ID }); string(session[j].JSON) != string(u.JSON) {
+					t.Fatalf("user message %d changed: %s", i, u.JSON)
+				}
+			}
+			out := w.Output(NewItem("cmp_1", "blob"))
+			if letters(out) != tc.users+"c" || !IsCompaction(out[len(out)-1]) {
+				t.Fatalf("output %q, want the user messages then one compaction item", letters(out))
+			}
+		})
+	}
+}
+
+// A message with a role and no type is a user message too (EasyInputMessage).
+func TestPlanWindowReadsUntypedMessages(t *testing.T) {
+	var session []wire.Item
+	for _, b := range []string{`{"role":"user","content":"hi"}`, `{"role":"assistant","content":"hello"}`} {
+		it, err := wire.ParseItem([]byte(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		session = append(session, it)
+	}
+	w := PlanWindow(session)
+	if len(w.Users) != 1 || len(w.Replaced) != 1 || !strings.Contains(string(w.Users[0].JSON), `"hi"`) {
+		t.Fatalf("users %d replaced %d", len(w.Users), len(w.Replaced))
+	}
+}

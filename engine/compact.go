@@ -30,9 +30,9 @@ type Compacted struct {
 }
 
 // Compact plans the session spec describes (its previous_response_id chain, then its input),
-// asks the model for a handoff summary of the region the plan compacts, and returns the lead,
-// one sealed compaction item and the recent turns, which the client sends back as the next
-// request's input. Nothing is stored but the archive record of what the summary replaced.
+// asks the model for a handoff summary of it, and returns every user message, verbatim, then one
+// sealed compaction item standing for the rest (OpenAI's compacted window), which the client
+// sends back as the next request's input. Nothing is stored but the archive record of what the summary replaced.
 func (e *Engine) Compact(ctx context.Context, spec *Spec) (*Compacted, error) {
 	var out *Compacted
 	err := e.Admitted(func() error {
@@ -69,30 +69,30 @@ func (e *Engine) sessionItems(ctx context.Context, tn string, req *Spec) ([]wire
 	return append(append([]wire.Item(nil), src.history...), res.Input...), nil
 }
 
-// compactItems plans items and, when the plan compacts something, asks the model for the
-// summary and returns lead + compaction item + recent, with the summary call's usage (OpenAI's
-// shape; zeros when nothing was compacted). responseID is the id of the compact answer, which the
-// archive record keeps beside the compaction item's id.
+// compactItems plans OpenAI's compaction window of items (compact.PlanWindow), asks the model
+// for the summary and returns every user message then the compaction item, with the summary
+// call's usage (OpenAI's shape; zeros for an empty session, which is returned as it is).
+// responseID is the id of the compact answer, which the archive record keeps beside the
+// compaction item's id.
 func (e *Engine) compactItems(ctx context.Context, tn string, req *Spec, items []wire.Item, responseID string) ([]wire.Item, json.RawMessage, error) {
-	plan := compact.PlanItems(items, e.cfg.CompactionKeepTurns)
-	if plan.Empty() {
+	w := compact.PlanWindow(items)
+	if w.Empty() {
 		return items, zeroUsage, nil
 	}
-	summary, usage, err := e.summarise(ctx, tn, req, plan.Region)
+	summary, usage, err := e.summarise(ctx, tn, req, w.Summarise)
 	if err != nil {
 		return nil, nil, err
 	}
 	id := wire.NewID(compact.PrefixCompaction)
-	payload := compact.Payload{V: 1, Summary: summary, Replaced: compact.ItemIDs(plan.Region), Model: req.Model}
+	payload := compact.Payload{V: 1, Summary: summary, Replaced: compact.ItemIDs(w.Replaced), Model: req.Model}
 	blob, err := e.ring.Seal(seal.Binding{Tenant: tn, ItemID: id, ItemType: compact.TypeCompaction}, payload.Marshal())
 	if err != nil {
 		return nil, nil, &wire.APIError{Status: http.StatusBadGateway, Type: wire.ErrServer, Code: "compaction_failed",
 			Message: "The summary is larger than a compaction item can hold; nothing was compacted."}
 	}
-	e.archiveCompaction(ctx, tn, id, responseID, req.Model, plan.Region)
-	out := make([]wire.Item, 0, len(plan.Lead)+1+len(plan.Recent))
-	out = append(append(append(out, plan.Lead...), compact.NewItem(id, blob)), plan.Recent...)
-	e.log.Info("compacted", "compaction_id", id, "replaced_items", len(plan.Region), "kept_items", len(plan.Lead)+len(plan.Recent),
+	e.archiveCompaction(ctx, tn, id, responseID, req.Model, w.Replaced)
+	out := w.Output(compact.NewItem(id, blob))
+	e.log.Info("compacted", "compaction_id", id, "replaced_items", len(w.Replaced), "kept_items", len(w.Users),
 		"summary_bytes", len(summary))
 	return out, usage, nil
 }

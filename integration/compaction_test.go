@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,6 +74,61 @@ func itemType(raw json.RawMessage) (typ, id string) {
 	return v.Type, v.ID
 }
 
+// chainItems returns, in order, the user messages of the stored chain ending at lastID (its
+// input_items, which list the whole chain's history, then its output) and the ids of every other
+// item: what OpenAI's compaction window keeps and what its compaction item stands for.
+func chainItems(t *testing.T, g *gw, lastID string) (users []json.RawMessage, others []string) {
+	t.Helper()
+	r, err := g.client.Responses.Get(t.Context(), lastID, responses.ResponseGetParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := g.client.Responses.InputItems.List(t.Context(), lastID, responses.InputItemListParams{Order: responses.InputItemListParamsOrderAsc, Limit: openai.Int(100)})
+	if err != nil || page.HasMore {
+		t.Fatalf("input items: %v (more: %v)", err, page != nil && page.HasMore)
+	}
+	var all []json.RawMessage
+	for _, it := range page.Data {
+		all = append(all, json.RawMessage(it.RawJSON()))
+	}
+	for _, it := range r.Output {
+		all = append(all, json.RawMessage(it.RawJSON()))
+	}
+	for _, it := range all {
+		var v struct{ Type, Role, ID string }
+		_ = json.Unmarshal(it, &v)
+		if v.Type == "message" && v.Role == "user" {
+			users = append(users, it)
+		} else {
+			others = append(others, v.ID)
+		}
+	}
+	return users, others
+}
+
+// checkWindow checks a compact output against OpenAI's window of the chain ending at lastID: its
+// user messages, verbatim and in order, then exactly one compaction item (whose id it returns).
+func checkWindow(t *testing.T, g *gw, out []json.RawMessage, lastID string) string {
+	t.Helper()
+	users, _ := chainItems(t, g, lastID)
+	if len(out) != len(users)+1 {
+		t.Fatalf("compact output has %d items, want the %d user messages and one compaction item", len(out), len(users))
+	}
+	for i, u := range users {
+		var got, want any
+		_ = json.Unmarshal(out[i], &got)
+		_ = json.Unmarshal(u, &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("output[%d] = %s, want the user message %s verbatim", i, out[i], u)
+		}
+	}
+	typ, id := itemType(out[len(out)-1])
+	if typ != compact.TypeCompaction || !strings.HasPrefix(id, compact.PrefixCompaction) {
+		t.Fatalf("the last output item is %s, want a cmp_ compaction item", out[len(out)-1])
+	}
+	return id
+}
+
 // The OpenAI pattern: compact a stored chain, send the compact output (plus a new message) as the
 // next request's input without previous_response_id, and the model still knows the early facts,
 // through one marked summary message; the chain then continues through the compaction item.
@@ -89,27 +146,10 @@ func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
 		if cr.Object != "response.compaction" || cr.Usage.OutputTokens == 0 {
 			t.Fatalf("compact answer: object %q usage %+v", cr.Object, cr.Usage)
 		}
+		// OpenAI's window: every user message of the chain, verbatim and in order, then one
+		// compaction item standing for the rest.
 		out := compactOutput(t, cr.RawJSON())
-		var cmpID string
-		users := 0
-		for _, it := range out {
-			typ, id := itemType(it)
-			if typ == compact.TypeCompaction {
-				if cmpID != "" {
-					t.Fatal("two compaction items")
-				}
-				cmpID = id
-			}
-			if typ == "message" && strings.Contains(string(it), `"role":"user"`) {
-				users++
-				if strings.Contains(string(it), compactFacts[0]) {
-					t.Fatalf("the first turn was kept verbatim: %s", it)
-				}
-			}
-		}
-		if !strings.HasPrefix(cmpID, compact.PrefixCompaction) || users != 2 {
-			t.Fatalf("want one cmp_ item and the 2 recent user turns, got id %q and %d user messages in %s", cmpID, users, cr.RawJSON())
-		}
+		cmpID := checkWindow(t, g, out, last.ID)
 
 		// The archive names what the summary replaced, with the digest of each stored item.
 		tn := g.Server.TenantOf("test-key")
@@ -120,17 +160,14 @@ func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
 		if rec.ResponseID != cr.ID || rec.Model != harmony {
 			t.Fatalf("archive names answer %q model %q; want the compact answer's id %s", rec.ResponseID, rec.Model, cr.ID)
 		}
-		firstInput, err := g.client.Responses.InputItems.List(t.Context(), first.ID, inputItemsParams())
-		if err != nil || len(firstInput.Data) != 1 {
-			t.Fatalf("first input items: %v", err)
-		}
-		stored, err := g.Store.ItemGet(t.Context(), &store.ItemGetParams{Tenant: tn, ID: firstInput.Data[0].ID})
+		// The first replaced item is the first turn's first output item (its user message is kept).
+		stored, err := g.Store.ItemGet(t.Context(), &store.ItemGetParams{Tenant: tn, ID: first.Output[0].ID})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sum := sha256.Sum256(stored.JSON)
-		if len(rec.Replaced) == 0 || rec.Replaced[0].ItemID != stored.ID || rec.Replaced[0].SHA256 != hex.EncodeToString(sum[:]) {
-			t.Fatalf("archive %+v does not start with the first input item %s (sha256 %x)", rec.Replaced, stored.ID, sum)
+		if _, others := chainItems(t, g, last.ID); len(rec.Replaced) != len(others) || rec.Replaced[0].ItemID != stored.ID || rec.Replaced[0].SHA256 != hex.EncodeToString(sum[:]) {
+			t.Fatalf("archive %+v does not start with the first output item %s (sha256 %x)", rec.Replaced, stored.ID, sum)
 		}
 
 		// The compact output becomes the next input.
@@ -180,21 +217,114 @@ func TestCompactOutputAsNextInputKeepsEarlyFacts(t *testing.T) {
 	})
 }
 
-// Nothing to compact (fewer user turns than are kept): the input comes back, no compaction item,
-// and the model is not called.
-func TestCompactWithNothingToCompactReturnsTheInput(t *testing.T) {
+// A short window (one user message, nothing else) still answers OpenAI's shape: the message,
+// verbatim, then a compaction item; the summary is asked for, and the output works as the next
+// input.
+func TestCompactOfAShortWindowAnswersTheMessageAndACompactionItem(t *testing.T) {
 	t.Parallel()
-	g := newGateway(t, nil)
-	cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
-		Model: responses.ResponseCompactParamsModel(harmony),
-		Input: responses.ResponseCompactParamsInputUnion{OfString: openai.String("remember: short")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := compactOutput(t, cr.RawJSON())
-	if len(out) != 1 || !strings.Contains(string(out[0]), "remember: short") || len(g.Sim.Requests()) != 0 {
-		t.Fatalf("want the input back unchanged and no upstream call, got %s (%d calls)", cr.RawJSON(), len(g.Sim.Requests()))
-	}
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+			Model: responses.ResponseCompactParamsModel(harmony),
+			Input: responses.ResponseCompactParamsInputUnion{OfString: openai.String("remember: short")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := compactOutput(t, cr.RawJSON())
+		if len(out) != 2 || !strings.Contains(string(out[0]), "remember: short") || !strings.Contains(string(out[0]), `"role":"user"`) {
+			t.Fatalf("want the user message then a compaction item, got %s", cr.RawJSON())
+		}
+		if typ, _ := itemType(out[1]); typ != compact.TypeCompaction || len(g.Sim.Requests()) != 1 || cr.Usage.OutputTokens == 0 {
+			t.Fatalf("want a compaction item written by one summary call, got %s (%d calls)", cr.RawJSON(), len(g.Sim.Requests()))
+		}
+		input, _ := json.Marshal(append(out, json.RawMessage(`{"role":"user","content":"what do you remember?"}`)))
+		next := g.create(t, `{"model":"`+harmony+`","input":`+string(input)+`}`)
+		if !strings.Contains(outputText(next), "short") {
+			t.Fatalf("the next turn forgot the fact: %q", outputText(next))
+		}
+	})
+}
+
+// Compacting a window that already holds a compaction item, tool calls and their outputs: every
+// user message of both windows stays verbatim, and the one new compaction item stands for all the
+// rest, the earlier compaction item included; the model still knows the facts of both windows.
+func TestCompactAgainReplacesTheEarlierCompactionItem(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t))
+		_, last := session(t, g, harmony)
+		cr, err := g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+			Model: responses.ResponseCompactParamsModel(harmony), PreviousResponseID: openai.String(last.ID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := compactOutput(t, cr.RawJSON())
+		firstID := checkWindow(t, g, first, last.ID)
+
+		// A new chain from the compact output: a tool call, its output, then a fact.
+		const tools = `[{"type":"function","name":"lookup","parameters":{"type":"object","properties":{"query":{"type":"string"}}}}]`
+		input, _ := json.Marshal(append(first, json.RawMessage(`{"role":"user","content":"remember: the tide turns at noon. call lookup"}`)))
+		r := g.create(t, `{"model":"`+harmony+`","input":`+string(input)+`,"tools":`+tools+`}`)
+		var callID string
+		for _, it := range r.Output {
+			if it.Type == "function_call" {
+				callID = it.CallID
+			}
+		}
+		if callID == "" {
+			t.Fatalf("no function call in %s", r.RawJSON())
+		}
+		r = g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+r.ID+`","tools":`+tools+`,"input":[{"type":"function_call_output","call_id":"`+callID+`","output":"found it"}]}`)
+		r = g.create(t, `{"model":"`+harmony+`","previous_response_id":"`+r.ID+`","input":"remember: the boat is red"}`)
+
+		cr, err = g.client.Responses.Compact(t.Context(), responses.ResponseCompactParams{
+			Model: responses.ResponseCompactParamsModel(harmony), PreviousResponseID: openai.String(r.ID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := compactOutput(t, cr.RawJSON())
+		secondID := checkWindow(t, g, second, r.ID)
+		if secondID == firstID || strings.Contains(cr.RawJSON(), firstID) {
+			t.Fatalf("the earlier compaction item %s is still in the output: %s", firstID, cr.RawJSON())
+		}
+		users := 0
+		for _, it := range second {
+			if strings.Contains(string(it), `"role":"user"`) {
+				users++
+			}
+		}
+		if users != len(compactFacts)+1+2 { // the first window's 4, then 2 more (the call's output is not a message)
+			t.Fatalf("%d user messages in %s", users, cr.RawJSON())
+		}
+		// The archive of the new item lists the earlier compaction item and the tool call and output.
+		rec, err := g.Store.CompactionGet(t.Context(), &store.CompactionGetParams{Tenant: g.Server.TenantOf("test-key"), ID: secondID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var replaced []string
+		for _, it := range rec.Replaced {
+			replaced = append(replaced, it.ItemID)
+		}
+		if !slices.Contains(replaced, firstID) || !slices.ContainsFunc(replaced, func(id string) bool { return strings.HasPrefix(id, "fc_") }) {
+			t.Fatalf("the archive %v does not list the earlier compaction item and the call", replaced)
+		}
+		input, _ = json.Marshal(append(second, json.RawMessage(`{"role":"user","content":"what do you remember?"}`)))
+		g.Sim.Reset()
+		next := g.create(t, `{"model":"`+harmony+`","input":`+string(input)+`}`)
+		for _, f := range append(append([]string(nil), compactFacts...), "the tide turns at noon", "the boat is red") {
+			if !strings.Contains(outputText(next), f) {
+				t.Fatalf("fact %q forgotten after the second compaction: %q", f, outputText(next))
+			}
+		}
+		marked := 0
+		for _, it := range upstreamInput(t, g.Sim.Requests()[0].Body) {
+			b, _ := json.Marshal(it)
+			marked += strings.Count(string(b), "compaction summary")
+		}
+		if marked != 1 {
+			t.Fatalf("want one marked summary message upstream, got %d", marked)
+		}
+	})
 }
 
 // The compact route's client errors.

@@ -174,7 +174,7 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.WSCacheBytes }},
 	{flag: "chain-cache-bytes", def: intDef(serverDefaults.ChainCacheBytes), help: "item JSON a replica keeps of the histories of recent chain heads, so continuing one costs one generation check instead of a chain load (docs/scaling.md)",
 		bind: func(c *config) any { return &c.server.ChainCacheBytes }},
-	{flag: "compaction-keep-turns", def: intDef(serverDefaults.CompactionKeepTurns), help: "most recent user turns compaction keeps verbatim; older turns (after the leading system/developer messages) are summarised",
+	{flag: "compaction-keep-turns", def: intDef(serverDefaults.CompactionKeepTurns), help: "most recent user turns automatic compaction keeps verbatim; older turns (after the leading system/developer messages) are summarised (POST /v1/responses/compact keeps every user message)",
 		bind: func(c *config) any { return &c.server.CompactionKeepTurns }},
 	{flag: "compaction-prompt-file", def: "", help: "file holding the handoff prompt the model answers with a compaction summary; empty (or an empty file) uses the built-in prompt (docs/compaction.md)",
 		example: os.DevNull, bind: func(c *config) any { return &c.compactionPromptFile }},

@@ -29,6 +29,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/respgate/respgate/integration/orcheck"
+	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
 // model is the simulator's gpt-oss (harmony) model: vLLM's dialect with every quirk on.
@@ -115,6 +116,9 @@ func (g *gateway) results() (violations, dropped []string, exchanges int) {
 type instance struct {
 	args   []string
 	canary string
+	// models, when set, are served by an in-process simulator that respgate uses as its vLLM
+	// instead of its built-in one.
+	models []vllmsim.Model
 
 	once sync.Once
 	g    *gateway
@@ -126,7 +130,16 @@ var (
 	// hiddenReasoning never shows reasoning text to clients; "Thinking about" begins every
 	// reasoning text of the simulator (upstream/vllmsim/doc.go) and nothing else it writes.
 	hiddenReasoning = &instance{args: []string{"--reasoning-exposure", "hidden"}, canary: "Thinking about"}
+	// openAINamed serves the harmony model under a name shaped like OpenAI's too: the Agents
+	// SDK's OpenAIResponsesCompactionSession refuses any other (agents-compaction.mjs).
+	openAINamed = &instance{models: []vllmsim.Model{
+		{Name: vllmsim.HarmonyModel, Dialect: vllmsim.Harmony},
+		{Name: openAINamedModel, Dialect: vllmsim.Harmony},
+	}}
 )
+
+// openAINamedModel is the harmony model's second name on openAINamed.
+const openAINamedModel = "gpt-oss-sim"
 
 // start builds and starts respgate (default settings) once for the whole run.
 func start(t *testing.T) *gateway { return rawReasoning.start(t) }
@@ -137,7 +150,11 @@ func startHidden(t *testing.T) *gateway { return hiddenReasoning.start(t) }
 func (in *instance) start(t *testing.T) *gateway {
 	t.Helper()
 	in.once.Do(func() {
-		in.g, in.err = startGateway(in.args...)
+		upstream := "" // the built-in simulator
+		if len(in.models) > 0 {
+			upstream = httptest.NewServer(vllmsim.New(vllmsim.Options{Models: in.models})).URL + "/v1" // serves until the run ends
+		}
+		in.g, in.err = startGateway(upstream, in.args...)
 		if in.err == nil && in.canary != "" {
 			in.g.canary = []byte(in.canary)
 		}
@@ -173,7 +190,9 @@ func build() (string, error) {
 	return binPath, buildErr
 }
 
-func startGateway(args ...string) (*gateway, error) {
+// startGateway starts respgate on upstream (empty: its built-in simulator) behind the checking
+// proxy.
+func startGateway(upstream string, args ...string) (*gateway, error) {
 	schema, err := orcheck.Load("../testdata/openresponses-openapi-2026-04-24.json")
 	if err != nil {
 		return nil, err
@@ -193,7 +212,7 @@ func startGateway(args ...string) (*gateway, error) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cmd := exec.Command(bin, append([]string{"--listen", addr, "--database-url", "sqlite:" + filepath.Join(dir, "respgate.db"), "--log-level", "warn"}, args...)...)
-	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=") // the built-in simulator
+	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL="+upstream)
 	g := &gateway{schema: schema, logs: &bytes.Buffer{}, base: "http://" + addr}
 	cmd.Stderr = &syncWriter{w: g.logs, mu: &g.mu}
 	if err := cmd.Start(); err != nil {
@@ -513,6 +532,12 @@ func TestOpenAINodeChat(t *testing.T) { runNode(t, 2, "chat.mjs", "openai") }
 func TestOpenAINode6Chat(t *testing.T) { runNode(t, 2, "chat.mjs", "openai-v6") }
 
 func TestVercelAISDKChat(t *testing.T) { runNode(t, 2, "aisdk-chat.mjs") }
+
+// TestAgentsCompactionSession: the Agents SDK's OpenAIResponsesCompactionSession over several runs,
+// in both of its compaction modes.
+func TestAgentsCompactionSession(t *testing.T) {
+	runNodeOn(t, openAINamed.start(t), 2, "agents-compaction.mjs")
+}
 
 // TestVercelAISDKChatHiddenReasoning: the SDK never sees reasoning, so only the front door's
 // replay can give step 2's model step 1's reasoning.

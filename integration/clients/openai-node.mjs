@@ -203,9 +203,11 @@ await main(async () => {
     assert.equal(items.length, 1, `want one compaction item: ${JSON.stringify(compacted.output)}`);
     assert.ok(items[0].id.startsWith('cmp_'), items[0].id);
     assert.ok(items[0].encrypted_content.startsWith('rgr1.'), 'compaction item without respgate\'s blob');
+    // OpenAI's window: every user message, verbatim and in order, then the one compaction item.
     const users = compacted.output.filter((it) => it.type === 'message' && it.role === 'user');
-    assert.equal(users.length, 2, 'want the 2 recent user turns kept');
-    assert.ok(!JSON.stringify(users).includes(facts[0]), 'the first turn was kept verbatim');
+    assert.equal(users.length, 4, 'want every user message kept');
+    assert.ok(JSON.stringify(users[0]).includes(facts[0]), 'the first user message is not kept verbatim');
+    assert.equal(compacted.output.at(-1).type, 'compaction', 'the compaction item is not last');
     assert.ok(compacted.usage.output_tokens > 0, JSON.stringify(compacted.usage));
     const next = (await streamTurn({ model, input: [...compacted.output, { role: 'user', content: 'what do you remember?' }] })).final;
     assert.equal(next.status, 'completed');

@@ -60,10 +60,11 @@ var Overlays = []Overlay{
 		},
 	},
 	{
-		Reason: "respgate streams reasoning text as response.reasoning_text.delta/.done, the names the OpenAI " +
-			"SDKs require (their helpers throw on any other event type) and the compliance suite's zod union " +
-			"uses; the 2026-04-24 OpenAPI document names them response.reasoning.delta/.done. Both names " +
-			"are accepted by the same schemas (docs/wire.md §5.4, §7.1).",
+		Reason: "respgate streams reasoning text as response.reasoning_text.delta/.done, the names OpenAI's " +
+			"API and vLLM use and the OpenAI SDKs require (their helpers throw on any other event type); the " +
+			"2026-04-24 OpenAPI document, and the compliance suite's schemas generated from it, name them " +
+			"response.reasoning.delta/.done. Both names are accepted by the same schemas (docs/wire.md §5.4, " +
+			"§7.1; docs/compatibility.md \"Reasoning event names\").",
 		Apply: func(doc map[string]any) error {
 			return errors.Join(
 				patchAdd(doc, schemas+"ResponseReasoningDeltaStreamingEvent/properties/type/enum/-", "response.reasoning_text.delta"),

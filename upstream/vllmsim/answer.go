@@ -149,7 +149,7 @@ func selectCalls(req *createRequest, c *conversation) []functionTool {
 	var sel []functionTool
 	switch {
 	case tc.mode == "function":
-		sel = []functionTool{{name: tc.name, param: "query"}}
+		sel = []functionTool{{name: tc.name}}
 		for _, t := range tools {
 			if t.name == tc.name {
 				sel = []functionTool{t}
@@ -163,6 +163,9 @@ func selectCalls(req *createRequest, c *conversation) []functionTool {
 			if mentionsCall(lower, strings.ToLower(t.name)) {
 				sel = append(sel, t)
 			}
+		}
+		if len(sel) == 0 {
+			sel = topicTools(tools, c.lastUser)
 		}
 		if len(sel) == 0 && tc.mode == "required" {
 			sel = tools[:1]
@@ -279,10 +282,7 @@ func planItems(d Dialect, req *createRequest, c *conversation, f *fault) (items 
 	for _, t := range calls {
 		var args []string
 		if !f.noArgs {
-			b := append([]byte(`{`), wire.AppendString(nil, t.param)...)
-			b = append(b, ':')
-			b = wire.AppendString(b, value)
-			args = tokenize(string(append(b, '}')))
+			args = tokenize(string(t.arguments(value, c.lastUser)))
 		}
 		items = append(items, &outItem{kind: kindCall, name: t.name, tokens: args})
 	}

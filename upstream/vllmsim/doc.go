@@ -168,12 +168,38 @@
 // trimmed of spaces and trailing dots; facts are joined with "; ", or "none".
 //
 // Function calls are produced instead of the answer when the request has function tools, tool_choice
-// is not "none", the input does not end with function_call_output items, and either the last user text
-// contains "call <name>" for a tool name (each such tool is called, in the tools' order) or "use tools"
-// (every function tool is called: parallel calls), or tool_choice forces it ("required": the triggered
-// tools or else the first tool; {"type":"function","name":X}: X; parser path only, harmony answers 501).
-// parallel_tool_calls:false keeps only the first call. The arguments are {"<p>":"<last user text,
-// whitespace collapsed>"} where p is the first name in the tool's parameters.required, else "query".
+// is not "none", the input does not end with function_call_output items, and the last user text
+// triggers them, in this order of precedence:
+//
+//   - it contains "call <name>" for a tool name: each such tool is called, in the tools' order;
+//   - it contains "use tools": every function tool is called (parallel calls);
+//   - it is about what a tool names, as a real model would call get_weather for "What's the weather
+//     like in San Francisco?": each such tool is called, in the tools' order. The text is about a
+//     tool when one of its words equals one of the tool's topic words, or is that word with an "s"
+//     or "es" more or less. The topic words are the words of the tool's name (split at anything but
+//     letters and digits and at camelCase humps) of 3 letters or more, and the words of its
+//     description of 4 letters or more, all lowercased, less the generic words that say what a
+//     tool does rather than what it is about (get, list, search, current, information, the, for…:
+//     genericWords in toolcall.go);
+//
+// or tool_choice forces it ("required": the triggered tools or else the first tool;
+// {"type":"function","name":X}: X; parser path only, harmony answers 501). parallel_tool_calls:false
+// keeps only the first call.
+//
+// The arguments fit the tool's parameters schema. The object holds the schema's required members in
+// order; with none, its first property; with no properties either, {"query": …} (or {} when
+// additionalProperties is false). Each value fits its member's schema: const, else the first enum
+// value the text names as a word (else the first enum value), else the first alternative of
+// anyOf/oneOf that is not null, else by type (the first non-null type of a list): a string is the
+// last user text with its whitespace collapsed; an integer or number is the first number written in
+// the text, else the minimum, else 1, kept within minimum and maximum; a boolean is true; an array
+// holds one value of its items; an object is built like the top one (but {} without properties);
+// null is null. For a tool called because the text is about it, a string member whose name holds
+// location, city, place, address, country, region, town or destination gets the first run of
+// capitalised words after "in", "at", "near" or "for" ("San Francisco"), when there is one. So
+// {"type":"object","properties":{"location":{"type":"string"}},"required":["location"]} gets
+// {"location":"San Francisco"} for the question above, and {"location":"Please call get_weather"}
+// for "Please call get_weather".
 // On the parser path a short text "Calling <name>[, <name>…]." precedes the calls (the
 // (reasoning)?(text)?(tool call)* pattern); harmony emits reasoning then the calls.
 //

@@ -91,10 +91,14 @@ func (r *createRequest) toolChoice() toolChoice {
 	return toolChoice{mode: "other"}
 }
 
-// functionTool is a function tool of the request: its name and the parameter its argument fills.
+// functionTool is a function tool of the request: its name, description and parameters schema
+// (toolcall.go builds the arguments from it). topic marks a tool selected because the user's
+// message is about what it names rather than by an explicit trigger.
 type functionTool struct {
-	name  string
-	param string
+	name        string
+	description string
+	params      json.RawMessage
+	topic       bool
 }
 
 func (r *createRequest) functionTools() []functionTool {
@@ -102,11 +106,10 @@ func (r *createRequest) functionTools() []functionTool {
 		return nil
 	}
 	var tools []struct {
-		Type       string `json:"type"`
-		Name       string `json:"name"`
-		Parameters *struct {
-			Required []string `json:"required"`
-		} `json:"parameters"`
+		Type        string          `json:"type"`
+		Name        string          `json:"name"`
+		Description *string         `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
 	}
 	if json.Unmarshal(r.Tools, &tools) != nil {
 		return nil
@@ -116,11 +119,11 @@ func (r *createRequest) functionTools() []functionTool {
 		if t.Type != "function" || t.Name == "" {
 			continue
 		}
-		param := "query"
-		if t.Parameters != nil && len(t.Parameters.Required) > 0 && t.Parameters.Required[0] != "" {
-			param = t.Parameters.Required[0]
+		ft := functionTool{name: t.Name, params: t.Parameters}
+		if t.Description != nil {
+			ft.description = *t.Description
 		}
-		out = append(out, functionTool{name: t.Name, param: param})
+		out = append(out, ft)
 	}
 	return out
 }
