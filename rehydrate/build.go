@@ -353,6 +353,51 @@ func (bd *builder) addHistory(it *wire.Item, param string) error {
 	return err
 }
 
+// addReference adds the stored item an item_reference names (input[i]), or nothing when it was
+// sent already (a duplicate by definition); a reference not found is a 400.
+func (bd *builder) addReference(v *view, w where, i int, res *Result) error {
+	b := v.b
+	if err := stringMember(b, v.id, w, "id", -1, ""); err != nil {
+		return err
+	}
+	id := str(b, v.id)
+	if _, ok := bd.prior(id); ok {
+		// Already sent (history, or earlier in this input): a duplicate by definition.
+		bd.stats.DuplicatesDropped++
+		return nil
+	}
+	if bd.lookup != nil {
+		if ref, ok := bd.lookup.LookupItem(id); ok {
+			return bd.addResolved(ref, id, i, res)
+		}
+	}
+	return wire.Invalid(w.param(""), CodeReferenceNotFound,
+		"Item '%s' referenced by %s was not found.", clip(id), w.name(""))
+}
+
+// addStoredReasoning handles a reasoning item replayed without its plaintext (only
+// encrypted_content or a summary, as some SDKs send them back): if respgate has the item, it is
+// the same item, so what respgate stored is replayed instead of rejecting it (or replaying
+// nothing). done reports that the item was handled (added, or dropped as a duplicate). An item
+// carrying respgate's own encrypted_content is opened instead (project.go).
+func (bd *builder) addStoredReasoning(v *view, i int, res *Result) (done bool, err error) {
+	b := v.b
+	if !v.id.IsStr(b) || hasPlaintext(v) || ownBlob(v) {
+		return false, nil
+	}
+	id := str(b, v.id)
+	if _, ok := bd.prior(id); ok {
+		bd.stats.DuplicatesDropped++
+		return true, nil
+	}
+	if bd.lookup != nil {
+		if ref, ok := bd.lookup.LookupItem(id); ok && isReasoningWithText(ref) {
+			return true, bd.addResolved(ref, id, i, res)
+		}
+	}
+	return false, nil
+}
+
 func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 	w := where{prefix: "input", idx: i}
 	v, _, err := scanItem(it.JSON, nil)
@@ -362,43 +407,14 @@ func (bd *builder) addInput(it *wire.Item, i int, res *Result) error {
 	if err := classify(&v, w); err != nil {
 		return err
 	}
-	b := v.b
 	switch v.kind {
 	case kindOther:
 		return unsupportedItem(&v, w)
 	case kindReference:
-		if err := stringMember(b, v.id, w, "id", -1, ""); err != nil {
-			return err
-		}
-		id := str(b, v.id)
-		if _, ok := bd.prior(id); ok {
-			// Already sent (history, or earlier in this input): a duplicate by definition.
-			bd.stats.DuplicatesDropped++
-			return nil
-		}
-		if bd.lookup != nil {
-			if ref, ok := bd.lookup.LookupItem(id); ok {
-				return bd.addResolved(ref, id, i, res)
-			}
-		}
-		return wire.Invalid(w.param(""), CodeReferenceNotFound,
-			"Item '%s' referenced by %s was not found.", clip(id), w.name(""))
+		return bd.addReference(&v, w, i, res)
 	case kindReasoning:
-		// A reasoning item replayed without its plaintext (only encrypted_content or a summary, as
-		// some SDKs send them back): if respgate has the item, it is the same item, so replay what
-		// respgate stored instead of rejecting it (or replaying nothing).
-		// An item carrying respgate's own encrypted_content is opened instead (project.go).
-		if v.id.IsStr(b) && !hasPlaintext(&v) && !ownBlob(&v) {
-			id := str(b, v.id)
-			if _, ok := bd.prior(id); ok {
-				bd.stats.DuplicatesDropped++
-				return nil
-			}
-			if bd.lookup != nil {
-				if ref, ok := bd.lookup.LookupItem(id); ok && isReasoningWithText(ref) {
-					return bd.addResolved(ref, id, i, res)
-				}
-			}
+		if done, err := bd.addStoredReasoning(&v, i, res); done {
+			return err
 		}
 	}
 	clientID, err := idOf(it, &v, w)

@@ -219,26 +219,14 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 			},
 		})
 	}
-	var rd io.Reader
-	if body != nil && !lend {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(reqCtx, method, u, rd)
+	req, err := c.newRequest(reqCtx, method, u, body, lend, accept)
 	if err != nil {
 		connect.Stop()
 		cancel(nil)
-		return nil, nil, &Error{Kind: KindBadBody, Message: "cannot build the request", cause: err}
+		return nil, nil, err
 	}
 	if lend {
 		lent = newLentBody(req, body, release)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", accept)
-	req.Header.Set("User-Agent", "respgate")
-	if c.auth != "" {
-		req.Header.Set("Authorization", c.auth)
 	}
 	resp, err := c.hc.Do(req)
 	if lent != nil {
@@ -259,21 +247,48 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 		return nil, nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		b, rerr := cl.readAll(resp.Body, maxErrorBody)
-		var tooLarge *Error
-		if rerr == nil || errors.As(rerr, &tooLarge) && tooLarge.Kind == KindEventTooLarge {
-			// A huge error body is cut; what we have may still hold the envelope.
-			err = c.httpError(resp.StatusCode, resp.Header, b)
-		} else {
-			err = c.classify(ctx, rctx, rerr, true)
-			if e := (*Error)(nil); errors.As(err, &e) {
-				e.Status = resp.StatusCode
-			}
-		}
+		err := c.statusError(ctx, rctx, resp, cl)
 		cl.end(resp.Body)
 		return nil, nil, err
 	}
 	return resp, cl, nil
+}
+
+// newRequest builds the request of a call: body as a reader unless it is lent (the caller wraps
+// it in a lentBody), and the call's headers.
+func (c *Client) newRequest(ctx context.Context, method, u string, body []byte, lend bool, accept string) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil && !lend {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, &Error{Kind: KindBadBody, Message: "cannot build the request", cause: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "respgate")
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	return req, nil
+}
+
+// statusError is the error of a non-2xx answer, from its body (a huge one is cut: what was read
+// may still hold the envelope), or why the body could not be read.
+func (c *Client) statusError(caller, rctx context.Context, resp *http.Response, cl *call) error {
+	b, rerr := cl.readAll(resp.Body, maxErrorBody)
+	var tooLarge *Error
+	if rerr == nil || errors.As(rerr, &tooLarge) && tooLarge.Kind == KindEventTooLarge {
+		return c.httpError(resp.StatusCode, resp.Header, b)
+	}
+	err := c.classify(caller, rctx, rerr, true)
+	if e := (*Error)(nil); errors.As(err, &e) {
+		e.Status = resp.StatusCode
+	}
+	return err
 }
 
 // end releases the request: stops the idle timer, closes the body and cancels the context.
