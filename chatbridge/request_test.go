@@ -101,6 +101,8 @@ func TestUntranslatableMembersAreA400NamingThem(t *testing.T) {
 		{`{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id"},
 		{`{"model":"m","messages":[{"role":"user"}]}`, "messages[0].content"},
 		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom"}]}]}`, "messages[0].tool_calls[0]"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}},{"id":"c","type":"function","function":{"name":"g"}}]}]}`, "messages[0].tool_calls[1].id"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]},{"role":"tool","tool_call_id":"c","content":"o"},{"role":"assistant","tool_calls":[{"id":"d","type":"function","function":{"name":"f"}},{"id":"c","type":"function","function":{"name":"f"}}]}]}`, "messages[2].tool_calls[1].id"},
 	} {
 		t.Run(c.param, func(t *testing.T) {
 			_, err := translate(t, c.body)
@@ -114,7 +116,7 @@ func TestUntranslatableMembersAreA400NamingThem(t *testing.T) {
 
 func TestMessageParamNamesTheMessage(t *testing.T) {
 	origin := []int{0, 1, 1, 1, 2}
-	for in, want := range map[string]string{"input[3].arguments": "messages[1]", "input[4]": "messages[2]", "tools": "tools", "input[9]": "messages"} {
+	for in, want := range map[string]string{"input[3].arguments": "messages[1]", "input[4]": "messages[2]", "tools": "tools", "input[9]": "messages", "input": "messages"} {
 		if got := MessageParam(in, origin); got != want {
 			t.Errorf("MessageParam(%s) = %s, want %s", in, got, want)
 		}
