@@ -89,7 +89,11 @@ func (s *Server) countTokens(ctx context.Context, model string, items []wire.Ite
 	raw, err := s.upstream.Tokenize(tctx, upstream.Route{Model: model}, body) // not in upstreamLatency: that is generation's
 	if err != nil {
 		var ue *upstream.Error
-		if errors.As(err, &ue) && (ue.Status == http.StatusNotFound || ue.Status == http.StatusMethodNotAllowed) && !strings.Contains(ue.Message, "model") {
+		// Only an upstream without the route is remembered: vLLM's 404 for one request's unknown
+		// model ("The model `x` does not exist.") must not switch counting off for every model
+		// of the replica (issue 38 item 19).
+		if errors.As(err, &ue) && (ue.Status == http.StatusNotFound || ue.Status == http.StatusMethodNotAllowed) &&
+			!strings.Contains(strings.ToLower(ue.Message), "model") {
 			s.noTokenize.Store(true)
 			s.log.Warn("the upstream has no /tokenize; automatic compaction estimates sizes")
 		}
