@@ -187,7 +187,7 @@ func TestStartRunsHousekeepingOnARealStore(t *testing.T) {
 	ran := make(chan struct{})
 	var once sync.Once
 	r, err := Start(t.Context(), st, Config{Workers: 1,
-		Turn: func(context.Context, string, string) error { return nil },
+		Turn:         func(context.Context, string, string) error { return nil },
 		Housekeeping: func(context.Context) { once.Do(func() { close(ran) }) }})
 	if err != nil {
 		t.Fatal(err)
