@@ -68,6 +68,9 @@ func Decode(members map[string]json.RawMessage) (*Request, error) {
 		}
 		r.Messages = append(r.Messages, Message{Role: head.Role, JSON: raw})
 	}
+	if err := uniqueToolCallIDs(r.Messages); err != nil {
+		return nil, err
+	}
 	for _, u := range unsupported {
 		if v := get(members, u.name); v != nil && string(v) != u.harmless {
 			return nil, wire.Invalid(u.name, "unsupported_parameter", "'%s' is not supported by this gateway's chat completions.", u.name)
@@ -323,9 +326,53 @@ func responseFormat(v json.RawMessage) (json.RawMessage, error) {
 	return nil, wire.Invalid("response_format.type", "invalid_value", "'response_format.type' must be text, json_object or json_schema.")
 }
 
+// uniqueToolCallIDs refuses a tool call id that two tool calls of the history share (in one
+// assistant message or in two): each tool message answers one call by its id, so vLLM would be
+// handed two function_calls one output cannot tell apart (issue 38 item 14). A 400
+// tool_call_id_conflict naming the second one.
+func uniqueToolCallIDs(msgs []Message) error {
+	seen := map[string]bool{}
+	for i, m := range msgs {
+		if m.Role != "assistant" {
+			continue
+		}
+		var calls struct {
+			ToolCalls []struct {
+				ID string `json:"id"`
+			} `json:"tool_calls"`
+		}
+		if json.Unmarshal(m.JSON, &calls) != nil {
+			continue // translateMessage names the member of the wrong type
+		}
+		for j, tc := range calls.ToolCalls {
+			if tc.ID == "" {
+				continue
+			}
+			if seen[tc.ID] {
+				return wire.Invalid(fmt.Sprintf("messages[%d].tool_calls[%d].id", i, j), "tool_call_id_conflict",
+					"Tool call id '%s' in 'messages[%d].tool_calls[%d]' is the id of an earlier tool call; each tool call needs its own id.",
+					clipID(tc.ID), i, j)
+			}
+			seen[tc.ID] = true
+		}
+	}
+	return nil
+}
+
+// clipID bounds an id echoed in an error message.
+func clipID(id string) string {
+	if len(id) > 64 {
+		return strings.ToValidUTF8(id[:64], "") + "…"
+	}
+	return id
+}
+
 // MessageParam rewrites a param about the translated input ("input[3].content") to the message
 // it came from ("messages[2]"), so a 400 from the Responses path names what the client sent.
 func MessageParam(param string, origin []int) string {
+	if param == "input" {
+		return "messages" // a fault of the whole input (too many items) is one of the messages
+	}
 	rest, ok := strings.CutPrefix(param, "input[")
 	if !ok {
 		return param

@@ -41,6 +41,14 @@ func TestTranslationToResponses(t *testing.T) {
 			"input", `[{"content":"be brief","role":"system","type":"message"},{"content":[{"text":"hi","type":"input_text"},{"detail":"auto","image_url":"data:x","type":"input_image"}],"role":"user","type":"message"}]`},
 		{"an assistant tool loop with reasoning sent back", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"c","reasoning_content":"r","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"o"}]}]}`,
 			"input", `[{"content":"q","role":"user","type":"message"},{"content":[{"text":"r","type":"reasoning_text"}],"summary":[],"type":"reasoning"},{"content":[{"annotations":[],"text":"c","type":"output_text"}],"role":"assistant","status":"completed","type":"message"},{"arguments":"{}","call_id":"call_1","name":"f","status":"completed","type":"function_call"},{"call_id":"call_1","output":"o","type":"function_call_output"}]`},
+		{"an assistant message with vLLM's newer reasoning field", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"c","reasoning":"r2"},{"role":"user","content":"q2"}]}`,
+			"input", `[{"content":"q","role":"user","type":"message"},{"content":[{"text":"r2","type":"reasoning_text"}],"summary":[],"type":"reasoning"},{"content":[{"annotations":[],"text":"c","type":"output_text"}],"role":"assistant","status":"completed","type":"message"},{"content":"q2","role":"user","type":"message"}]`},
+		{"reasoning_content wins over reasoning", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"c","reasoning_content":"r1","reasoning":"r2"}]}`,
+			"input", `[{"content":"q","role":"user","type":"message"},{"content":[{"text":"r1","type":"reasoning_text"}],"summary":[],"type":"reasoning"},{"content":[{"annotations":[],"text":"c","type":"output_text"}],"role":"assistant","status":"completed","type":"message"}]`},
+		{"an empty reasoning field adds no item", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"c","reasoning":""}]}`,
+			"input", `[{"content":"q","role":"user","type":"message"},{"content":[{"annotations":[],"text":"c","type":"output_text"}],"role":"assistant","status":"completed","type":"message"}]`},
+		{"a refusal sent back", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"refusal":"no"}]}`,
+			"input", `[{"content":"q","role":"user","type":"message"},{"content":[{"refusal":"no","type":"refusal"}],"role":"assistant","status":"completed","type":"message"}]`},
 		{"store is false upstream", `{"model":"m","messages":[{"role":"user","content":"q"}]}`, "store", `false`},
 		{"function tools", `{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}]}`,
 			"tools", `[{"name":"f","parameters":{"type":"object"},"strict":true,"type":"function"}]`},
@@ -101,6 +109,8 @@ func TestUntranslatableMembersAreA400NamingThem(t *testing.T) {
 		{`{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id"},
 		{`{"model":"m","messages":[{"role":"user"}]}`, "messages[0].content"},
 		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom"}]}]}`, "messages[0].tool_calls[0]"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}},{"id":"c","type":"function","function":{"name":"g"}}]}]}`, "messages[0].tool_calls[1].id"},
+		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]},{"role":"tool","tool_call_id":"c","content":"o"},{"role":"assistant","tool_calls":[{"id":"d","type":"function","function":{"name":"f"}},{"id":"c","type":"function","function":{"name":"f"}}]}]}`, "messages[2].tool_calls[1].id"},
 	} {
 		t.Run(c.param, func(t *testing.T) {
 			_, err := translate(t, c.body)
@@ -114,7 +124,7 @@ func TestUntranslatableMembersAreA400NamingThem(t *testing.T) {
 
 func TestMessageParamNamesTheMessage(t *testing.T) {
 	origin := []int{0, 1, 1, 1, 2}
-	for in, want := range map[string]string{"input[3].arguments": "messages[1]", "input[4]": "messages[2]", "tools": "tools", "input[9]": "messages"} {
+	for in, want := range map[string]string{"input[3].arguments": "messages[1]", "input[4]": "messages[2]", "tools": "tools", "input[9]": "messages", "input": "messages"} {
 		if got := MessageParam(in, origin); got != want {
 			t.Errorf("MessageParam(%s) = %s, want %s", in, got, want)
 		}

@@ -65,6 +65,10 @@ func TestPlanItems(t *testing.T) {
 		{"a negative keep means the default", "UAUAUA", -1, "", "UA", "UAUA"},
 		{"a system message after the lead is part of the region", "UASUAUA", 2, "", "UAS", "UAUA"},
 		{"an earlier compaction item alone is not compacted again", "XUAUA", 2, "", "", "XUAUA"},
+		// A history the client already cut with its own compaction items is not compacted again.
+		{"several earlier compaction items alone are not compacted again", "XXUAUA", 2, "", "", "XXUAUA"},
+		{"a compaction item after the lead alone is not compacted again", "SXUAUA", 2, "S", "", "XUAUA"},
+		{"a compaction item and one more item are compacted", "XAUAUA", 2, "", "XA", "UAUA"},
 		{"an earlier compaction item is compacted with what follows it", "XUAUAUA", 2, "", "XUA", "UAUA"},
 		{"items before the first user message belong to the region", "AUAUA", 2, "", "A", "UAUA"},
 		{"empty", "", 2, "", "", ""},
@@ -182,12 +186,28 @@ func TestTruncateDropsWholeTurnsFromTheMiddle(t *testing.T) {
 	}
 }
 
+// When the newest input alone holds more user turns than compaction keeps, the plan's Recent is
+// shorter than that input: the boundary falls inside it. The turn code must then not compact
+// (it would cut the input; server/context.go autoCompact guards on len(Recent) < len(input)).
+func TestPlanBoundaryFallsInsideAnInputWithMoreUserTurnsThanKept(t *testing.T) {
+	history, input := items("UA"), items("UAUAUA")
+	p := PlanItems(append(append([]wire.Item(nil), history...), input...), 2)
+	if len(p.Recent) >= len(input) || letters(p.Recent) != "UAUA" || letters(p.Region) != "UAUA" {
+		t.Fatalf("plan region %q recent %q", letters(p.Region), letters(p.Recent))
+	}
+	// With as many user turns kept as the input has, the input is whole in Recent.
+	if p := PlanItems(append(append([]wire.Item(nil), history...), input...), 3); len(p.Recent) != len(input) {
+		t.Fatalf("keep 3: recent %q", letters(p.Recent))
+	}
+}
+
 func TestThreshold(t *testing.T) {
 	for _, tc := range []struct {
 		used, window int
 		frac         float64
 		want         bool
-	}{{79, 100, 0.8, false}, {80, 100, 0.8, true}, {1000, 0, 0.8, false}, {1000, 100, 0, false}} {
+	}{{79, 100, 0.8, false}, {80, 100, 0.8, true}, {1000, 0, 0.8, false}, {1000, 100, 0, false},
+		{899, 1000, 0.9, false}, {900, 1000, 0.9, true}, {80, 101, 0.8, false}, {81, 101, 0.8, true}, {-1, 100, 0.8, false}, {1, 1, 1, true}} {
 		if got := Threshold(tc.used, tc.window, tc.frac); got != tc.want {
 			t.Fatalf("Threshold(%d, %d, %v) = %v", tc.used, tc.window, tc.frac, got)
 		}

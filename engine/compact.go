@@ -293,3 +293,19 @@ func (e *Engine) archiveCompaction(ctx context.Context, tn, id, responseID, mode
 		e.log.Error("archive compaction", "compaction_id", id, "error", err)
 	}
 }
+
+// CheckCompactionItem opens the compaction item it as a turn would (expandCompactions) and
+// answers the same 400 invalid_encrypted_content, naming param, when it does not: a conversation
+// door checks the items it adds (one that does not open would make every later turn of the
+// conversation a 400 until it was deleted).
+func (e *Engine) CheckCompactionItem(tn string, it wire.Item, param string) error {
+	_, err := e.expandCompactions(tn, nil, []wire.Item{it}, "items")
+	var ae *wire.APIError
+	if err == nil || !errors.As(err, &ae) {
+		return err
+	}
+	out := *ae
+	out.Message = strings.Replace(out.Message, "input[0]", param, 1)
+	out.Param = param
+	return &out
+}

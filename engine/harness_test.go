@@ -80,6 +80,17 @@ func newTestEngine(tb testing.TB, cfg Config, st store.Store, up upstream.Caller
 	return e
 }
 
+// newSQLite is a fresh SQLite store, closed at cleanup.
+func newSQLite(t *testing.T) store.Store {
+	t.Helper()
+	sq, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "respgate.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sq.Close() })
+	return sq
+}
+
 // newSimEngine is an Engine on a fresh SQLite store, wrapped by wrap when it is not nil, with
 // the simulator as upstream; it also returns the simulator, whose log holds what was sent
 // upstream.

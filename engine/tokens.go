@@ -89,7 +89,11 @@ func (e *Engine) countTokens(ctx context.Context, model string, items []wire.Ite
 	raw, err := e.upstream.Tokenize(tctx, upstream.Route{Model: model}, body) // not in upstreamLatency: that is generation's
 	if err != nil {
 		var ue *upstream.Error
-		if errors.As(err, &ue) && (ue.Status == http.StatusNotFound || ue.Status == http.StatusMethodNotAllowed) && !strings.Contains(ue.Message, "model") {
+		// Only an upstream without the route is remembered: vLLM's 404 for one request's unknown
+		// model ("The model `x` does not exist.") must not switch counting off for every model
+		// of the replica (issue 38 item 19).
+		if errors.As(err, &ue) && (ue.Status == http.StatusNotFound || ue.Status == http.StatusMethodNotAllowed) &&
+			!strings.Contains(strings.ToLower(ue.Message), "model") {
 			e.noTokenize.Store(true)
 			e.log.Warn("the upstream has no /tokenize; automatic compaction estimates sizes")
 		}

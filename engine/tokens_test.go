@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/respgate/respgate/internal/logtest"
-
+	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -83,5 +84,41 @@ func TestAContinuationIsSizedByThePreviousUsage(t *testing.T) {
 	}
 	if !sized {
 		t.Fatalf("the continuation was not sized by the previous usage: %q", logs.Snapshot())
+	}
+}
+
+// One request naming a model the upstream does not serve gets vLLM's 404 from /tokenize; that
+// must not switch /tokenize off for the replica: the next turn of a served model is counted.
+// An upstream that has no /tokenize route (a plain 404) is remembered as such.
+func TestAnUnknownModelDoesNotSwitchTokenizeOff(t *testing.T) {
+	s, _ := newSimEngine(t, Config{}, nil)
+	items := []wire.Item{{Type: wire.TypeMessage, JSON: []byte(`{"type":"message","role":"user","content":"count these words"}`)}}
+	for _, model := range []string{"no-such/Model", "NO-SUCH-MODEL"} {
+		if _, ok := s.countTokens(t.Context(), model, items); ok {
+			t.Fatalf("%s was counted", model)
+		}
+	}
+	if s.noTokenize.Load() {
+		t.Fatal("an unknown model switched /tokenize off")
+	}
+	if n, ok := s.countTokens(t.Context(), "openai/gpt-oss-sim", items); !ok || n <= 0 {
+		t.Fatalf("the served model after an unknown one: %d, %v", n, ok)
+	}
+
+	for _, answer := range []string{`{"detail":"Not Found"}`, `{"error":{"message":"Not Found","type":"NotFoundError","code":404}}`} {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(answer))
+		}))
+		t.Cleanup(up.Close)
+		uc, err := upstream.New(upstream.Config{BaseURL: up.URL + "/v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bare := newTestEngine(t, Config{}, newSQLite(t), upstream.Single(uc))
+		if _, ok := bare.countTokens(t.Context(), "openai/gpt-oss-sim", items); ok || !bare.noTokenize.Load() {
+			t.Fatalf("an upstream answering %s on /tokenize is not remembered as having none", answer)
+		}
 	}
 }

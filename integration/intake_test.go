@@ -51,6 +51,13 @@ func TestTextAndIDsNoBackendCanStoreAre400OnBothBackendsBeforeTheModelRuns(t *te
 			{"invalid UTF-8 in a response path id", "DELETE", "/responses/%FF", "", "response_id", "invalid_value"},
 			{"NUL in a conversation path id", "GET", "/conversations/" + conv + "%00/items", "", "conversation_id", "invalid_value"},
 			{"invalid UTF-8 in an item path id", "GET", "/conversations/" + conv + "/items/msg_%FF", "", "item_id", "invalid_value"},
+			// docs/errors.md: ids with control characters are invalid_value (issue 38 item 10).
+			{"BEL in an input item id", "POST", "/responses", `{"model":"` + harmony + `","input":[{"type":"message","role":"user","id":"msg_\u0007","content":"x"}]}`, "input[0].id", "invalid_value"},
+			{"U+2028 in an input item id", "POST", "/responses", `{"model":"` + harmony + `","input":[{"type":"message","role":"user","id":"msg_\u2028x","content":"x"}]}`, "input[0].id", "invalid_value"},
+			{"C1 control in an item_reference", "POST", "/responses", `{"model":"` + harmony + `","input":[{"type":"item_reference","id":"msg_\u0085"}]}`, "input[0].id", "invalid_value"},
+			{"BEL in a conversation item id", "POST", "/conversations/" + conv + "/items", `{"items":[{"type":"message","role":"user","id":"m\u0007","content":"x"}]}`, "items[0].id", "invalid_value"},
+			{"U+2029 in a new conversation's item id", "POST", "/conversations", `{"items":[{"type":"message","role":"user","id":"m\u2029","content":"x"}]}`, "items[0].id", "invalid_value"},
+			{"U+2028 in an item path id", "GET", "/conversations/" + conv + "/items/msg_%E2%80%A8", "", "item_id", "invalid_value"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				status, body, _ := rawDo(t, tc.method, g.URL+tc.path, tc.body, auth...)

@@ -94,7 +94,7 @@ func TestStatelessClientKeepingOnlyEncryptedContentContinuesFiveTurns(t *testing
 }
 
 // TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns: another key's blob, a modified
-// blob, and content that disagrees with its blob are 400s naming the item; vLLM is not called.
+// blob and another item's blob are 400s naming the item; vLLM is not called.
 func TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
@@ -121,7 +121,6 @@ func TestSealedReasoningThatDoesNotOpenIsRefusedBeforeTheModelRuns(t *testing.T)
 		{"another API key", item(rs.ID, blob, ""), "other-key", "invalid_encrypted_content", "another API key"},
 		{"modified", item(rs.ID, tampered, ""), "test-key", "invalid_encrypted_content", "modified"},
 		{"another item id", item("rs_other", blob, ""), "test-key", "invalid_encrypted_content", "another item"},
-		{"content disagrees", item(rs.ID, blob, `,"content":[{"type":"reasoning_text","text":"made up"}]`), "test-key", "encrypted_content_mismatch", "differs"},
 	} {
 		status, body, _ := rawDo(t, "POST", g.URL+"/responses", tc.body, "Authorization", "Bearer "+tc.key)
 		_, code, param, msg := envelope(t, body)
@@ -171,6 +170,68 @@ func TestReplicasOnOneStoreOpenEachOthersBlobs(t *testing.T) {
 
 // canary is a phrase only the simulator's reasoning contains ("Thinking about …").
 const canary = "Thinking about"
+
+// With --reasoning-exposure hidden, a client holding a blob cannot test a guess of the text it
+// hides: content sent beside the blob, equal to the hidden text or not, gets the same answer, and
+// vLLM is replayed the blob's text either way (issue 38 item 4). Before, an equal guess was a 200
+// and any other a 400 encrypted_content_mismatch.
+func TestHiddenReasoningHasNoEqualityOracle(t *testing.T) {
+	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{ReasoningExposure: server.ExposureHidden}})
+		r := g.create(t, `{"model":"`+harmony+`","store":false,"input":"hello"}`)
+		rs := r.Output[0].AsReasoning()
+		if !strings.HasPrefix(rs.EncryptedContent, "rgr1.") {
+			t.Fatalf("first item %s", r.Output[0].RawJSON())
+		}
+		turn := func(content string) (int, []byte, string) {
+			t.Helper()
+			body := `{"model":"` + harmony + `","store":false,"input":[{"role":"user","content":"hello"},{"type":"reasoning","id":"` + rs.ID +
+				`","summary":[],"encrypted_content":"` + rs.EncryptedContent + `"` + content + `},{"role":"user","content":"next"}]}`
+			status, b, _ := rawDo(t, "POST", g.URL+"/responses", body, auth...)
+			reqs := g.Sim.Requests()
+			var sent struct {
+				Input []struct {
+					Type    string
+					Content []struct{ Text string }
+				}
+			}
+			if err := json.Unmarshal(reqs[len(reqs)-1].Body, &sent); err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range sent.Input {
+				if it.Type == "reasoning" && len(it.Content) == 1 {
+					return status, b, it.Content[0].Text
+				}
+			}
+			return status, b, ""
+		}
+		_, _, hidden := turn("") // the blob alone: what vLLM is replayed is the hidden text
+		if !strings.Contains(hidden, canary) {
+			t.Fatalf("the blob alone replayed %q", hidden)
+		}
+		right := `,"content":[{"type":"reasoning_text","text":` + string(mustJSON(t, hidden)) + `}]`
+		wrong := `,"content":[{"type":"reasoning_text","text":"a wrong guess"}]`
+		s1, b1, got1 := turn(right)
+		s2, b2, got2 := turn(wrong)
+		if s1 != 200 || s2 != 200 || got1 != hidden || got2 != hidden {
+			t.Fatalf("right guess: %d (replayed %q); wrong guess: %d (replayed %q)\n%s\n%s", s1, got1, s2, got2, b1, b2)
+		}
+		for _, b := range [][]byte{b1, b2} {
+			if bytes.Contains(b, []byte(canary)) || bytes.Contains(b, []byte("a wrong guess")) {
+				t.Fatalf("the answer shows reasoning: %s", b)
+			}
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
 
 // TestHiddenReasoningReachesNoClientByteButIsStoredAndReplayed runs streamed and non-streamed
 // turns, a conversation and every read route with --reasoning-exposure hidden: the canary from

@@ -68,6 +68,17 @@ func TestDeletingAnAncestorMakesContinuingADescendantNameIt(t *testing.T) {
 		if s, _, _ := rawDo(t, "GET", g.URL+"/responses/"+b.ID+"/input_items", "", "Authorization", "Bearer test-key"); s != 404 {
 			t.Fatalf("input_items of a deleted response: %d", s)
 		}
+		// The descendant's input_items would start at the gap: the same clear 400 as continuing
+		// it (issue 38 item 9); before, it silently listed only its own input.
+		status, body, _ = rawDo(t, "GET", g.URL+"/responses/"+c.ID+"/input_items", "", "Authorization", "Bearer test-key")
+		if _, code, param, msg := envelope(t, body); status != 400 || code != "previous_response_not_found" || param != "response_id" || !strings.Contains(msg, b.ID) {
+			t.Fatalf("input_items past a deleted ancestor: %d %s", status, body)
+		}
+		// The first response, whose chain is whole, still lists its input.
+		status, body, _ = rawDo(t, "GET", g.URL+"/responses/"+a.ID+"/input_items", "", "Authorization", "Bearer test-key")
+		if status != 200 || !strings.Contains(string(body), `"one"`) {
+			t.Fatalf("input_items of the root: %d %s", status, body)
+		}
 		status, body, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":"four","previous_response_id":"`+c.ID+`"}`, "Authorization", "Bearer test-key")
 		_, code, param, msg := envelope(t, body)
 		if status != 400 || code != "previous_response_not_found" || param != "previous_response_id" || !strings.Contains(msg, b.ID) {

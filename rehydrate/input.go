@@ -51,6 +51,13 @@ func ParseInput(raw json.RawMessage) ([]wire.Item, error) {
 				return nil, wire.Invalid(w.param(""), CodeInvalidType,
 					"Invalid type for %s: expected an object (an input item).", w.name(""))
 			}
+			if !wire.ValidID(it.ID) {
+				// An id is looked up, logged and named in errors: control characters (BEL,
+				// U+2028…) are refused as docs/errors.md says, before anything is stored.
+				w := where{prefix: "input", idx: i}
+				return nil, wire.Invalid(w.param(".id"), CodeInvalidValue,
+					"Invalid value for %s: an id must be valid UTF-8 without control characters.", w.name(".id"))
+			}
 			items[i] = it
 		}
 		return items, nil

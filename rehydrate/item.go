@@ -27,9 +27,6 @@ const (
 	// CodeInvalidEncryptedContent: respgate's own encrypted_content that does not open (another
 	// tenant's, modified, another item's, or under a retired or unknown key).
 	CodeInvalidEncryptedContent = "invalid_encrypted_content"
-	// CodeEncryptedContentMismatch: a reasoning item whose content differs from what its
-	// encrypted_content holds.
-	CodeEncryptedContentMismatch = "encrypted_content_mismatch"
 )
 
 const (

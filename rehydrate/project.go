@@ -1,7 +1,6 @@
 package rehydrate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -396,9 +395,10 @@ func sealedError(w where, reason string, args ...any) error {
 }
 
 // sealedText writes the text respgate sealed (sealed, a JSON array of content parts) at the end
-// of bd.buf, where the client's own text (if any) begins at text. Without client text the sealed
-// text is the item's; with it, the two must agree (a 400 otherwise, as for an id reused with
-// other content).
+// of bd.buf, where the client's own text (if any) begins at text. The sealed text is the item's:
+// client text beside it is dropped unread. It is never compared with the sealed text: with
+// --reasoning-exposure hidden, an answer that depended on the comparison would let a client
+// holding a blob confirm a guess of the text it hides (issue 38 item 4).
 func (bd *builder) sealedText(sealed []byte, text int, w where) error {
 	mark := len(bd.buf)
 	parts, _, err := scanSealed(sealed)
@@ -408,14 +408,9 @@ func (bd *builder) sealedText(sealed []byte, text int, w where) error {
 	if err := bd.reasoningText(sealed, parts, w); err != nil {
 		return sealedError(w, "is not well-formed")
 	}
-	if mark == text { // no client text: the sealed text is the item's
-		return nil
-	}
-	same := bytes.Equal(bd.buf[text:mark], bd.buf[mark:])
-	bd.buf = bd.buf[:mark]
-	if !same {
-		return wire.Invalid(w.param(""), CodeEncryptedContentMismatch,
-			"The content of %s differs from what its encrypted_content holds; send one of them, or both unchanged.", w.name(""))
+	if mark > text { // the client's text: the sealed text takes its place
+		n := copy(bd.buf[text:], bd.buf[mark:])
+		bd.buf = bd.buf[:text+n]
 	}
 	return nil
 }
@@ -552,8 +547,9 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 // OpenSealed checks a reasoning item that carries respgate's own encrypted_content (sealed for
 // tenant) and returns it with the content the blob holds in place of its own, so that what is
 // stored keeps the plaintext whatever happens to the key later. Items without such a blob are
-// returned unchanged (opened false). Errors are Build's: 400 invalid_encrypted_content or
-// encrypted_content_mismatch, with param as the item's name (e.g. "items[2]").
+// returned unchanged (opened false); content the item carried beside the blob is replaced unread.
+// Errors are Build's: 400 invalid_encrypted_content, with param as the item's name (e.g.
+// "items[2]").
 func OpenSealed(it wire.Item, keys *seal.Ring, tenant, param string) (out wire.Item, opened bool, err error) {
 	v, _, err := scanItem(it.JSON, nil)
 	w := where{prefix: param, idx: -1}

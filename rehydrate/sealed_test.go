@@ -56,15 +56,18 @@ func TestOwnEncryptedContentIsOpenedAndReplayedInPlace(t *testing.T) {
 	if compact(t, stored["content"]) != sealedParts || !strings.Contains(string(stored["encrypted_content"]), blob) {
 		t.Fatalf("stored input item %s", res.Input[1].JSON)
 	}
-	// Content and blob together: they must agree.
-	agree := mustInput(t, `[{"type":"reasoning","id":"rs_1","content":`+sealedParts+`,"encrypted_content":"`+blob+`"}]`)
-	if got := upstreamInput(t, mustBuild(t, &Params{Input: agree, Keys: r, Tenant: "tenant-a"}).Body); got[0] != want {
-		t.Fatalf("agreeing content: %v", got)
-	}
-	differ := mustInput(t, `[{"type":"reasoning","id":"rs_1","content":[{"type":"reasoning_text","text":"something else"}],"encrypted_content":"`+blob+`"}]`)
-	ae := buildErr(t, &Params{Input: differ, Keys: r, Tenant: "tenant-a"})
-	if ae.Code != CodeEncryptedContentMismatch || ae.Param != "input[0]" {
-		t.Fatalf("mismatch: %+v", ae)
+	// Content beside the blob, whatever it says, is replaced by the blob's, unread: nothing in the
+	// answer depends on whether it matches (no equality oracle, issue 38 item 4).
+	for _, content := range []string{sealedParts, `[{"type":"reasoning_text","text":"something else"}]`,
+		`[{"type":"reasoning_text","text":"first step"},{"type":"reasoning_text","text":"second \"step\""},{"type":"reasoning_text","text":"x"}]`} {
+		in := mustInput(t, `[{"type":"reasoning","id":"rs_1","content":`+content+`,"encrypted_content":"`+blob+`"}]`)
+		res := mustBuild(t, &Params{Input: in, Keys: r, Tenant: "tenant-a"})
+		if got := upstreamInput(t, res.Body); len(got) != 1 || got[0] != want {
+			t.Fatalf("content %s beside the blob: vLLM gets %v", content, got)
+		}
+		if stored := members(t, res.Input[0].JSON); compact(t, stored["content"]) != sealedParts {
+			t.Fatalf("content %s beside the blob: stored %s", content, res.Input[0].JSON)
+		}
 	}
 }
 

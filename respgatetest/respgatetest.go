@@ -99,6 +99,7 @@ func New(t testing.TB, opts ...Options) *Gateway {
 		}
 	}
 	hs := httptest.NewUnstartedServer(srv)
+	hs.Listener = server.Listener(hs.Listener)
 	hs.Start()
 	t.Cleanup(func() {
 		hs.CloseClientConnections()

@@ -6,11 +6,15 @@
 //
 // The format is "rgr1.<kid>.<base64url>": a version prefix, the id of the key that sealed it, and
 // base64url (no padding) of nonce (12 bytes) ‖ tenant tag (8 bytes) ‖ ciphertext and GCM tag. The
-// associated data is the version, the kid, the item type, the item id and the tenant, each length
-// prefixed, so a blob opens only for the same tenant, item and type it was sealed for. The tenant
-// tag (an HMAC of the tenant under a key derived from the sealing key) lets Open say that a blob
-// belongs to another tenant rather than that it was modified, without revealing anything of
-// either tenant.
+// tenant tag is an HMAC of the tenant under a key derived from the sealing key. The associated
+// data is the version, the kid, the item type, the item id and the tenant tag, each length
+// prefixed: the tag binds the blob to its tenant (a blob opens only for the tenant whose tag it
+// carries, and a changed tag no longer authenticates), and because the tag is in the blob, Open
+// can authenticate a blob before it knows whose it is. So it says that a blob belongs to another
+// tenant only of a blob that authenticates under the ring and carries another tenant's tag, and
+// that it was modified of everything else (random bytes, a flipped bit in the tag), without
+// revealing anything of either tenant. Blobs sealed before the tag was in the associated data
+// (which held the tenant itself) still open for their tenant.
 //
 // It must not log and does no I/O: keys are handed in (the command reads RESPGATE_SEAL_KEYS; the
 // store keeps the generated default key next to the tenant-HMAC secret). Errors are sentinels
@@ -206,7 +210,7 @@ func (r *Ring) Seal(b Binding, plaintext []byte) (string, error) {
 		return "", fmt.Errorf("seal: nonce: %w", err) // crypto/rand never fails on supported systems
 	}
 	copy(raw[nonceSize:], e.tenantTag(b.Tenant))
-	raw = e.aead.Seal(raw, raw[:nonceSize], plaintext, ad(e.id, b))
+	raw = e.aead.Seal(raw, raw[:nonceSize], plaintext, ad(e.id, b, raw[nonceSize:nonceSize+tagSize]))
 	out := make([]byte, 0, len(Prefix)+len(e.id)+1+base64.RawURLEncoding.EncodedLen(len(raw)))
 	out = append(out, Prefix...)
 	out = append(out, e.id...)
@@ -240,14 +244,23 @@ func (r *Ring) Open(b Binding, blob string) ([]byte, error) {
 	if err != nil || len(raw) < nonceSize+tagSize+gcmTag {
 		return nil, fmt.Errorf("seal: %w: not base64url of a sealed value", ErrMalformed)
 	}
-	if !hmac.Equal(raw[nonceSize:nonceSize+tagSize], e.tenantTag(b.Tenant)) {
-		return nil, fmt.Errorf("seal: %w", ErrOtherTenant)
+	nonce, tag, sealed := raw[:nonceSize], raw[nonceSize:nonceSize+tagSize], raw[nonceSize+tagSize:]
+	mine := hmac.Equal(tag, e.tenantTag(b.Tenant))
+	if plain, err := e.aead.Open(nil, nonce, sealed, ad(kid, b, tag)); err == nil {
+		if !mine {
+			// Authentic, sealed for this item under this ring, for another tenant (issue 38
+			// item 6): only this case says so. The plaintext is dropped unseen.
+			return nil, fmt.Errorf("seal: %w", ErrOtherTenant)
+		}
+		return plain, nil
 	}
-	plain, err := e.aead.Open(nil, raw[:nonceSize], raw[nonceSize+tagSize:], ad(kid, b))
-	if err != nil {
-		return nil, fmt.Errorf("seal: %w", ErrTampered)
+	if mine {
+		// A blob sealed before the tag replaced the tenant in the associated data.
+		if plain, err := e.aead.Open(nil, nonce, sealed, legacyAD(kid, b)); err == nil {
+			return plain, nil
+		}
 	}
-	return plain, nil
+	return nil, fmt.Errorf("seal: %w", ErrTampered)
 }
 
 // strict rejects non-zero trailing bits, so each blob has exactly one spelling (a changed last
@@ -261,10 +274,25 @@ func (e *entry) tenantTag(tenant string) []byte {
 	return m.Sum(nil)[:tagSize]
 }
 
-// ad is the associated data: version, kid, type, item id, tenant, each with a 4-byte length.
-func ad(kid string, b Binding) []byte {
-	out := make([]byte, 0, 32+len(kid)+len(b.ItemType)+len(b.ItemID)+len(b.Tenant))
-	for _, s := range [...]string{"rgr1", kid, b.ItemType, b.ItemID, b.Tenant} {
+// ad is the associated data: version, kid, type, item id and the tenant tag, each with a 4-byte
+// length. The version string differs from legacyAD's, so the two never coincide.
+func ad(kid string, b Binding, tag []byte) []byte {
+	return appendAD(nil, "rgr1+tag", kid, b.ItemType, b.ItemID, string(tag))
+}
+
+// legacyAD is the associated data of blobs sealed before the tenant tag replaced the tenant in it:
+// version, kid, type, item id, tenant.
+func legacyAD(kid string, b Binding) []byte {
+	return appendAD(nil, "rgr1", kid, b.ItemType, b.ItemID, b.Tenant)
+}
+
+func appendAD(out []byte, fields ...string) []byte {
+	n := 0
+	for _, s := range fields {
+		n += 4 + len(s)
+	}
+	out = append(make([]byte, 0, n), out...)
+	for _, s := range fields {
 		out = binary.BigEndian.AppendUint32(out, uint32(len(s))) //nolint:gosec // G115: strings far below 4 GiB
 		out = append(out, s...)
 	}

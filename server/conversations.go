@@ -2,14 +2,17 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -89,9 +92,68 @@ func (s *Server) conversationItems(raw json.RawMessage, tn string) ([]wire.Item,
 			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeEncryptedReasoning,
 				"Reasoning item in 'items[%d]' carries only encrypted_content, which respgate cannot read and vLLM cannot accept; send its plaintext content or omit the item.", i)
 		}
+		if compact.IsCompaction(n) {
+			// Checked as a turn checks it: one that does not open would make every later turn
+			// of the conversation a 400 until it was deleted (issue 38 item 5).
+			if err := s.engine.CheckCompactionItem(tn, n, "items["+strconv.Itoa(i)+"]"); err != nil {
+				return nil, err
+			}
+		}
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// dedupeItems drops the items of a batch that repeat an earlier item of the batch, or an item the
+// conversation already has, byte for byte (a retried call adds nothing twice), and refuses an id
+// that names other content (400 item_id_conflict, as the same input on a previous_response_id
+// chain is): a conversation must never hold two items with one id, which GET and DELETE of that
+// id could not tell apart, and which would both be replayed (issue 38 item 3). The conversation's
+// items are looked up by id, one store call per id of the batch; conversationID is "" for a new
+// conversation.
+func (s *Server) dedupeItems(ctx context.Context, tn, conversationID string, items []wire.Item) ([]wire.Item, error) {
+	seen := make(map[string][]byte, len(items))
+	out := items[:0:0]
+	for i, it := range items {
+		body := compactJSON(it.JSON)
+		prior, dup := seen[it.ID]
+		if !dup && conversationID != "" {
+			stored, err := s.store.ConversationItemGet(ctx, &store.ConversationItemGetParams{Tenant: tn, ConversationID: conversationID, ItemID: it.ID})
+			switch {
+			case err == nil:
+				prior, dup = compactJSON(stored.JSON), true
+			case !errors.Is(err, store.ErrNotFound):
+				return nil, err
+			}
+		}
+		if !dup {
+			seen[it.ID] = body
+			out = append(out, it)
+			continue
+		}
+		if !bytes.Equal(prior, body) {
+			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeItemIDConflict,
+				"Item '%s' in 'items[%d]' has the same id as an item of the conversation (or an earlier item of 'items') but different content; an id must always name the same item.",
+				clipID(it.ID), i)
+		}
+	}
+	return out, nil
+}
+
+func compactJSON(raw []byte) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+// clipID bounds an id quoted in an error message.
+func clipID(id string) string {
+	if len(id) > 64 {
+		return strings.ToValidUTF8(id[:64], "") + "…"
+	}
+	return id
 }
 
 func (s *Server) createConversation(c echo.Context) error {
@@ -101,6 +163,9 @@ func (s *Server) createConversation(c echo.Context) error {
 	}
 	items, err := s.conversationItems(body["items"], tenant(c))
 	if err != nil {
+		return err
+	}
+	if items, err = s.dedupeItems(c.Request().Context(), tenant(c), "", items); err != nil {
 		return err
 	}
 	md, err := validMetadata(body["metadata"], "metadata")
@@ -214,6 +279,15 @@ func (s *Server) addConversationItems(c echo.Context) error {
 		return wire.Invalid("items", "array_below_min_length", "'items' must contain at least one item.")
 	}
 	id := c.Param("id")
+	if items, err = s.dedupeItems(c.Request().Context(), tenant(c), id, items); err != nil {
+		return err
+	}
+	if len(items) == 0 { // every item is already in the conversation, as sent
+		if _, err := s.loadConversation(c); err != nil {
+			return err
+		}
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: []wire.Item{}}))
+	}
 	err = s.store.ConversationItemAppend(c.Request().Context(), &store.ConversationItemAppendParams{Tenant: tenant(c), ConversationID: id, Items: items})
 	if errors.Is(err, store.ErrNotFound) {
 		return wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)

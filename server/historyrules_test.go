@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/wire"
 )
 
 // An item of the history that cannot be used is a 400 naming where the history came from (the
@@ -22,7 +25,13 @@ func TestHistoryErrorsNameTheirSourceAndIDConflictsAreCounted(t *testing.T) {
 		}
 		return c.ID
 	}
-	foreign := conversation(`[{"type":"compaction","id":"cmp_x","encrypted_content":"opaque"}]`)
+	// A foreign compaction item can no longer be added (conversations_test.go); one stored before
+	// that check (written to the store directly here) is named as the conversation's.
+	foreign := conversation(`[]`)
+	if err := s.store.ConversationItemAppend(t.Context(), &store.ConversationItemAppendParams{Tenant: s.tenantOf("k"), ConversationID: foreign,
+		Items: []wire.Item{{ID: "cmp_x", Type: "compaction", JSON: []byte(`{"type":"compaction","id":"cmp_x","encrypted_content":"opaque"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
 	code, body := call(t, s, http.MethodPost, "/v1/responses", `{"model":"openai/gpt-oss-sim","conversation":"`+foreign+`","input":"hi"}`)
 	if env := envelope(t, body); code != http.StatusBadRequest || deref(env.Param) != "conversation" || deref(env.Code) != "invalid_encrypted_content" ||
 		!strings.Contains(env.Message, "in the conversation") {

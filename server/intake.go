@@ -190,19 +190,9 @@ func paramOf(dec *jsontext.Decoder, ptr jsontext.Pointer) string {
 	return strings.ToValidUTF8(b.String(), "\uFFFD")
 }
 
-// validID reports whether a client-sent id can be looked up on every backend: valid UTF-8 with no
-// control characters (no id respgate mints has any).
-func validID(id string) bool {
-	if !utf8.ValidString(id) {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x20 || id[i] == 0x7f {
-			return false
-		}
-	}
-	return true
-}
+// validID reports whether a client-sent id can be looked up on every backend (wire.ValidID):
+// valid UTF-8 with no control characters (no id respgate mints has any).
+func validID(id string) bool { return wire.ValidID(id) }
 
 func invalidID(param string) error {
 	return wire.Invalid(param, "invalid_value",

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -117,10 +118,7 @@ func (s *Server) listInputItems(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
-	items, err := s.store.ResponseContextGet(c.Request().Context(), &store.ResponseContextGetParams{Tenant: tenant(c), ID: id})
-	if errors.Is(err, store.ErrNotFound) {
-		return responseNotFound(id)
-	}
+	items, err := s.inputItems(c.Request().Context(), tenant(c), id)
 	if err != nil {
 		return err
 	}
@@ -129,6 +127,38 @@ func (s *Server) listInputItems(c echo.Context) error {
 		return err
 	}
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
+}
+
+// inputItems are the items response id was generated from. A previous_response_id chain is read
+// whole (one round trip), so that a chain with a deleted ancestor is the clear 400 continuing it
+// is (issue 38 item 9), instead of a list that silently starts at the gap; a conversation turn's
+// context is the conversation's items before it (ResponseContextGet).
+func (s *Server) inputItems(ctx context.Context, tn, id string) ([]wire.Item, error) {
+	chain, err := s.store.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tn, ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, responseNotFound(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	last := chain.Turns[len(chain.Turns)-1]
+	if last.Response.ConversationID != "" {
+		items, err := s.store.ResponseContextGet(ctx, &store.ResponseContextGetParams{Tenant: tn, ID: id})
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, responseNotFound(id) // deleted between the two reads
+		}
+		return items, err
+	}
+	if chain.Missing != "" {
+		return nil, wire.Invalid("response_id", "previous_response_not_found",
+			"The input items of response '%s' cannot be listed: its ancestor '%s' was deleted.", id, chain.Missing)
+	}
+	var items []wire.Item
+	for _, t := range chain.Turns[:len(chain.Turns)-1] {
+		items = append(items, t.Input...)
+		items = append(items, t.Output...)
+	}
+	return append(items, last.Input...), nil
 }
 
 // paginate cuts one page out of a whole ordered list: in pg's order, after the item pg.after

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,9 +58,48 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/conversations/:id/items/:item_id", s.getConversationItem)
 	v1.DELETE("/conversations/:id/items/:item_id", s.deleteConversationItem)
 
-	// Every other path is a JSON 404 through the error handler (Echo's default never answers).
-	e.RouteNotFound("/*", func(c echo.Context) error { return echo.ErrNotFound })
+	// Every other path is a JSON 404 through the error handler (Echo's default never answers),
+	// or a 405 with Allow when the path is a route's with another method (docs/errors.md).
+	// The group has its own not-found route (Echo adds one with its middleware), so both are set.
+	notFound := func(c echo.Context) error {
+		if allow := allowedMethods(e, c.Request().URL.Path); len(allow) > 0 {
+			c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
+			return echo.ErrMethodNotAllowed
+		}
+		return echo.ErrNotFound
+	}
+	e.RouteNotFound("/*", notFound)
+	v1.RouteNotFound("/*", notFound)
 	return e
+}
+
+// allowedMethods lists the methods of the routes whose pattern matches path (":name" matches one
+// non-empty segment), in registration order; none when no route has this path.
+func allowedMethods(e *echo.Echo, path string) []string {
+	var out []string
+	for _, r := range e.Routes() {
+		if r.Method == echo.RouteNotFound || slices.Contains(out, r.Method) || !matchRoute(r.Path, path) {
+			continue
+		}
+		out = append(out, r.Method)
+	}
+	return out
+}
+
+func matchRoute(pattern, path string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	if len(ps) != len(xs) {
+		return false
+	}
+	for i, p := range ps {
+		if strings.HasPrefix(p, ":") && xs[i] != "" {
+			continue
+		}
+		if p != xs[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Routes lists the registered method+path pairs (tests enumerate them).
@@ -99,6 +139,12 @@ func (s *Server) tenantOf(key string) string {
 // its own tenant and a missing key is the shared anonymous tenant.
 func (s *Server) authMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if len(c.Request().Header.Values(echo.HeaderAuthorization)) > 1 {
+			// Which key would be meant is ambiguous (net/http's Get takes the first; a proxy may
+			// have added one): refused, whatever the keys are (issue 38 item 13).
+			return &wire.APIError{Status: http.StatusUnauthorized, Type: wire.ErrInvalidRequest, Code: "invalid_api_key",
+				Message: "The request has more than one Authorization header; send exactly one: 'Authorization: Bearer <key>'."}
+		}
 		h := c.Request().Header.Get(echo.HeaderAuthorization)
 		key, ok := "", true
 		if h != "" {

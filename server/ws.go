@@ -53,9 +53,10 @@ func (s *Server) responsesSocket(c echo.Context) error {
 	defer s.sockets.Done()
 	// Cross-origin requests are refused (Accept's default): a browser page cannot open a
 	// socket with a user's credentials. Compression stays off: events are small and many.
-	conn, err := websocket.Accept(c.Response(), r, nil)
+	hw := &handshakeWriter{ResponseWriter: c.Response()}
+	conn, err := websocket.Accept(hw, r, nil)
 	if err != nil {
-		return nil // Accept has answered the handshake's fault
+		return hw.refusal(err) // Accept's plain-text answer was held back: the envelope instead
 	}
 	conn.SetReadLimit(s.cfg.WSMaxMessageBytes)
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
@@ -69,6 +70,53 @@ func (s *Server) responsesSocket(c echo.Context) error {
 	_ = conn.CloseNow() // after a clean Close, a no-op
 	<-readerDone
 	return nil
+}
+
+// handshakeWriter is the response writer websocket.Accept answers through. A refused handshake
+// (Accept's http.Error: 403 for another origin, 400 for a bad version or key, 426…) is held
+// back, so that the refusal goes out as the JSON envelope like every other refusal (issue 38
+// item 11); the headers Accept set (Sec-WebSocket-Version, Upgrade) stay. Unwrap lets Accept
+// find the connection's http.Hijacker.
+type handshakeWriter struct {
+	http.ResponseWriter
+	status int // the refusal's status, once Accept wrote one
+}
+
+func (w *handshakeWriter) WriteHeader(status int) {
+	if status >= http.StatusBadRequest {
+		w.status = status
+		w.Header().Del("Content-Type") // http.Error's text/plain; the error handler sets JSON
+		w.Header().Del("X-Content-Type-Options")
+		return
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *handshakeWriter) Write(p []byte) (int, error) {
+	if w.status != 0 {
+		return len(p), nil // http.Error's text
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *handshakeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// refusal is the API error of a handshake Accept refused with err (nil when Accept had already
+// switched protocols: the connection is gone, nothing can be written).
+func (w *handshakeWriter) refusal(err error) error {
+	switch w.status {
+	case 0:
+		return nil
+	case http.StatusForbidden:
+		return &wire.APIError{Status: http.StatusForbidden, Type: wire.ErrInvalidRequest, Code: "websocket_origin_not_allowed",
+			Message: "Cross-origin WebSocket connections are refused: the Origin header must name the host the socket is opened on."}
+	case http.StatusUpgradeRequired:
+		return errUpgradeRequired
+	}
+	// The library's text says what is wrong with the handshake (the client's own headers only).
+	msg := strings.TrimPrefix(err.Error(), "failed to accept WebSocket connection: ")
+	return &wire.APIError{Status: w.status, Type: wire.ErrInvalidRequest, Code: "invalid_websocket_handshake",
+		Message: "Invalid WebSocket handshake: " + msg + "."}
 }
 
 // socket is one WebSocket connection.

@@ -60,7 +60,7 @@ func (c Config) String() string {
 	// A URL that does not parse could hold a password where no parser finds it: never print it.
 	base := "<unparseable, redacted>"
 	if u, err := url.Parse(c.BaseURL); err == nil {
-		base = u.Redacted()
+		base = redactedURL(u)
 	}
 	return fmt.Sprintf("upstream.Config{BaseURL:%q APIKey:%q ConnectTimeout:%s IdleTimeout:%s MaxEventBytes:%d}",
 		base, key, c.ConnectTimeout, c.IdleTimeout, c.MaxEventBytes)

@@ -445,6 +445,13 @@ func newRedactor(base *url.URL, apiKey string) redactor {
 	if base.User != nil {
 		add(base.User.String())
 	}
+	// Query values are for a proxy in front of vLLM (?api_key=…): secrets (issue 38 item 7).
+	add(redactedURL(base))
+	for _, vs := range base.Query() {
+		for _, v := range vs {
+			add(v)
+		}
+	}
 	// Longest first, so a URL is replaced whole before its host.
 	for i := 1; i < len(s); i++ {
 		for j := i; j > 0 && len(s[j]) > len(s[j-1]); j-- {
@@ -677,4 +684,19 @@ func scalar(raw json.RawMessage) string {
 		}
 	}
 	return ""
+}
+
+// redactedURL is u without its password (url.URL.Redacted) and with every query value replaced:
+// vLLM reads no query parameter, so one in its URL is for a proxy in front of it (?api_key=…).
+func redactedURL(u *url.URL) string {
+	if u.RawQuery == "" {
+		return u.Redacted()
+	}
+	c := *u
+	q := c.Query()
+	for k := range q {
+		q[k] = []string{"REDACTED"}
+	}
+	c.RawQuery = q.Encode()
+	return c.Redacted()
 }

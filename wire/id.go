@@ -3,6 +3,8 @@ package wire
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Id prefixes respgate mints (docs/wire.md §8.1: the gateway owns every id).
@@ -41,4 +43,27 @@ func PrefixForType(typ string) string {
 		return PrefixOutput
 	}
 	return PrefixItem
+}
+
+// ValidID reports whether a client-sent id can be stored and looked up on every backend and shown
+// in a log line or an error message as one line: valid UTF-8 without control characters (C0, DEL,
+// C1) or the Unicode line and paragraph separators (U+2028, U+2029). No id respgate mints has any
+// (docs/errors.md, invalid_value).
+func ValidID(id string) bool {
+	for i := 0; i < len(id); {
+		c := id[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return false
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(id[i:])
+		if r == utf8.RuneError && n == 1 || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return false
+		}
+		i += n
+	}
+	return true
 }

@@ -166,6 +166,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	if err != nil {
 		return err
 	}
+	ln = server.Listener(ln) // net/http's own refusals as JSON envelopes too
 	log.Info("respgate listening", "addr", ln.Addr().String())
 	serveErr := make(chan error, 1)
 	g.Go(func() error { serveErr <- serveHTTP(hs, ln); return nil })

@@ -88,7 +88,7 @@ var settings = []setting{
 	{flag: "debug-listen", def: "", help: "address of a second listener serving Go's pprof profiles (`/debug/pprof/`), with no key: bind it to loopback or a private interface; empty serves none (docs/operations.md \"Metrics and traces\")",
 		bind: func(c *config) any { return &c.debugListen }},
 	{flag: "upstream-url", def: "", help: "vLLM base URL including `/v1`; empty starts the built-in simulator (and logs a loud warning)",
-		bind: func(c *config) any { return &c.upstream.BaseURL }, show: func(v string) any { return redactURL(v) }},
+		bind: func(c *config) any { return &c.upstream.BaseURL }, show: func(v string) any { return redactUpstreamURL(v) }},
 	{flag: "upstream-api-key", def: "", help: "bearer key sent to vLLM (never logged)", secret: true,
 		bind: func(c *config) any { return &c.upstream.APIKey }},
 	{flag: "database-url", def: "sqlite:./data/respgate.db",
@@ -423,6 +423,23 @@ func ambiguousURL(s string) bool {
 		rest = rest[:i]
 	}
 	return strings.Count(rest, "@") > 1
+}
+
+// redactUpstreamURL is redactURL with every query value redacted too: vLLM reads no query
+// parameter, so one in its URL is for a proxy in front of it (?api_key=…) and is treated as a
+// secret (issue 38 item 7).
+func redactUpstreamURL(s string) string {
+	r := redactURL(s)
+	u, err := url.Parse(r)
+	if err != nil || u.RawQuery == "" {
+		return r
+	}
+	q := u.Query()
+	for k := range q {
+		q[k] = []string{"REDACTED"}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // redactURL is a URL as the log may show it: without a password (in the user info or a query

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -302,6 +303,8 @@ func TestStartupOutputNeverShowsAPassword(t *testing.T) {
 		for _, vars := range []map[string]string{
 			{"RESPGATE_DATABASE_URL": "postgres://respgate:" + pw + "@127.0.0.1:1/respgate"},
 			{"RESPGATE_DATABASE_URL": "sqlite::memory:", "RESPGATE_UPSTREAM_URL": "http://user:" + pw + "@127.0.0.1:1/v1"},
+			{"RESPGATE_DATABASE_URL": "sqlite::memory:", "RESPGATE_UPSTREAM_URL": "http://127.0.0.1:1/v1?api_key=" + url.QueryEscape(pw)},
+			{"RESPGATE_DATABASE_URL": "sqlite::memory:", "RESPGATE_UPSTREAM_URL": "http://127.0.0.1:1/v1?key=SECRETLEFT-SECRETRIGHT"},
 		} {
 			// An ended context: the forms that are valid URLs start and stop at once.
 			ctx, cancel := context.WithCancel(t.Context())
@@ -314,6 +317,20 @@ func TestStartupOutputNeverShowsAPassword(t *testing.T) {
 			if leaks(out.String()) || (err != nil && leaks(err.Error())) {
 				t.Errorf("%v: the password leaked:\n%s\nrespgate: %v", vars, out.String(), err)
 			}
+		}
+	}
+}
+
+// The upstream URL's query values are all redacted (a proxy's ?api_key=…), its password too.
+func TestRedactUpstreamURLHidesQueryValues(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://vllm:8000/v1?api_key=SECRETLEFT":        "http://vllm:8000/v1?api_key=REDACTED",
+		"http://u:SECRETLEFT@vllm/v1?a=SECRETRIGHT&b=1": "http://u:REDACTED@vllm/v1?a=REDACTED&b=REDACTED",
+		"http://vllm:8000/v1":                           "http://vllm:8000/v1",
+		"":                                              "",
+	} {
+		if got := redactUpstreamURL(in); got != want {
+			t.Errorf("redactUpstreamURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
