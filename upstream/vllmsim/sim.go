@@ -163,10 +163,17 @@ func (s *Sim) record(r *http.Request, body []byte) {
 	}
 }
 
-// ServeHTTP serves vLLM's routes and the simulator's own /sim/requests.
+// ServeHTTP serves vLLM's routes (/v1/responses, /v1/models, /tokenize, /health) and the
+// simulator's own /sim/requests.
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/sim/requests" {
 		s.serveLog(w, r)
+		return
+	}
+	if r.URL.Path == "/health" {
+		// vLLM's liveness route: 200 with an empty body while the engine is up; not recorded,
+		// since a fleet probes it every few seconds (upstream/fleet).
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
