@@ -40,8 +40,8 @@ func TestPrefixCacheCountsWholeLeadingBlocks(t *testing.T) {
 func TestPrefixCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	c := newPrefixCache(4)
 	a, b := seq(0, 32), seq(1000, 32)
-	c.use(a) // a's 2 blocks
-	c.use(b) // b's 2 blocks: full
+	c.use(a)                        // a's 2 blocks
+	c.use(b)                        // b's 2 blocks: full
 	if got := c.use(a); got != 16 { // hit, a is now most recent
 		t.Fatalf("a: %d", got)
 	}
