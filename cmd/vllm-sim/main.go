@@ -63,6 +63,7 @@ func run() error {
 	flag.IntVar(&instances, "instances", instances, "independent simulated servers to serve, on consecutive ports (env VLLM_SIM_INSTANCES)")
 	fault := flag.String("fault", os.Getenv("VLLM_SIM_FAULT"), "fault spec applied to every request, e.g. 'delay_ms=20' or 'quirks=none' (env VLLM_SIM_FAULT)")
 	flag.Uint64Var(&seed, "seed", seed, "non-zero: deterministic ids (env VLLM_SIM_SEED)")
+	maxLen := flag.Int("max-model-len", 0, "context length each instance reports and enforces; 0: 131072")
 	flag.IntVar(&blocks, "prefix-cache-blocks", blocks, "prefix cache capacity per instance in 16-token blocks; 0 disables it (env VLLM_SIM_PREFIX_CACHE_BLOCKS)")
 	flag.DurationVar(&durs[0], "prefill-base", durs[0], "time to first token before any prefill (env VLLM_SIM_PREFILL_BASE)")
 	flag.DurationVar(&durs[1], "prefill-per-token", durs[1], "prefill time per uncached input token, e.g. 50us (env VLLM_SIM_PREFILL_PER_TOKEN)")
@@ -113,7 +114,7 @@ func run() error {
 	served := make(chan error, len(lns))
 	var wg sync.WaitGroup
 	for i, ln := range lns {
-		sim := vllmsim.New(vllmsim.Options{Fault: *fault, Seed: seed, PrefixCacheBlocks: blocks,
+		sim := vllmsim.New(vllmsim.Options{Fault: *fault, Seed: seed, MaxModelLen: *maxLen, PrefixCacheBlocks: blocks,
 			PrefillBase: durs[0], PrefillPerToken: durs[1], DecodePerToken: durs[2]})
 		servers[i] = &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
 		log.Info("vllm-sim listening", "instance", i, "addr", ln.Addr().String(),
