@@ -304,6 +304,9 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
+	if err := tel.instrumentUpstream(up); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	s := &Server{
 		tel:      tel,
 		cfg:      cfg,

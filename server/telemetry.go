@@ -158,3 +158,18 @@ func (t *telemetry) rehydrated(ctx context.Context, st rehydrate.Stats, dropped 
 		t.droppedTools.Add(ctx, 1, metric.WithAttributes(attribute.String("type", typ)))
 	}
 }
+
+// instrumentedUpstream is an upstream.Caller with instruments of its own (upstream/fleet: per
+// replica in-flight calls, health, failovers, cached tokens), registered on the meter behind
+// /metrics.
+type instrumentedUpstream interface {
+	Instrument(metric.Meter) error
+}
+
+// instrumentUpstream registers up's instruments when it has any.
+func (t *telemetry) instrumentUpstream(up any) error {
+	if in, ok := up.(instrumentedUpstream); ok {
+		return in.Instrument(t.meter)
+	}
+	return nil
+}

@@ -268,6 +268,9 @@ const (
 	// SecretSealKey is the generated default key of the seal ring (32 random bytes), used when
 	// no keys are configured and kept as an opening key when they are (docs/reasoning.md).
 	SecretSealKey = "seal-key"
+	// SecretUpstreamAffinity keys the HMAC of the routing key sent to an external router
+	// (--upstream-affinity-header, docs/fleet.md).
+	SecretUpstreamAffinity = "upstream-affinity-hmac"
 )
 
 type SecretGetOrCreateParams struct {
