@@ -63,4 +63,3 @@ func TestUpstreamsAndUpstreamURLExcludeEachOther(t *testing.T) {
 		t.Fatal("Authorization accepted as the affinity header")
 	}
 }
-

@@ -226,6 +226,11 @@ func (f *Fleet) Reload(ctx context.Context, t Topology) error {
 	for _, r := range fresh {
 		f.startProber(r)
 	}
+	for r := range f.draining {
+		if r.inFlight.Load() == 0 {
+			delete(f.draining, r) // drained since the last reload
+		}
+	}
 	for _, p := range old.pools {
 		for _, r := range p.replicas {
 			if kept[r] {
