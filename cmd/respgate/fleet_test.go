@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/respgate/respgate/store/sqlite"
+	"github.com/respgate/respgate/upstream/fleet"
 	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
@@ -61,5 +62,17 @@ func TestUpstreamsAndUpstreamURLExcludeEachOther(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"--upstream-affinity-header", "Authorization"}, env(nil), io.Discard); err == nil {
 		t.Fatal("Authorization accepted as the affinity header")
+	}
+}
+
+// The compose fleet profile's file (docker-compose.yml mounts it) is a valid fleet.
+func TestComposeFleetFileParses(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/upstreams.fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := fleet.ParseTopology(b, nil)
+	if err != nil || len(top.Pools) != 1 || len(top.Pools[0].URLs) != 2 {
+		t.Fatalf("topology %+v, %v", top, err)
 	}
 }

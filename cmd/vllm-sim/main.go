@@ -9,7 +9,7 @@
 // ports from --listen's (each on a port of its own when that port is 0): each has its own
 // prefix cache and request log, as N replicas of a fleet would (docs/fleet.md). Every flag has
 // an environment equivalent (VLLM_SIM_LISTEN, VLLM_SIM_INSTANCES, VLLM_SIM_FAULT, VLLM_SIM_SEED,
-// VLLM_SIM_PREFIX_CACHE_BLOCKS, VLLM_SIM_PREFILL_BASE, VLLM_SIM_PREFILL_PER_TOKEN,
+// VLLM_SIM_MAX_MODEL_LEN, VLLM_SIM_PREFIX_CACHE_BLOCKS, VLLM_SIM_PREFILL_BASE, VLLM_SIM_PREFILL_PER_TOKEN,
 // VLLM_SIM_DECODE_PER_TOKEN). It logs one "vllm-sim listening" line per instance once it
 // accepts connections. It stops gracefully on SIGINT or SIGTERM: it stops accepting, lets
 // running requests finish for up to --shutdown-timeout, then closes the remaining connections.
@@ -49,6 +49,10 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("parse VLLM_SIM_INSTANCES: %w", err)
 	}
+	maxLen, err := strconv.Atoi(envOr("VLLM_SIM_MAX_MODEL_LEN", "0"))
+	if err != nil {
+		return fmt.Errorf("parse VLLM_SIM_MAX_MODEL_LEN: %w", err)
+	}
 	blocks, err := strconv.Atoi(envOr("VLLM_SIM_PREFIX_CACHE_BLOCKS", "0"))
 	if err != nil {
 		return fmt.Errorf("parse VLLM_SIM_PREFIX_CACHE_BLOCKS: %w", err)
@@ -63,7 +67,7 @@ func run() error {
 	flag.IntVar(&instances, "instances", instances, "independent simulated servers to serve, on consecutive ports (env VLLM_SIM_INSTANCES)")
 	fault := flag.String("fault", os.Getenv("VLLM_SIM_FAULT"), "fault spec applied to every request, e.g. 'delay_ms=20' or 'quirks=none' (env VLLM_SIM_FAULT)")
 	flag.Uint64Var(&seed, "seed", seed, "non-zero: deterministic ids (env VLLM_SIM_SEED)")
-	maxLen := flag.Int("max-model-len", 0, "context length each instance reports and enforces; 0: 131072")
+	flag.IntVar(&maxLen, "max-model-len", maxLen, "context length each instance reports and enforces; 0: 131072 (env VLLM_SIM_MAX_MODEL_LEN)")
 	flag.IntVar(&blocks, "prefix-cache-blocks", blocks, "prefix cache capacity per instance in 16-token blocks; 0 disables it (env VLLM_SIM_PREFIX_CACHE_BLOCKS)")
 	flag.DurationVar(&durs[0], "prefill-base", durs[0], "time to first token before any prefill (env VLLM_SIM_PREFILL_BASE)")
 	flag.DurationVar(&durs[1], "prefill-per-token", durs[1], "prefill time per uncached input token, e.g. 50us (env VLLM_SIM_PREFILL_PER_TOKEN)")
@@ -77,7 +81,7 @@ func run() error {
 	if instances < 1 || instances > 256 {
 		return errors.New("--instances must be between 1 and 256")
 	}
-	if blocks < 0 || durs[0] < 0 || durs[1] < 0 || durs[2] < 0 {
+	if maxLen < 0 || blocks < 0 || durs[0] < 0 || durs[1] < 0 || durs[2] < 0 {
 		return errors.New("--prefix-cache-blocks and the costs must not be negative")
 	}
 	host, portText, err := net.SplitHostPort(*listen)
@@ -114,7 +118,7 @@ func run() error {
 	served := make(chan error, len(lns))
 	var wg sync.WaitGroup
 	for i, ln := range lns {
-		sim := vllmsim.New(vllmsim.Options{Fault: *fault, Seed: seed, MaxModelLen: *maxLen, PrefixCacheBlocks: blocks,
+		sim := vllmsim.New(vllmsim.Options{Fault: *fault, Seed: seed, MaxModelLen: maxLen, PrefixCacheBlocks: blocks,
 			PrefillBase: durs[0], PrefillPerToken: durs[1], DecodePerToken: durs[2]})
 		servers[i] = &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
 		log.Info("vllm-sim listening", "instance", i, "addr", ln.Addr().String(),
