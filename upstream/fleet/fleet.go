@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	f.firstProbe(ctx, fresh)
 	f.gen.Store(g)
 	for _, r := range fresh {
-		f.startProber(r)
+		f.startProber(ctx, r)
 	}
 	return f, nil
 }
@@ -224,7 +224,7 @@ func (f *Fleet) Reload(ctx context.Context, t Topology) error {
 	}
 	f.gen.Store(g)
 	for _, r := range fresh {
-		f.startProber(r)
+		f.startProber(ctx, r)
 	}
 	for r := range f.draining {
 		if r.inFlight.Load() == 0 {

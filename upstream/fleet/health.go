@@ -46,9 +46,10 @@ func (h Health) backoff(n int) time.Duration {
 // after Fall failed probes, so the next probe comes after MinBackoff.
 func (h Health) marked() healthState { return healthState{Healthy: false, Fails: h.Fall} }
 
-// startProber starts r's prober; Close (or a reload that removes r) stops it and waits.
-func (f *Fleet) startProber(r *replica) {
-	ctx, stop := context.WithCancel(context.Background())
+// startProber starts r's prober, which outlives ctx (New's or Reload's; only its values are
+// kept): Close, or a reload that removes r, stops it and waits.
+func (f *Fleet) startProber(ctx context.Context, r *replica) {
+	ctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop, r.done = stop, make(chan struct{})
 	first := f.health.Interval
 	if !r.healthy.Load() {

@@ -255,6 +255,6 @@ func RoundRobin(turn uint64, cands []Candidate) Pick {
 	if len(healthy) == 0 {
 		return Pick{Outcome: NoReplica}
 	}
-	start := int(turn % uint64(len(healthy)))
+	start := int(turn % uint64(len(healthy))) //nolint:gosec // G115: less than len(healthy)
 	return Pick{Order: append(healthy[start:len(healthy):len(healthy)], healthy[:start]...), Outcome: Balanced}
 }

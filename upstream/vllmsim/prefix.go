@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"container/list"
+	"encoding/binary"
 	"hash/fnv"
 	"sync"
 	"time"
@@ -37,7 +38,7 @@ func (c *prefixCache) use(tokens []uint32) int {
 	h := fnv.New64a()
 	var buf [4]byte
 	for i, t := range tokens[:n*BlockTokens] {
-		buf[0], buf[1], buf[2], buf[3] = byte(t), byte(t>>8), byte(t>>16), byte(t>>24)
+		binary.LittleEndian.PutUint32(buf[:], t)
 		_, _ = h.Write(buf[:])
 		if (i+1)%BlockTokens == 0 {
 			hashes[i/BlockTokens] = h.Sum64()
