@@ -418,7 +418,7 @@ func checkComposeAgainstTheCode(t *testing.T, df *dockerfile, images map[string]
 	raw := readRepoFile(t, "docker-compose.yml")
 	doc := loadCompose(t, map[string]string{})
 	services := mapAt(t, doc, "services")
-	if got := sortedKeys(services); !slices.Equal(got, []string{"postgres", "respgate", "vllm", "vllm-sim"}) {
+	if got := sortedKeys(services); !slices.Equal(got, []string{"postgres", "respgate", "respgate-fleet", "vllm", "vllm-fleet", "vllm-sim"}) {
 		t.Fatalf("services = %v", got)
 	}
 	svc := func(name string) map[string]any { return mapAt(t, services, name) }
@@ -431,6 +431,12 @@ func checkComposeAgainstTheCode(t *testing.T, df *dockerfile, images map[string]
 	}
 	if p := profilesOf(t, svc("vllm-sim")); !slices.Equal(p, []string{"sim"}) {
 		t.Errorf("vllm-sim profiles = %v, want [sim]", p)
+	}
+	// The fleet profile (docs/fleet.md): two simulated replicas behind a respgate of their own.
+	for _, name := range []string{"vllm-fleet", "respgate-fleet"} {
+		if p := profilesOf(t, svc(name)); !slices.Equal(p, []string{"fleet"}) {
+			t.Errorf("%s profiles = %v, want [fleet]", name, p)
+		}
 	}
 	for _, name := range []string{"postgres", "respgate"} {
 		if p := profilesOf(t, svc(name)); len(p) != 0 {
@@ -452,7 +458,7 @@ func checkComposeAgainstTheCode(t *testing.T, df *dockerfile, images map[string]
 	// Dependencies, per profile: whatever is enabled starts in order, and nothing required is
 	// disabled by the profile.
 	deps := mapAt(t, svc("respgate"), "depends_on")
-	for _, active := range [][]string{{"sim"}, {"gpu"}, nil} {
+	for _, active := range [][]string{{"sim"}, {"gpu"}, {"fleet"}, nil} {
 		for _, name := range sortedKeys(services) {
 			if !enabled(t, svc(name), active) || svc(name)["depends_on"] == nil {
 				continue
@@ -482,7 +488,7 @@ func checkComposeAgainstTheCode(t *testing.T, df *dockerfile, images map[string]
 	if err != nil || up.Path != "/v1" {
 		t.Fatalf("RESPGATE_UPSTREAM_URL %q: want http://HOST:PORT/v1", env["RESPGATE_UPSTREAM_URL"])
 	}
-	for profile, server := range map[string]string{"sim": "vllm-sim", "gpu": "vllm"} {
+	for profile, server := range map[string]string{"sim": "vllm-sim", "gpu": "vllm", "fleet": "vllm-fleet"} {
 		var resolves []string
 		for _, name := range sortedKeys(services) {
 			if !enabled(t, svc(name), []string{profile}) {
@@ -564,6 +570,28 @@ func checkComposeAgainstTheCode(t *testing.T, df *dockerfile, images map[string]
 			t.Errorf("vllm-sim's environment sets %s, which vllm-sim does not read", k)
 		}
 	}
+	fleetEnv := serviceEnv(t, svc("respgate-fleet"))
+	for k := range fleetEnv {
+		if !slices.Contains(rgEnv, k) {
+			t.Errorf("respgate-fleet's environment sets %s, which respgate does not read", k)
+		}
+	}
+	if fleetEnv["RESPGATE_DATABASE_URL"] != env["RESPGATE_DATABASE_URL"] || fleetEnv["RESPGATE_LISTEN"] != env["RESPGATE_LISTEN"] {
+		t.Error("respgate-fleet must share respgate's database and listen address")
+	}
+	if vols := stringsAt(t, svc("respgate-fleet")["volumes"], "respgate-fleet.volumes"); len(vols) != 1 ||
+		vols[0] != "./deploy/upstreams.fleet.yaml:"+fleetEnv["RESPGATE_UPSTREAMS"]+":ro" {
+		t.Errorf("respgate-fleet volumes %v must mount deploy/upstreams.fleet.yaml read-only at RESPGATE_UPSTREAMS", vols)
+	}
+	fleetCmd := stringsAt(t, svc("vllm-fleet")["command"], "vllm-fleet.command")
+	if i := slices.Index(fleetCmd, "--instances"); i < 0 || i+1 >= len(fleetCmd) || fleetCmd[i+1] != "2" {
+		t.Errorf("vllm-fleet command %v does not serve two instances", fleetCmd)
+	}
+	for _, f := range fleetCmd {
+		if name, ok := strings.CutPrefix(f, "--"); ok {
+			flagDefault(t, simFlags, name) // fails on a flag vllm-sim does not have
+		}
+	}
 	for k := range pgEnv {
 		if !slices.Contains([]string{"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}, k) {
 			t.Errorf("postgres environment %s is not one the postgres image documents here", k)
@@ -594,7 +622,7 @@ func checkComposeAgainstTheCode(t *testing.T, df *dockerfile, images map[string]
 	}
 
 	// Images and build targets.
-	for name, target := range map[string]string{"respgate": "respgate", "vllm-sim": "vllm-sim"} {
+	for name, target := range map[string]string{"respgate": "respgate", "vllm-sim": "vllm-sim", "respgate-fleet": "respgate", "vllm-fleet": "vllm-sim"} {
 		b := mapAt(t, svc(name), "build")
 		if b["context"] != "." || b["target"] != target {
 			t.Errorf("%s build = %v, want context . and target %s", name, b, target)

@@ -111,3 +111,24 @@ func TestPaginateStartsAfterTheNamedItemAtEveryPosition(t *testing.T) {
 		t.Fatalf("after an unknown id: %v, want a 400 naming after", err)
 	}
 }
+
+// GET /v1/models/{id} (the SDKs' models.retrieve) answers the upstream list's entry, ids with
+// slashes included, escaped or not; an id the list lacks is 404 model_not_found.
+func TestRetrieveModelAnswersTheListEntryOr404(t *testing.T) {
+	s := newSimServer(t, Config{}, nil)
+	for _, path := range []string{"/v1/models/openai/gpt-oss-sim", "/v1/models/openai%2Fgpt-oss-sim"} {
+		code, body := call(t, s, http.MethodGet, path, "")
+		var m struct {
+			ID          string `json:"id"`
+			Object      string `json:"object"`
+			MaxModelLen int    `json:"max_model_len"`
+		}
+		if err := json.Unmarshal([]byte(body), &m); err != nil || code != http.StatusOK || m.ID != "openai/gpt-oss-sim" || m.Object != "model" || m.MaxModelLen == 0 {
+			t.Fatalf("GET %s: %d %s", path, code, body)
+		}
+	}
+	code, body := call(t, s, http.MethodGet, "/v1/models/nobody/serves-this", "")
+	if e := envelope(t, body); code != http.StatusNotFound || deref(e.Code) != "model_not_found" || deref(e.Param) != "model" {
+		t.Fatalf("unknown model: %d %s", code, body)
+	}
+}

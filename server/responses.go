@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -236,7 +238,42 @@ func renderList(page *store.ItemPage) []byte {
 	return append(b, '}')
 }
 
-// listModels proxies vLLM's model list.
+// getModel answers GET /v1/models/{id} (the SDKs' models.retrieve) with the entry of the
+// upstream's list (an aggregated fleet's, or vLLM's, which has no such route), or 404
+// model_not_found. The id may hold slashes.
+func (s *Server) getModel(c echo.Context) error {
+	id, err := url.PathUnescape(c.Param("*"))
+	if err != nil || id == "" {
+		return modelNotFound(id)
+	}
+	raw, err := s.up.Models(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return &upstream.Error{Kind: upstream.KindBadBody, Status: http.StatusOK, Message: "model list is not a JSON list"}
+	}
+	for _, m := range list.Data {
+		var e struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m, &e) == nil && e.ID == id {
+			return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, m)
+		}
+	}
+	return modelNotFound(id)
+}
+
+// modelNotFound is OpenAI's 404 for an unknown model id in a path.
+func modelNotFound(id string) error {
+	return &wire.APIError{Status: http.StatusNotFound, Type: wire.ErrInvalidRequest, Code: "model_not_found", Param: "model",
+		Message: "The model `" + id + "` does not exist."}
+}
+
+// listModels proxies the upstream's model list (a fleet's is aggregated, upstream/fleet).
 func (s *Server) listModels(c echo.Context) error {
 	raw, err := s.up.Models(c.Request().Context())
 	if err != nil {

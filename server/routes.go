@@ -47,6 +47,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/responses/:id/input_items", s.listInputItems)
 	v1.POST("/responses/:id/cancel", s.cancelResponse)
 	v1.GET("/models", s.listModels)
+	v1.GET("/models/*", s.getModel) // model ids hold slashes (openai/gpt-oss-120b)
 	v1.POST("/chat/completions", s.createChatCompletion)
 
 	v1.POST("/conversations", s.createConversation)

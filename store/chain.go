@@ -37,7 +37,8 @@ const (
 // input, 2: output), each record followed by its items:
 //
 //	(depth, kind, id, tenant, status, model, previous_response_id, conversation_id, created_at,
-//	 completed_at, echo, usage, error, incomplete_details, item_id, item_type, data, position)
+//	 completed_at, echo, usage, error, incomplete_details, item_id, item_type, data, position,
+//	 replica)
 //
 // The text columns of the other kind are ” and the others NULL; depth and position only order
 // the rows.
@@ -55,7 +56,8 @@ type recordRow struct {
 func (rr *recordRow) scan(row Row) error {
 	return row.Scan(&rr.depth, &rr.kind, &rr.r.ID, &rr.r.Tenant, &rr.status, &rr.r.Model,
 		&rr.r.PreviousResponseID, &rr.r.ConversationID, &rr.created, &rr.completed,
-		&rr.echo, &rr.usage, &rr.errJSON, &rr.incomplete, &rr.item.ID, &rr.item.Type, &rr.data, &rr.position)
+		&rr.echo, &rr.usage, &rr.errJSON, &rr.incomplete, &rr.item.ID, &rr.item.Type, &rr.data, &rr.position,
+		&rr.r.Replica)
 }
 
 func (rr *recordRow) response() Response {

@@ -55,6 +55,11 @@ type Response struct {
 	Usage             json.RawMessage
 	Error             json.RawMessage
 	IncompleteDetails json.RawMessage
+	// Replica names the upstream replica that served the response ("" when unknown, or a single
+	// upstream): the chain's next turn prefers it, since its prefix cache holds the chain
+	// (upstream.Route.Prefer, docs/fleet.md). It is never shown to clients. A commit with an
+	// empty Replica keeps the one ResponseBegin stored.
+	Replica string
 }
 
 // Conversation is a stored conversation.
@@ -263,6 +268,9 @@ const (
 	// SecretSealKey is the generated default key of the seal ring (32 random bytes), used when
 	// no keys are configured and kept as an opening key when they are (docs/reasoning.md).
 	SecretSealKey = "seal-key"
+	// SecretUpstreamAffinity keys the HMAC of the routing key sent to an external router
+	// (--upstream-affinity-header, docs/fleet.md).
+	SecretUpstreamAffinity = "upstream-affinity-hmac"
 )
 
 type SecretGetOrCreateParams struct {

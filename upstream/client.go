@@ -270,6 +270,9 @@ func (c *Client) newRequest(ctx context.Context, method, u string, body []byte, 
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", "respgate")
+	if h, ok := ctx.Value(headerKey{}).(ctxHeader); ok {
+		req.Header.Set(h.name, h.value)
+	}
 	if c.auth != "" {
 		req.Header.Set("Authorization", c.auth)
 	}
@@ -435,4 +438,21 @@ func (c *Client) StreamLent(ctx context.Context, body []byte, release func()) (*
 		return nil, &Error{Kind: KindBadBody, Status: resp.StatusCode, Message: msg}
 	}
 	return c.newStream(cl, resp.StatusCode, resp.Body), nil
+}
+
+// headerKey is the context key of WithHeader's header.
+type headerKey struct{}
+
+type ctxHeader struct{ name, value string }
+
+// WithHeader returns ctx carrying one extra request header that every call made with it sends:
+// the routing-key header an external router's session affinity reads
+// (--upstream-affinity-header, docs/fleet.md). The Client's own headers (Authorization,
+// Content-Type, Accept, User-Agent) win over it: name one of them and it is ignored.
+func WithHeader(ctx context.Context, name, value string) context.Context {
+	switch http.CanonicalHeaderKey(name) {
+	case "Authorization", "Content-Type", "Accept", "User-Agent", "Host", "Content-Length":
+		return ctx
+	}
+	return context.WithValue(ctx, headerKey{}, ctxHeader{name, value})
 }

@@ -28,14 +28,15 @@ type Stream struct {
 	body io.ReadCloser
 	rd   *idleReader
 
-	mu       sync.Mutex // serialises the decoding step of Events, Close and abort
-	seq      iter.Seq2[sse.Event, error]
-	pushing  bool        // Events is reading the stream: a second Events must not
-	unwatch  func() bool // stops the context.AfterFunc that calls abort
-	status   int         // the response's status, kept on errors
-	buf      []byte      // Data of the last event, reused
-	err      error       // sticky end: io.EOF, ErrClosed or an *Error
-	released bool
+	mu        sync.Mutex // serialises the decoding step of Events, Close and abort
+	seq       iter.Seq2[sse.Event, error]
+	pushing   bool        // Events is reading the stream: a second Events must not
+	unwatch   func() bool // stops the context.AfterFunc that calls abort
+	status    int         // the response's status, kept on errors
+	buf       []byte      // Data of the last event, reused
+	err       error       // sticky end: io.EOF, ErrClosed or an *Error
+	released  bool
+	onRelease []func() // OnRelease's functions, run once by release
 }
 
 // maxRetainedBuf is the largest event buffer kept between events; one huge event does not pin
@@ -224,8 +225,25 @@ func (s *Stream) release() {
 		return
 	}
 	s.released = true
+	for _, f := range s.onRelease {
+		f()
+	}
+	s.onRelease = nil
 	s.unwatch()
 	s.cl.end(s.body)
+}
+
+// OnRelease registers f to run once when the stream ends for any reason (its end, an error, its
+// context, Close), at once if it already has: a fleet counts a replica's streams in flight with
+// it (upstream/fleet). f runs under the Stream's lock and must not call the Stream's methods.
+func (s *Stream) OnRelease(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		f()
+		return
+	}
+	s.onRelease = append(s.onRelease, f)
 }
 
 // Close ends the stream and releases its connection. It is safe to call more than once, after

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"github.com/respgate/respgate/store/postgres"
 	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/upstream/fleet"
 	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
@@ -108,15 +110,19 @@ func openStore(ctx context.Context, dsn string, maxConns int, log *slog.Logger) 
 // waits for before returning.
 func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (err error) {
 	var g errgroup.Group
+	var fl *fleet.Fleet
 	// Background work stops only after the HTTP server drained: its turns still renew leases.
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		stopBg()
 		err = errors.Join(err, g.Wait())
+		if fl != nil {
+			fl.Close() // its probers; every call through it has ended
+		}
 	}()
 
 	upCfg := cfg.upstream
-	if upCfg.BaseURL == "" {
+	if upCfg.BaseURL == "" && cfg.upstreamsFile == "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return fmt.Errorf("start simulator: %w", err)
@@ -131,13 +137,17 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		log.Warn("NO UPSTREAM CONFIGURED: answers come from the built-in vLLM SIMULATOR, not a real model; set --upstream-url / RESPGATE_UPSTREAM_URL for vLLM",
 			"simulator_url", upCfg.BaseURL)
 	}
-	up, err := upstream.New(upCfg)
+	caller, f, err := newUpstream(ctx, cfg, upCfg, st, log)
 	if err != nil {
-		return fmt.Errorf("upstream: %w", err)
+		return err
+	}
+	fl = f
+	if fl != nil && cfg.upstreamsFile != "" {
+		g.Go(func() error { reloadOnHangup(bg, fl, cfg.upstreamsFile, log); return nil })
 	}
 	srvCfg := cfg.server
 	srvCfg.Logger = log
-	srv, err := server.New(ctx, srvCfg, st, upstream.Single(up))
+	srv, err := server.New(ctx, srvCfg, st, caller)
 	if err != nil {
 		return err
 	}
@@ -224,4 +234,88 @@ func serveHTTP(hs *http.Server, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// newUpstream is the turn's upstream: the fleet of --upstreams, or the one server of upCfg
+// (--upstream-url, or the simulator) — as a fleet of one when --upstream-affinity-header is set,
+// since the header is the fleet's. The fleet, when there is one, is also returned, for SIGHUP
+// and for Close.
+func newUpstream(ctx context.Context, cfg *config, upCfg upstream.Config, st store.Store, log *slog.Logger) (upstream.Caller, *fleet.Fleet, error) {
+	if cfg.upstreamsFile == "" && cfg.affinityHeader == "" {
+		up, err := upstream.New(upCfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("upstream: %w", err)
+		}
+		return upstream.Single(up), nil, nil
+	}
+	var top fleet.Topology
+	var err error
+	if cfg.upstreamsFile != "" {
+		top, err = loadTopology(cfg.upstreamsFile)
+	} else {
+		top, err = fleet.SingleTopology(upCfg.BaseURL, upCfg.APIKey)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fc := fleet.Config{Topology: top, Client: upCfg, Logger: log}
+	if cfg.affinityHeader != "" {
+		// One secret for every replica on the database, so a chain's header value is the same
+		// whichever respgate replica sends it.
+		secret, err := st.SecretGetOrCreate(ctx, &store.SecretGetOrCreateParams{
+			Name: store.SecretUpstreamAffinity,
+			Generate: func() ([]byte, error) {
+				b := make([]byte, 32)
+				_, err := rand.Read(b)
+				return b, err
+			},
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("load upstream affinity secret: %w", err)
+		}
+		fc.AffinityHeader, fc.AffinitySecret = cfg.affinityHeader, secret
+	}
+	fl, err := fleet.New(ctx, fc)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range top.Pools {
+		log.Info("upstream pool", "pool", p.String())
+	}
+	return fl, fl, nil
+}
+
+// loadTopology reads and checks the --upstreams file.
+func loadTopology(path string) (fleet.Topology, error) {
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the path is the operator's own --upstreams setting
+	if err != nil {
+		return fleet.Topology{}, fmt.Errorf("--upstreams: %w", err)
+	}
+	top, err := fleet.ParseTopology(b, os.Getenv)
+	if err != nil {
+		return fleet.Topology{}, fmt.Errorf("--upstreams %s: %w", path, err)
+	}
+	return top, nil
+}
+
+// reloadOnHangup rereads the --upstreams file on every SIGHUP until stop ends: a file that does
+// not parse is logged and changes nothing; replicas it removes drain (fleet.Reload).
+func reloadOnHangup(stop context.Context, fl *fleet.Fleet, path string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-stop.Done():
+			return
+		case <-hup:
+		}
+		top, err := loadTopology(path)
+		if err == nil {
+			err = fl.Reload(stop, top)
+		}
+		if err != nil {
+			log.Error("upstreams not reloaded; the running fleet is unchanged", "error", err)
+		}
+	}
 }

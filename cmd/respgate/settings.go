@@ -24,6 +24,7 @@ import (
 // client's, filled in place through the settings table.
 type config struct {
 	listen, debugListen, databaseURL, apiKeys, logLevel   string
+	upstreamsFile, affinityHeader                         string
 	toolPolicy, sealKeys, sealKeysFile, reasoningExposure string
 	dbMaxConns                                            int
 	shutdownTimeout                                       time.Duration
@@ -87,10 +88,14 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.listen }},
 	{flag: "debug-listen", def: "", help: "address of a second listener serving Go's pprof profiles (`/debug/pprof/`), with no key: bind it to loopback or a private interface; empty serves none (docs/operations.md \"Metrics and traces\")",
 		bind: func(c *config) any { return &c.debugListen }},
-	{flag: "upstream-url", def: "", help: "vLLM base URL including `/v1`; empty starts the built-in simulator (and logs a loud warning)",
+	{flag: "upstream-url", def: "", help: "vLLM base URL including `/v1`; empty (and no `--upstreams`) starts the built-in simulator (and logs a loud warning)",
 		bind: func(c *config) any { return &c.upstream.BaseURL }, show: func(v string) any { return redactUpstreamURL(v) }},
 	{flag: "upstream-api-key", def: "", help: "bearer key sent to vLLM (never logged)", secret: true,
 		bind: func(c *config) any { return &c.upstream.APIKey }},
+	{flag: "upstreams", def: "", help: "YAML file describing a fleet of vLLM servers: pools, models, keys, routing policy, health probes (docs/fleet.md); reloaded on SIGHUP; set it or `--upstream-url`, not both",
+		example: "upstreams.yaml", bind: func(c *config) any { return &c.upstreamsFile }},
+	{flag: "upstream-affinity-header", def: "", help: "request header that carries an HMAC of each turn's routing key to the upstream, for the session affinity of an external router (vLLM production-stack, llm-d; docs/fleet.md); empty sends none",
+		example: "x-session-id", bind: func(c *config) any { return &c.affinityHeader }},
 	{flag: "database-url", def: "sqlite:./data/respgate.db",
 		help: "`postgres://…` (or `postgresql://…`), `sqlite:PATH` or `sqlite::memory:`; the SQLite folder is created 0700, the file 0600; a password with `@ / ? # % [` or a space must be percent-encoded (logged with the password redacted)",
 		bind: func(c *config) any { return &c.databaseURL }, show: func(v string) any { return redactURL(v) }},
@@ -359,6 +364,12 @@ func (c *config) check() error {
 		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --write-timeout (%s): a lease must outlive a blocked client write",
 			c.server.LeaseTTL, c.server.WriteTimeout))
 	}
+	if c.upstreamsFile != "" && c.upstream.BaseURL != "" {
+		errs = append(errs, errors.New("set --upstreams (RESPGATE_UPSTREAMS) or --upstream-url (RESPGATE_UPSTREAM_URL), not both"))
+	}
+	if h := c.affinityHeader; h != "" && !validHeaderName(h) {
+		errs = append(errs, errors.New("--upstream-affinity-header (RESPGATE_UPSTREAM_AFFINITY_HEADER) must be an HTTP header name other than Authorization, Content-Type, Accept, User-Agent, Host or Content-Length"))
+	}
 	if _, err := engine.ParseContextWindows(c.server.ContextWindow); err != nil {
 		errs = append(errs, fmt.Errorf("--context-window (RESPGATE_CONTEXT_WINDOW): %w", err))
 	}
@@ -478,4 +489,19 @@ func redactURL(s string) string {
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// validHeaderName reports whether h is a header name (RFC 9110 token) that respgate does not set
+// itself on upstream requests.
+func validHeaderName(h string) bool {
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return false
+		}
+	}
+	switch strings.ToLower(h) {
+	case "authorization", "content-type", "accept", "user-agent", "host", "content-length":
+		return false
+	}
+	return h != ""
 }

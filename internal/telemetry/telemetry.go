@@ -160,3 +160,18 @@ func (t *Set) Rehydrated(ctx context.Context, st rehydrate.Stats, dropped []stri
 		t.DroppedTools.Add(ctx, 1, metric.WithAttributes(attribute.String("type", typ)))
 	}
 }
+
+// instrumentedUpstream is an upstream.Caller with instruments of its own (upstream/fleet: per
+// replica in-flight calls, health, failovers, cached tokens), registered on the meter behind
+// /metrics.
+type instrumentedUpstream interface {
+	Instrument(metric.Meter) error
+}
+
+// InstrumentUpstream registers up's instruments when it has any.
+func (t *Set) InstrumentUpstream(up any) error {
+	if in, ok := up.(instrumentedUpstream); ok {
+		return in.Instrument(t.Meter)
+	}
+	return nil
+}

@@ -65,7 +65,8 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 	if p.Begun {
 		b.Queue(mustWrite("WITH", finishResponseSQL, noResponseWritten), store.FinishArgs(s.Driver, r)...)
 	} else {
-		b.Queue(mustWrite(lineageCTE+",", upsertResponseInsertSQL, noResponseWritten), store.ResponseArgs(s.Driver, r, r.Status)...)
+		b.Queue(mustWrite(lineageCTE+",", upsertResponseInsertSQL, noResponseWritten),
+			append(store.ResponseArgs(s.Driver, r, r.Status), store.ReplicaArg(r))...)
 	}
 	switch {
 	case conv != nil:

@@ -48,7 +48,7 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...)...); err != nil {
+			if _, err := tx.ExecContext(ctx, responseInsertSQL, append(append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...), store.ReplicaArg(r))...); err != nil {
 				return interpretError(err)
 			}
 			return insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil)

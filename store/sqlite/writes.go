@@ -111,7 +111,7 @@ func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, p *store.ResponseComm
 	default:
 		var l []any
 		if l, err = lineage(ctx, tx, r.Tenant, r.PreviousResponseID); err == nil {
-			_, err = tx.ExecContext(ctx, responseInsertSQL, append(store.ResponseArgs(s.Driver, r, r.Status), l...)...)
+			_, err = tx.ExecContext(ctx, responseInsertSQL, append(append(store.ResponseArgs(s.Driver, r, r.Status), l...), store.ReplicaArg(r))...)
 		}
 	}
 	if err != nil {

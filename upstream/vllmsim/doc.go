@@ -207,8 +207,18 @@
 // event. Usage: output_tokens counts the generated tokens (reasoning, text and argument tokens),
 // reasoning_tokens the reasoning ones, input_tokens is 3 + the words of instructions + for every input
 // item 3 + the words of its texts (message text, reasoning text, arguments, output), cached_tokens is
-// 0, total_tokens the sum. Harmony reports one turn in the *_per_turn arrays; the parser path reports
-// empty arrays (vLLM's SimpleContext keeps no turn metrics).
+// 0 (or the prefix cache's hit, below), total_tokens the sum. Harmony reports one turn in the
+// *_per_turn arrays; the parser path reports empty arrays (vLLM's SimpleContext keeps no turn metrics).
+//
+// With Options.PrefixCacheBlocks set, a Sim models vLLM's automatic prefix caching (prefix.go,
+// docs/fleet.md): the prompt's tokens, in the order input_tokens counts them (3 of framing, the
+// instructions' words, then per item 3 of framing and its words; /tokenize lists the same ids), are
+// cut into 16-token blocks whose hashes are chained over the whole prefix and kept in an LRU of that
+// many blocks. cached_tokens is the prompt's leading run of cached blocks (one block less when the
+// whole prompt is cached: vLLM recomputes the last token); then every full block of the prompt is
+// cached. The time to the first token is Options.PrefillBase + uncached tokens ×
+// Options.PrefillPerToken, and Options.DecodePerToken paces each delta when delay_ms does not. For
+// a given order of requests all of it is deterministic.
 //
 // Ids are random (uuid4-shaped, as vLLM's random_uuid) unless Options.Seed is set, which makes every id
 // a function of the seed and the request's arrival number, and created_at comes from Options.Now.

@@ -187,15 +187,46 @@ type conversation struct {
 	toolSaid    []string
 	words       int // whitespace-separated words of every input text
 	items       int
+	// tokens are the input's simulated tokens in order (3 of framing per item, then a token per
+	// word), as hashes, for the prefix cache; collected only when tokens is non-nil at the start.
+	tokens []uint32
+}
+
+// framing are the 3 tokens each input item costs (tokenize.go counts them too).
+var framing = [3]uint32{tokenOf("<|start|>"), tokenOf("<|message|>"), tokenOf("<|end|>")}
+
+// item counts one more input item.
+func (c *conversation) item() {
+	c.items++
+	if c.tokens != nil {
+		c.tokens = append(c.tokens, framing[:]...)
+	}
+}
+
+// text counts the words of an input text.
+func (c *conversation) text(s string) {
+	if c.tokens == nil {
+		c.words += len(strings.Fields(s))
+		return
+	}
+	for _, w := range strings.Fields(s) {
+		c.words++
+		c.tokens = append(c.tokens, tokenOf(w))
+	}
 }
 
 // readInput converts input like vLLM does for dialect d (docs/wire.md §6.4), rejecting what vLLM rejects.
-func readInput(d Dialect, input json.RawMessage) (*conversation, *vllmError) {
+// With tokens set, it also lists the input's simulated tokens (conversation.tokens).
+func readInput(d Dialect, input json.RawMessage, tokens bool) (*conversation, *vllmError) {
 	c := &conversation{}
+	if tokens {
+		c.tokens = make([]uint32, 0, 256)
+	}
 	var s string
 	if json.Unmarshal(input, &s) == nil {
-		c.items, c.messages = 1, 1 // a string input is one user message
-		c.words = len(strings.Fields(s))
+		c.messages = 1 // a string input is one user message
+		c.item()
+		c.text(s)
 		c.addUser(s)
 		return c, nil
 	}
@@ -232,11 +263,11 @@ func (r *inputReader) read(i int, it *inputItem) *vllmError {
 	if it.Type != nil {
 		typ = *it.Type
 	}
-	c.items++
+	c.item()
 	switch typ {
 	case wire.TypeMessage:
 		text := joinText(it.Content)
-		c.words += len(strings.Fields(text))
+		c.text(text)
 		if d == Harmony && (it.Role == "system" || it.Role == "developer") && text == "" {
 			return nil // harmony drops an empty system/developer message (harmony.py)
 		}
@@ -250,20 +281,20 @@ func (r *inputReader) read(i int, it *inputItem) *vllmError {
 		if err != nil {
 			return err
 		}
-		c.words += len(strings.Fields(text))
+		c.text(text)
 		if ok {
 			c.reasoning++
 			c.lastReason = &text
 		}
 	case wire.TypeFunctionCall:
 		r.calls[it.CallID] = true
-		c.words += len(strings.Fields(it.Arguments))
+		c.text(it.Arguments)
 	case wire.TypeFunctionCallOutput:
 		if d == Harmony && !r.calls[it.CallID] {
 			return badRequest("No call message found for %s", it.CallID)
 		}
 		c.toolOutputs++
-		c.words += len(strings.Fields(joinText(it.Output)))
+		c.text(joinText(it.Output))
 	default:
 		if d == Harmony {
 			return badRequest("Unknown input type: %s", typ)

@@ -70,6 +70,17 @@ type Options struct {
 	RecordLimit int
 	// MaxBodyBytes bounds a request body; 0 means 64 MiB.
 	MaxBodyBytes int64
+	// PrefixCacheBlocks, when positive, turns on the simulated prefix cache (prefix.go): an LRU
+	// of that many 16-token blocks of prompt tokens (as /tokenize counts them), whose hits are
+	// reported as usage.input_tokens_details.cached_tokens. 0: no cache, cached_tokens 0.
+	PrefixCacheBlocks int
+	// PrefillBase and PrefillPerToken make the time to the first token PrefillBase +
+	// uncached input tokens × PrefillPerToken (streamed: before the first delta; not streamed:
+	// before the answer). Zero: no prefill time.
+	PrefillBase, PrefillPerToken time.Duration
+	// DecodePerToken paces every output token (each delta) when the request's faults set no
+	// delay_ms. Zero: no pacing.
+	DecodePerToken time.Duration
 }
 
 // Request is a request the Sim received: Body holds exactly the bytes received.
@@ -84,6 +95,7 @@ type Request struct {
 // by an http.Server (or httptest.Server): connection cuts abort the handler with http.ErrAbortHandler.
 type Sim struct {
 	opts    Options
+	cache   *prefixCache // nil: PrefixCacheBlocks is 0
 	models  []Model
 	quirks  Quirks
 	arrived atomic.Uint64 // POST /v1/responses requests so far, for seeded ids
@@ -116,6 +128,9 @@ func New(opts Options) *Sim {
 		models = []Model{{HarmonyModel, Harmony}, {ParserModel, ReasoningParser}}
 	}
 	s := &Sim{opts: opts, models: models, quirks: AllQuirks &^ opts.DisableQuirks}
+	if opts.PrefixCacheBlocks > 0 {
+		s.cache = newPrefixCache(opts.PrefixCacheBlocks)
+	}
 	if opts.RecordLimit > 0 {
 		s.log = make([]Request, 0, min(opts.RecordLimit, 64))
 	}
@@ -165,10 +180,17 @@ func (s *Sim) record(r *http.Request, body []byte) {
 	}
 }
 
-// ServeHTTP serves vLLM's routes and the simulator's own /sim/requests.
+// ServeHTTP serves vLLM's routes (/v1/responses, /v1/models, /tokenize, /health) and the
+// simulator's own /sim/requests.
 func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/sim/requests" {
 		s.serveLog(w, r)
+		return
+	}
+	if r.URL.Path == "/health" {
+		// vLLM's liveness route: 200 with an empty body while the engine is up; not recorded,
+		// since a fleet probes it every few seconds (upstream/fleet).
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
@@ -290,7 +312,7 @@ func (s *Sim) create(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, badRequest("max_tokens must be at least 1, got %d.", *n)) // SamplingParams._verify_args
 		return
 	}
-	conv, verr := readInput(model.Dialect, req.Input)
+	conv, verr := readInput(model.Dialect, req.Input, s.cache != nil)
 	if verr != nil {
 		writeError(w, verr)
 		return

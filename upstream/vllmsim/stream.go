@@ -27,7 +27,8 @@ type emitter struct {
 	frames    int       // frames written, malformed ones included
 	next      time.Time // when the next delta is due (delay_ms)
 	stalled   bool
-	malformed bool // the malformed frame was written
+	malformed bool          // the malformed frame was written
+	prefill   time.Duration // waited once, before the first delta (the time to first token)
 }
 
 func newEmitter(w http.ResponseWriter, r *http.Request, f *fault) *emitter {
@@ -95,6 +96,13 @@ const malformedFrame = "event: response.output_text.delta\ndata: {\"content_inde
 
 // send writes the frame in buf; a delta is paced by delay_ms first.
 func (e *emitter) send(delta bool) error {
+	if delta && e.prefill > 0 {
+		d := e.prefill
+		e.prefill = 0
+		if err := e.sleep(d); err != nil {
+			return err
+		}
+	}
 	if delta && e.f.delay > 0 {
 		// Pace by deadline, not by sleeping delay after each write, so that write time does not
 		// add up; a stream that fell behind resumes at the pace instead of bursting.
@@ -162,6 +170,7 @@ func (e *emitter) write(frame []byte) error {
 // when the stream ends, a write fails or the client goes away.
 func (t *turn) stream(w http.ResponseWriter, r *http.Request) {
 	e := newEmitter(w, r, t.f)
+	e.prefill = t.prefill
 	defer e.stop()
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	w.WriteHeader(http.StatusOK)

@@ -64,10 +64,16 @@ func (s *Sim) tokenize(w http.ResponseWriter, body []byte) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(wd))
-		b = appendInt(b, int(h.Sum32()%151936))
+		b = appendInt(b, int(tokenOf(wd)))
 	}
 	b = append(b, `],"token_strs":null}`...)
 	writeJSON(w, http.StatusOK, b)
+}
+
+// tokenOf is the simulated token id of a word: what /tokenize lists and what the prefix cache
+// hashes.
+func tokenOf(word string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(word))
+	return h.Sum32() % 151936
 }

@@ -26,6 +26,10 @@ type turn struct {
 	hugeItem   *outItem // the item whose first token is the huge= placeholder
 
 	inputTokens, outputTokens, reasoningTokens int
+	// cachedTokens are the input tokens the prefix cache held; prefill is the time to the first
+	// token they leave (Options.PrefillBase, PrefillPerToken).
+	cachedTokens int
+	prefill      time.Duration
 	// reportedInput is the usage.input_tokens reported (the input_tokens= fault), else inputTokens.
 	reportedInput int
 }
@@ -39,6 +43,18 @@ func newTurn(s *Sim, m Model, req *createRequest, c *conversation, f *fault, ids
 	t.createdAt = s.opts.Now().Unix()
 	t.inputTokens = 3 + len(strings.Fields(req.instructions())) + 3*c.items + c.words
 	t.reportedInput = t.inputTokens
+	if s.cache != nil {
+		toks := make([]uint32, 0, 3+len(c.tokens)+16)
+		toks = append(toks, framing[:]...) // the 3 tokens of the turn's own framing
+		for _, w := range strings.Fields(req.instructions()) {
+			toks = append(toks, tokenOf(w))
+		}
+		t.cachedTokens = s.cache.use(append(toks, c.tokens...))
+	}
+	t.prefill = s.opts.prefill(t.inputTokens, t.cachedTokens)
+	if f.delay == 0 {
+		f.delay = s.opts.DecodePerToken
+	}
 	if f.inputTokens > 0 {
 		t.reportedInput = f.inputTokens
 	}
@@ -297,12 +313,15 @@ func (t *turn) appendUsage(b []byte, final bool) []byte {
 	}
 	b = append(b, `{"input_tokens":`...)
 	b = appendInt(b, t.reportedInput)
-	b = append(b, `,"input_tokens_details":{"cached_tokens":0`...)
+	b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
+	b = appendInt(b, t.cachedTokens)
 	if t.has(QuirkFields) {
 		if t.harmony {
 			b = append(b, `,"input_tokens_per_turn":[`...)
 			b = appendInt(b, t.reportedInput)
-			b = append(b, `],"cached_tokens_per_turn":[0]`...)
+			b = append(b, `],"cached_tokens_per_turn":[`...)
+			b = appendInt(b, t.cachedTokens)
+			b = append(b, ']')
 		} else {
 			b = append(b, `,"input_tokens_per_turn":[],"cached_tokens_per_turn":[]`...)
 		}
@@ -433,7 +452,7 @@ func (t *turn) respond(w http.ResponseWriter, r *http.Request) {
 	if t.f.stall > 0 && e.sleep(t.f.stall) != nil {
 		return
 	}
-	if t.f.delay > 0 && e.sleep(t.f.delay*time.Duration(t.outputTokens)) != nil {
+	if d := t.prefill + t.f.delay*time.Duration(t.outputTokens); d > 0 && e.sleep(d) != nil {
 		return
 	}
 	if t.f.cutAfter >= 0 {

@@ -1,0 +1,244 @@
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+func cands(spec ...any) []Candidate {
+	// spec: id, healthy, inflight, id, healthy, inflight, …
+	var out []Candidate
+	for i := 0; i+2 < len(spec); i += 3 {
+		out = append(out, Candidate{ID: spec[i].(string), Healthy: spec[i+1].(bool), InFlight: spec[i+2].(int)})
+	}
+	return out
+}
+
+func TestRendezvousIsAPureFunctionOfKeyAndIDs(t *testing.T) {
+	ids := []string{"http://a:8000/v1", "http://b:8000/v1", "http://c:8000/v1", "http://d:8000/v1"}
+	// Golden orders: every respgate replica, build and architecture must agree on these.
+	for _, tc := range []struct {
+		key  string
+		want []int
+	}{
+		{"chain-1", []int{2, 0, 3, 1}},
+		{"", []int{2, 3, 1, 0}},
+	} {
+		got := Rendezvous(tc.key, ids)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Rendezvous(%q) = %v, want %v", tc.key, got, tc.want)
+		}
+		sorted := slices.Clone(got)
+		slices.Sort(sorted)
+		if !slices.Equal(sorted, []int{0, 1, 2, 3}) {
+			t.Errorf("Rendezvous(%q) = %v, not a permutation", tc.key, got)
+		}
+	}
+	// Reordering the configuration does not change the replica chosen.
+	rev := slices.Clone(ids)
+	slices.Reverse(rev)
+	for k := range 200 {
+		key := fmt.Sprint("key-", k)
+		if a, b := ids[Rendezvous(key, ids)[0]], rev[Rendezvous(key, rev)[0]]; a != b {
+			t.Fatalf("key %s: %s in one order, %s in the other", key, a, b)
+		}
+	}
+}
+
+func TestRendezvousGoldenScores(t *testing.T) {
+	// Fixed values pin the hash: a change here moves every chain of every deployment.
+	for _, tc := range []struct {
+		key, id string
+		want    uint64
+	}{
+		{"k", "a", 0x2253abbcc64dc683},
+		{"chain-1", "http://a:8000/v1", 0x49e338cf0585ca83},
+	} {
+		if got := score(tc.key, tc.id); got != tc.want {
+			t.Errorf("score(%q, %q) = %#x, want %#x", tc.key, tc.id, got, tc.want)
+		}
+	}
+	if score("ab", "c") == score("a", "bc") {
+		t.Error("the separator does not separate key and id")
+	}
+}
+
+func TestRendezvousMovesOnlyTheRemovedReplicasKeys(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	without := []string{"a", "b", "d", "e"} // c left
+	moved, owned := 0, 0
+	for k := range 5000 {
+		key := fmt.Sprint("chain-", k)
+		before := ids[Rendezvous(key, ids)[0]]
+		after := without[Rendezvous(key, without)[0]]
+		if before == "c" {
+			owned++
+			continue
+		}
+		if before != after {
+			moved++
+		}
+	}
+	if moved != 0 {
+		t.Errorf("%d keys moved that c did not own", moved)
+	}
+	if owned < 800 || owned > 1200 {
+		t.Errorf("c owned %d of 5000 keys, want about 1000", owned)
+	}
+}
+
+func TestBound(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cands []Candidate
+		eps   float64
+		want  int
+	}{
+		{"idle pool", cands("a", true, 0, "b", true, 0), 0.25, 1},
+		{"the new call counts in the mean", cands("a", true, 3, "b", true, 4), 0.25, 5},                 // 1.25×8/2 = 5
+		{"rounded up", cands("a", true, 1, "b", true, 1, "c", true, 1), 0.25, 2},                        // 1.25×4/3 = 1.67
+		{"unhealthy replicas count neither load nor share", cands("a", true, 2, "b", false, 9), 0.5, 5}, // 1.5×3/1 = 4.5
+		{"no healthy replica", cands("a", false, 0), 0.25, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Bound(tc.cands, tc.eps); got != tc.want {
+				t.Errorf("Bound = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestChainAffine(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	order := Rendezvous("k", ids)
+	first, second, third := ids[order[0]], ids[order[1]], ids[order[2]]
+	mk := func(load map[string]int, down ...string) []Candidate {
+		var out []Candidate
+		for _, id := range ids {
+			out = append(out, Candidate{ID: id, Healthy: !slices.Contains(down, id), InFlight: load[id]})
+		}
+		return out
+	}
+	idsOf := func(c []Candidate, p Pick) []string {
+		var out []string
+		for _, i := range p.Order {
+			out = append(out, c[i].ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		prefer  string
+		c       []Candidate
+		eps     float64
+		first   string
+		outcome Outcome
+		n       int // replicas in the order
+	}{
+		{"idle: the key's first choice", "", mk(nil), 0.25, first, FirstChoice, 4},
+		{"prefer wins when healthy and within the bound", second, mk(nil), 0.25, second, Preferred, 4},
+		{"prefer equal to the first choice is a first choice", first, mk(nil), 0.25, first, FirstChoice, 4},
+		{"prefer over the bound falls back to rendezvous order", second, mk(map[string]int{second: 5, first: 0}), 0.25, first, FirstChoice, 4},
+		{"prefer down falls back", second, mk(nil, second), 0.25, first, FirstChoice, 3},
+		{"unknown prefer is ignored", "zzz", mk(nil), 0.25, first, FirstChoice, 4},
+		{"first choice over the bound spills to the next in order", "", mk(map[string]int{first: 4}), 0.25, second, Spilled, 4},
+		{"a spill walks past every full replica", "", mk(map[string]int{first: 4, second: 4}), 0.25, third, Spilled, 4},
+		{"first choice down: the next is the key's first healthy choice", "", mk(nil, first), 0.25, second, FirstChoice, 3},
+		{"all down: nothing", "", mk(nil, "a", "b", "c", "d"), 0.25, "", NoReplica, 0},
+		{"a large epsilon keeps affinity under load", "", mk(map[string]int{first: 4}), 4, first, FirstChoice, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := ChainAffine("k", tc.prefer, tc.c, tc.eps)
+			got := idsOf(tc.c, p)
+			if p.Outcome != tc.outcome || len(got) != tc.n || (tc.n > 0 && got[0] != tc.first) {
+				t.Fatalf("pick %v (%s), want %s first (%s) of %d", got, p.Outcome, tc.first, tc.outcome, tc.n)
+			}
+			// The failover order after the choice is the rendezvous order of the healthy rest.
+			var rest []string
+			for _, i := range order {
+				if id := ids[i]; tc.c[i].Healthy && id != tc.first {
+					rest = append(rest, id)
+				}
+			}
+			if tc.n > 0 && !slices.Equal(got[1:], rest) {
+				t.Errorf("failover order %v, want %v", got[1:], rest)
+			}
+		})
+	}
+}
+
+func TestChainAffineKeepsLoadWithinTheBound(t *testing.T) {
+	// Many keys arriving with no call ending: every replica stays within ⌈(1+ε)·mean⌉.
+	ids := []string{"a", "b", "c", "d"}
+	c := make([]Candidate, len(ids))
+	for i, id := range ids {
+		c[i] = Candidate{ID: id, Healthy: true}
+	}
+	const eps = 0.25
+	for k := range 400 {
+		b := Bound(c, eps)
+		p := ChainAffine(fmt.Sprint("s", k), "", c, eps)
+		c[p.Order[0]].InFlight++
+		total := 0
+		for _, x := range c {
+			total += x.InFlight
+		}
+		for _, x := range c {
+			if x.InFlight > b {
+				t.Fatalf("after %d calls %s holds %d > bound %d", total, x.ID, x.InFlight, b)
+			}
+		}
+	}
+}
+
+func TestLeastLoaded(t *testing.T) {
+	c := cands("a", true, 3, "b", true, 1, "c", false, 0, "d", true, 2)
+	p := LeastLoaded("k", c)
+	var got []string
+	for _, i := range p.Order {
+		got = append(got, c[i].ID)
+	}
+	if !slices.Equal(got, []string{"b", "d", "a"}) || p.Outcome != Balanced {
+		t.Errorf("order %v (%s), want [b d a] balanced", got, p.Outcome)
+	}
+	// Ties follow the key's rendezvous order, not the configuration's.
+	even := cands("a", true, 0, "b", true, 0, "c", true, 0)
+	if got, want := LeastLoaded("k2", even).Order[0], Rendezvous("k2", []string{"a", "b", "c"})[0]; got != want {
+		t.Errorf("tie broken to %d, want %d", got, want)
+	}
+	if p := LeastLoaded("k", cands("a", false, 0)); p.Outcome != NoReplica || len(p.Order) != 0 {
+		t.Errorf("all down: %+v", p)
+	}
+}
+
+func TestRoundRobin(t *testing.T) {
+	c := cands("a", true, 0, "b", false, 0, "c", true, 0, "d", true, 0)
+	for _, tc := range []struct {
+		turn uint64
+		want []int
+	}{
+		{0, []int{0, 2, 3}},
+		{1, []int{2, 3, 0}},
+		{2, []int{3, 0, 2}},
+		{3, []int{0, 2, 3}},
+	} {
+		if p := RoundRobin(tc.turn, c); !slices.Equal(p.Order, tc.want) {
+			t.Errorf("turn %d: %v, want %v", tc.turn, p.Order, tc.want)
+		}
+	}
+	if p := RoundRobin(7, cands("a", false, 0)); p.Outcome != NoReplica {
+		t.Errorf("all down: %+v", p)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for in, want := range map[string]Policy{"": PolicyChainAffine, "chain-affine": PolicyChainAffine, "least-loaded": PolicyLeastLoaded, "round-robin": PolicyRoundRobin} {
+		if got, err := ParsePolicy(in); err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParsePolicy("random"); err == nil {
+		t.Error("ParsePolicy(random) succeeded")
+	}
+}
