@@ -40,6 +40,8 @@ type chainEntry struct {
 	// usage is the response's own usage (JSON), which sizes its continuation for automatic
 	// compaction (server/tokens.go).
 	usage json.RawMessage
+	// replica is the upstream replica that served the response (store.Response.Replica).
+	replica string
 }
 
 // chainEntryOverhead is counted per item on top of its JSON (ids, slice headers).
@@ -69,18 +71,19 @@ func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string)
 		c.c.Invalidate(chainKey{tenant, id})
 		return nil, historyInfo{}, false
 	}
-	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage, prep: e.prep}, true // a caller's append copies
+	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage, prep: e.prep, replica: e.replica}, true // a caller's append copies
 }
 
 // put remembers the history a continuation of the response replays, read at generation gen,
-// the response's usage, and the projection of a prefix of the history (nil if none). An entry
+// with what info says of the response: its usage, the replica that served it, and the
+// projection of a prefix of the history (nil if none). An entry
 // heavier than a quarter of the cache is not kept.
-func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item, usage json.RawMessage, prep *rehydrate.History) {
-	e := &chainEntry{gen: gen, items: items, usage: usage, prep: prep}
+func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item, info historyInfo) {
+	e := &chainEntry{gen: gen, items: items, usage: info.usage, prep: info.prep, replica: info.replica}
 	for _, it := range items {
 		e.bytes += int64(len(it.JSON)) + chainEntryOverhead
 	}
-	e.bytes += prep.Size()
+	e.bytes += info.prep.Size()
 	if uint64(e.bytes) > c.c.GetMaximum()/4 { //nolint:gosec // G115: a sum of lengths and sizes, not negative
 		return
 	}
@@ -96,7 +99,7 @@ func (c *chainCache) keepProjection(tenant, id string, gen int64, prep *rehydrat
 	if !ok || e.gen != gen || prep.Len() != len(e.items) || e.prep.Len() >= prep.Len() {
 		return
 	}
-	c.put(tenant, id, gen, e.items, e.usage, prep)
+	c.put(tenant, id, gen, e.items, historyInfo{usage: e.usage, prep: prep, replica: e.replica})
 }
 
 // appendTurnHistory appends what a continuation replays of one turn: its input, then its output,

@@ -101,9 +101,9 @@ func TestChainCacheEntriesHoldOnlyAtTheirGenerationAndWithinAQuarter(t *testing.
 	st := &genStore{gen: 1}
 	ctx := t.Context()
 
-	c.put("t", "quarter", 1, []wire.Item{item("m1", maxBytes/4-chainEntryOverhead)}, nil, nil)
-	c.put("t", "over", 1, []wire.Item{item("m2", maxBytes/4-chainEntryOverhead+1)}, nil, nil)
-	c.put("t", "two", 1, []wire.Item{item("m3", 100), item("m4", maxBytes/4-2*chainEntryOverhead-100+1)}, nil, nil)
+	c.put("t", "quarter", 1, []wire.Item{item("m1", maxBytes/4-chainEntryOverhead)}, historyInfo{})
+	c.put("t", "over", 1, []wire.Item{item("m2", maxBytes/4-chainEntryOverhead+1)}, historyInfo{})
+	c.put("t", "two", 1, []wire.Item{item("m3", 100), item("m4", maxBytes/4-2*chainEntryOverhead-100+1)}, historyInfo{})
 	if _, _, ok := c.get(ctx, st, "t", "quarter"); !ok {
 		t.Fatal("an entry of exactly a quarter of the cache was not kept")
 	}
@@ -128,7 +128,7 @@ func TestChainCacheEntriesHoldOnlyAtTheirGenerationAndWithinAQuarter(t *testing.
 	if _, _, ok := c.get(ctx, st, "t", "quarter"); ok {
 		t.Fatal("a stale entry was not dropped on the miss")
 	}
-	c.put("t", "quarter", 1, []wire.Item{item("m1", 100)}, nil, nil)
+	c.put("t", "quarter", 1, []wire.Item{item("m1", 100)}, historyInfo{})
 	st.err = errors.New("connection reset")
 	if _, _, ok := c.get(ctx, st, "t", "quarter"); ok {
 		t.Fatal("a failed generation check served the entry")

@@ -137,8 +137,9 @@ type Turn struct {
 	chainGenOK bool
 	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
 	truncated int
-	// routeKey keeps the turns of one chain on one upstream replica (upstream.Route.Key).
-	routeKey string
+	// routeKey keeps the turns of one chain on one upstream replica (upstream.Route.Key), and
+	// prefer names the replica that served the previous turn (upstream.Route.Prefer).
+	routeKey, prefer string
 	// prepend leads the output: the compaction item of automatic compaction (context.go),
 	// streamed before the model's items and stored as the first output item.
 	prepend []wire.Item
@@ -249,6 +250,7 @@ func (e *Engine) prepareTurn(ctx context.Context, tn string, req *Spec, local *S
 			CreatedAt:          time.Now(),
 			Echo:               req.Echo,
 		}}
+	t.prefer = gen.replica
 	switch {
 	case len(history) > 0:
 		t.routeKey = routeKey(tn, req, &history[0])
@@ -368,7 +370,7 @@ func (e *Engine) loadHistory(ctx context.Context, tn string, req *Spec, local *S
 	if err != nil {
 		return nil, historyInfo{}, err
 	}
-	e.chains.put(tn, req.PreviousResponseID, info.gen, history, info.usage, nil)
+	e.chains.put(tn, req.PreviousResponseID, info.gen, history, historyInfo{usage: info.usage, replica: info.replica})
 	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
 	return history, info, nil
 }
@@ -383,6 +385,9 @@ type historyInfo struct {
 	usage json.RawMessage
 	// prep is the projection of a prefix of the history, from the chain cache (chainEntry.prep).
 	prep *rehydrate.History
+	// replica is the upstream replica that served the previous response: its prefix cache holds
+	// the chain (upstream.Route.Prefer).
+	replica string
 }
 
 // loadChain loads the history a continuation of id replays from the store, with the lineage
@@ -405,7 +410,7 @@ func (e *Engine) loadChain(ctx context.Context, tn, id string) ([]wire.Item, his
 	}
 	info := historyInfo{gen: chain.Generation, ok: true}
 	if n := len(chain.Turns); n > 0 {
-		info.usage = chain.Turns[n-1].Response.Usage
+		info.usage, info.replica = chain.Turns[n-1].Response.Usage, chain.Turns[n-1].Response.Replica
 	}
 	return chainHistory(chain), info, nil
 }
@@ -474,14 +479,16 @@ func (e *Engine) begin(ctx context.Context, t *Turn) <-chan error {
 		ch <- nil
 		return ch
 	}
+	// The record as it is now: the connect that runs meanwhile sets t.rec.Replica (the commit
+	// stores it).
+	p := &store.ResponseBeginParams{Response: t.rec, Input: t.input, LeaseOwner: e.owner, LeaseExpiresAt: time.Now().Add(e.cfg.LeaseTTL)}
 	go func() {
 		// Bounded as the commit is: a stalled store fails the turn with a clear error within
 		// CommitTimeout instead of holding the connect and the shutdown drain.
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CommitTimeout)
 		defer cancel()
 		start := time.Now()
-		err := e.store.ResponseBegin(bctx, &store.ResponseBeginParams{
-			Response: t.rec, Input: t.input, LeaseOwner: e.owner, LeaseExpiresAt: time.Now().Add(e.cfg.LeaseTTL)})
+		err := e.store.ResponseBegin(bctx, p)
 		e.tel.Store(ctx, "response_begin", start)
 		if err != nil && bctx.Err() != nil {
 			err = errStoreStalled
@@ -498,7 +505,7 @@ var errStoreStalled = &wire.APIError{Status: http.StatusServiceUnavailable, Type
 
 // route is what the upstream is told of t's call (upstream.Route).
 func (e *Engine) route(t *Turn) upstream.Route {
-	return upstream.Route{Model: t.rec.Model, Key: t.routeKey}
+	return upstream.Route{Model: t.rec.Model, Key: t.routeKey, Prefer: t.prefer}
 }
 
 func (e *Engine) accOptions(t *Turn) accumulator.Options {
@@ -566,7 +573,8 @@ func (e *Engine) syncTurn(ctx context.Context, t *Turn) (*Outcome, error) {
 	// write. The conversation's turn lease (if any) is kept alive while vLLM generates.
 	t.keeper = e.startKeeper(t)
 	defer t.keeper.Stop()
-	raw, _, upErr := e.createSync(ctx, "upstream.create", e.route(t), t.body)
+	raw, replica, upErr := e.createSync(ctx, "upstream.create", e.route(t), t.body)
+	t.rec.Replica = replica
 	if upErr != nil {
 		if ctx.Err() != nil {
 			_ = e.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,

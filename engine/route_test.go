@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/upstream/fleet"
+	"github.com/respgate/respgate/upstream/vllmsim"
+)
+
+// recordingCaller is the simulator behind upstream.Single, answering as replica "replica-N" for
+// the Nth call and recording every route it was given.
+type recordingCaller struct {
+	upstream.Caller
+	mu     sync.Mutex
+	routes []upstream.Route
+}
+
+func (r *recordingCaller) served(rt upstream.Route) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.routes = append(r.routes, rt)
+	return "replica-" + string(rune('0'+len(r.routes)))
+}
+
+func (r *recordingCaller) Create(ctx context.Context, rt upstream.Route, body []byte) ([]byte, string, error) {
+	raw, _, err := r.Caller.Create(ctx, rt, body)
+	return raw, r.served(rt), err
+}
+
+func (r *recordingCaller) StreamLent(ctx context.Context, rt upstream.Route, body []byte, release func()) (*upstream.Stream, string, error) {
+	s, _, err := r.Caller.StreamLent(ctx, rt, body, release)
+	return s, r.served(rt), err
+}
+
+// Every turn of a chain, streamed or not, and every fork of it, goes upstream with one routing
+// key, which its first turn had too; a continuation prefers the replica that served the turn it
+// continues, which is stored on the response; the client's prompt_cache_key is the key when it
+// sends one.
+func TestTheTurnsOfAChainShareTheirKeyAndPreferTheLastReplica(t *testing.T) {
+	sim := httptest.NewServer(vllmsim.New(vllmsim.Options{}))
+	t.Cleanup(sim.Close)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	uc, err := upstream.New(upstream.Config{BaseURL: sim.URL + "/v1", Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &recordingCaller{Caller: upstream.Single(uc)}
+	st := newSQLite(t)
+	e := newTestEngine(t, Config{}, st, rc)
+	create := func(body string) string {
+		t.Helper()
+		code, out := call(t, e, body)
+		if code != http.StatusOK {
+			t.Fatalf("turn: %d %s", code, out)
+		}
+		id := out[strings.Index(out, `"id":"resp_`)+6:]
+		return id[:strings.Index(id, `"`)]
+	}
+	first := create(`{"model":"openai/gpt-oss-sim","input":"one","instructions":"be brief"}`)
+	second := create(`{"model":"openai/gpt-oss-sim","input":"two","instructions":"be brief","previous_response_id":"` + first + `"}`)
+	create(`{"model":"openai/gpt-oss-sim","input":"three","instructions":"be brief","stream":true,"previous_response_id":"` + second + `"}`)
+	create(`{"model":"openai/gpt-oss-sim","input":"fork","instructions":"be brief","previous_response_id":"` + first + `"}`)
+	create(`{"model":"openai/gpt-oss-sim","input":"one","instructions":"be brief","prompt_cache_key":"user-42"}`)
+	other := create(`{"model":"openai/gpt-oss-sim","input":"another chain","instructions":"be brief"}`)
+
+	rc.mu.Lock()
+	routes := append([]upstream.Route(nil), rc.routes...)
+	rc.mu.Unlock()
+	if len(routes) != 6 {
+		t.Fatalf("%d upstream calls, want 6", len(routes))
+	}
+	for i, want := range []string{"", "replica-1", "replica-2", "replica-1"} {
+		if routes[i].Key != routes[0].Key || routes[i].Model != "openai/gpt-oss-sim" || routes[i].Prefer != want {
+			t.Errorf("turn %d of the chain: route %+v, want key %q and prefer %q", i+1, routes[i], routes[0].Key, want)
+		}
+	}
+	if want := fleet.Key(fleet.KeyParams{Tenant: testTenant, PromptCacheKey: "user-42"}); routes[4].Key != want {
+		t.Errorf("a turn with prompt_cache_key: key %q", routes[4].Key)
+	}
+	if routes[5].Key == routes[0].Key || routes[5].Key == "" {
+		t.Errorf("another chain's key %q equals the first chain's", routes[5].Key)
+	}
+	r, _, err := st.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: testTenant, ID: other})
+	if err != nil || r.Replica != "replica-6" {
+		t.Fatalf("the stored replica of the last turn: %v %+v", err, r)
+	}
+}
