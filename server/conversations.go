@@ -13,10 +13,20 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/respgate/respgate/compact"
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
+
+// conversations is the Conversations API's front door (docs/clients.md): its routes read and
+// change the store directly; the engine checks the sealed items they add and shows reasoning
+// items as the exposure policy says.
+type conversations struct {
+	store        store.Store
+	engine       *engine.Engine
+	maxJSONDepth int
+}
 
 // maxConversationItems bounds the items of one create or append call (docs/wire.md §1.8).
 const maxConversationItems = 20
@@ -38,7 +48,7 @@ func renderConversation(cv *store.Conversation) []byte {
 
 // readJSONBody reads a conversations body (an empty one is an empty object) and checks it with
 // scanObject; the members alias the body.
-func (s *Server) readJSONBody(c echo.Context) (map[string]json.RawMessage, error) {
+func (s *conversations) readJSONBody(c echo.Context) (map[string]json.RawMessage, error) {
 	body, err := readBody(c)
 	if err != nil {
 		return nil, err
@@ -46,13 +56,13 @@ func (s *Server) readJSONBody(c echo.Context) (map[string]json.RawMessage, error
 	if len(bytes.TrimSpace(body)) == 0 {
 		return map[string]json.RawMessage{}, nil
 	}
-	return scanObject(body, s.cfg.MaxJSONDepth)
+	return scanObject(body, s.maxJSONDepth)
 }
 
 // conversationItems validates and normalises the "items" member: an array of at most 20 items,
 // each given an id when it has none and stored losslessly (reasoning sealed by respgate for
 // tenant tn: with the plaintext its blob holds).
-func (s *Server) conversationItems(raw json.RawMessage, tn string) ([]wire.Item, error) {
+func (s *conversations) conversationItems(raw json.RawMessage, tn string) ([]wire.Item, error) {
 	ring := s.engine.Ring()
 	if wire.IsNull(raw) {
 		return nil, nil
@@ -111,7 +121,7 @@ func (s *Server) conversationItems(raw json.RawMessage, tn string) ([]wire.Item,
 // id could not tell apart, and which would both be replayed (issue 38 item 3). The conversation's
 // items are looked up by id, one store call per id of the batch; conversationID is "" for a new
 // conversation.
-func (s *Server) dedupeItems(ctx context.Context, tn, conversationID string, items []wire.Item) ([]wire.Item, error) {
+func (s *conversations) dedupeItems(ctx context.Context, tn, conversationID string, items []wire.Item) ([]wire.Item, error) {
 	seen := make(map[string][]byte, len(items))
 	out := items[:0:0]
 	for i, it := range items {
@@ -156,7 +166,7 @@ func clipID(id string) string {
 	return id
 }
 
-func (s *Server) createConversation(c echo.Context) error {
+func (s *conversations) createConversation(c echo.Context) error {
 	body, err := s.readJSONBody(c)
 	if err != nil {
 		return err
@@ -179,7 +189,7 @@ func (s *Server) createConversation(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(&cv))
 }
 
-func (s *Server) loadConversation(c echo.Context) (*store.Conversation, error) {
+func (s *conversations) loadConversation(c echo.Context) (*store.Conversation, error) {
 	id := c.Param("id")
 	cv, err := s.store.ConversationGet(c.Request().Context(), &store.ConversationGetParams{Tenant: tenant(c), ID: id})
 	if errors.Is(err, store.ErrNotFound) {
@@ -189,7 +199,7 @@ func (s *Server) loadConversation(c echo.Context) (*store.Conversation, error) {
 }
 
 // requiredMember reads the JSON body and returns its member key (400 when it is missing).
-func (s *Server) requiredMember(c echo.Context, key string) (json.RawMessage, error) {
+func (s *conversations) requiredMember(c echo.Context, key string) (json.RawMessage, error) {
 	body, err := s.readJSONBody(c)
 	if err != nil {
 		return nil, err
@@ -201,7 +211,7 @@ func (s *Server) requiredMember(c echo.Context, key string) (json.RawMessage, er
 	return raw, nil
 }
 
-func (s *Server) getConversation(c echo.Context) error {
+func (s *conversations) getConversation(c echo.Context) error {
 	cv, err := s.loadConversation(c)
 	if err != nil {
 		return err
@@ -209,7 +219,7 @@ func (s *Server) getConversation(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(cv))
 }
 
-func (s *Server) updateConversation(c echo.Context) error {
+func (s *conversations) updateConversation(c echo.Context) error {
 	raw, err := s.requiredMember(c, "metadata")
 	if err != nil {
 		return err
@@ -229,7 +239,7 @@ func (s *Server) updateConversation(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderConversation(cv))
 }
 
-func (s *Server) deleteConversation(c echo.Context) error {
+func (s *conversations) deleteConversation(c echo.Context) error {
 	id := c.Param("id")
 	err := s.store.ConversationDelete(c.Request().Context(), &store.ConversationDeleteParams{Tenant: tenant(c), ID: id, Now: time.Now()})
 	if errors.Is(err, store.ErrNotFound) {
@@ -246,7 +256,7 @@ func (s *Server) deleteConversation(c echo.Context) error {
 	return deleted(c, id, "conversation.deleted")
 }
 
-func (s *Server) listConversationItems(c echo.Context) error {
+func (s *conversations) listConversationItems(c echo.Context) error {
 	pg, err := pageParams(c)
 	if err != nil {
 		return err
@@ -262,11 +272,11 @@ func (s *Server) listConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page.Items = s.readView(c).Items(page.Items)
+	page.Items = readView(s.engine, c).Items(page.Items)
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(page))
 }
 
-func (s *Server) addConversationItems(c echo.Context) error {
+func (s *conversations) addConversationItems(c echo.Context) error {
 	raw, err := s.requiredMember(c, "items")
 	if err != nil {
 		return err
@@ -295,10 +305,10 @@ func (s *Server) addConversationItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: s.readView(c).Items(items)}))
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, renderList(&store.ItemPage{Items: readView(s.engine, c).Items(items)}))
 }
 
-func (s *Server) getConversationItem(c echo.Context) error {
+func (s *conversations) getConversationItem(c echo.Context) error {
 	id, itemID := c.Param("id"), c.Param("item_id")
 	it, err := s.store.ConversationItemGet(c.Request().Context(), &store.ConversationItemGetParams{Tenant: tenant(c), ConversationID: id, ItemID: itemID})
 	if errors.Is(err, store.ErrNotFound) {
@@ -307,11 +317,11 @@ func (s *Server) getConversationItem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	shown := s.readView(c).Items([]wire.Item{it})[0]
+	shown := readView(s.engine, c).Items([]wire.Item{it})[0]
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, wire.ValidUTF8(shown.JSON))
 }
 
-func (s *Server) deleteConversationItem(c echo.Context) error {
+func (s *conversations) deleteConversationItem(c echo.Context) error {
 	id, itemID := c.Param("id"), c.Param("item_id")
 	ctx := c.Request().Context()
 	err := s.store.ConversationItemDelete(ctx, &store.ConversationItemDeleteParams{Tenant: tenant(c), ConversationID: id, ItemID: itemID})

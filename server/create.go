@@ -85,8 +85,8 @@ func (s *Server) openStream(c echo.Context) *sseWriter {
 // readView is the item view of a read route (GET of a response, input_items, conversation
 // items): the exposure policy, and include=reasoning.encrypted_content in the query (include or
 // include[], as the SDKs send it) to mint blobs for items stored without one.
-func (s *Server) readView(c echo.Context) engine.ItemView {
+func readView(e *engine.Engine, c echo.Context) engine.ItemView {
 	q := c.QueryParams()
 	include := slices.Contains(q["include"], wire.IncludeEncryptedReasoning) || slices.Contains(q["include[]"], wire.IncludeEncryptedReasoning)
-	return s.engine.View(tenant(c), include)
+	return e.View(tenant(c), include)
 }

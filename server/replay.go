@@ -199,7 +199,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		if err != nil {
 			return err
 		}
-		r, out = nr, s.readView(c).Items(nout)
+		r, out = nr, readView(s.engine, c).Items(nout)
 	}
 	evs, err := s.store.ResponseEventList(ctx, list)
 	if err != nil {
@@ -229,7 +229,7 @@ func (s *Server) streamStored(c echo.Context, r *store.Response, out []wire.Item
 		if r, out, err = s.store.ResponseGet(ctx, &store.ResponseGetParams{Tenant: list.Tenant, ID: list.ResponseID}); err != nil {
 			break
 		}
-		out = s.readView(c).Items(out)
+		out = readView(s.engine, c).Items(out)
 		list.After = lr.lastRun // runs are contiguous: every later run starts after it
 		if evs, err = s.store.ResponseEventList(ctx, list); err != nil {
 			break

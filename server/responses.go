@@ -52,7 +52,7 @@ func (s *Server) getResponse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out = s.readView(c).Items(out)
+	out = readView(s.engine, c).Items(out)
 	if !stream {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, engine.RenderResponse(make([]byte, 0, 1024), r, out))
 	}
@@ -124,7 +124,7 @@ func (s *Server) listInputItems(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := paginate(s.readView(c).Items(items), pg)
+	page, err := paginate(readView(s.engine, c).Items(items), pg)
 	if err != nil {
 		return err
 	}
@@ -300,5 +300,5 @@ func (s *Server) cancelBackground(c echo.Context, r *store.Response) error {
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, engine.RenderResponse(make([]byte, 0, 1024), r, s.readView(c).Items(out)))
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, engine.RenderResponse(make([]byte, 0, 1024), r, readView(s.engine, c).Items(out)))
 }

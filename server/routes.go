@@ -50,14 +50,15 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/models/*", s.getModel) // model ids hold slashes (openai/gpt-oss-120b)
 	v1.POST("/chat/completions", s.createChatCompletion)
 
-	v1.POST("/conversations", s.createConversation)
-	v1.GET("/conversations/:id", s.getConversation)
-	v1.POST("/conversations/:id", s.updateConversation)
-	v1.DELETE("/conversations/:id", s.deleteConversation)
-	v1.GET("/conversations/:id/items", s.listConversationItems)
-	v1.POST("/conversations/:id/items", s.addConversationItems)
-	v1.GET("/conversations/:id/items/:item_id", s.getConversationItem)
-	v1.DELETE("/conversations/:id/items/:item_id", s.deleteConversationItem)
+	cv := &conversations{store: s.store, engine: s.engine, maxJSONDepth: s.cfg.MaxJSONDepth}
+	v1.POST("/conversations", cv.createConversation)
+	v1.GET("/conversations/:id", cv.getConversation)
+	v1.POST("/conversations/:id", cv.updateConversation)
+	v1.DELETE("/conversations/:id", cv.deleteConversation)
+	v1.GET("/conversations/:id/items", cv.listConversationItems)
+	v1.POST("/conversations/:id/items", cv.addConversationItems)
+	v1.GET("/conversations/:id/items/:item_id", cv.getConversationItem)
+	v1.DELETE("/conversations/:id/items/:item_id", cv.deleteConversationItem)
 
 	// Every other path is a JSON 404 through the error handler (Echo's default never answers),
 	// or a 405 with Allow when the path is a route's with another method (docs/errors.md).
