@@ -93,43 +93,56 @@ func run() error {
 		return fmt.Errorf("--listen: port %q is not a number", portText)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	lns, err := listenAll(host, port, instances)
+	if err != nil {
+		return err
+	}
+	handlers := make([]http.Handler, len(lns))
+	for i, ln := range lns {
+		handlers[i] = vllmsim.New(vllmsim.Options{Fault: *fault, Seed: seed, MaxModelLen: maxLen, PrefixCacheBlocks: blocks,
+			PrefillBase: durs[0], PrefillPerToken: durs[1], DecodePerToken: durs[2]})
+		log.Info("vllm-sim listening", "instance", i, "addr", ln.Addr().String(),
+			"models", []string{vllmsim.HarmonyModel, vllmsim.ParserModel}, "fault", *fault,
+			"prefix_cache_blocks", blocks, "prefill_base", durs[0].String(), "prefill_per_token", durs[1].String(),
+			"decode_per_token", durs[2].String())
+	}
+	return serveUntilSignal(lns, handlers, *shutdownTimeout, log)
+}
 
+// listenAll listens on n consecutive ports from port (any free ports when port is 0) of host.
+func listenAll(host string, port, n int) ([]net.Listener, error) {
 	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			_ = ln.Close()
-		}
-	}()
-	for i := range instances {
+	for i := range n {
 		p := port
 		if port != 0 {
 			p = port + i
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 		if err != nil {
-			return fmt.Errorf("listen (instance %d): %w", i, err)
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("listen (instance %d): %w", i, err)
 		}
 		lns = append(lns, ln)
 	}
+	return lns, nil
+}
 
+// serveUntilSignal serves handlers[i] on lns[i] until SIGINT or SIGTERM (or a server fails),
+// then lets running requests finish for shutdownTimeout, cuts the rest, and waits for every
+// server.
+func serveUntilSignal(lns []net.Listener, handlers []http.Handler, shutdownTimeout time.Duration, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	servers := make([]*http.Server, len(lns))
 	served := make(chan error, len(lns))
 	var wg sync.WaitGroup
 	for i, ln := range lns {
-		sim := vllmsim.New(vllmsim.Options{Fault: *fault, Seed: seed, MaxModelLen: maxLen, PrefixCacheBlocks: blocks,
-			PrefillBase: durs[0], PrefillPerToken: durs[1], DecodePerToken: durs[2]})
-		servers[i] = &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
-		log.Info("vllm-sim listening", "instance", i, "addr", ln.Addr().String(),
-			"models", []string{vllmsim.HarmonyModel, vllmsim.ParserModel}, "fault", *fault,
-			"prefix_cache_blocks", blocks, "prefill_base", durs[0].String(), "prefill_per_token", durs[1].String(),
-			"decode_per_token", durs[2].String())
-		srv := servers[i]
+		srv := &http.Server{Handler: handlers[i], ReadHeaderTimeout: 10 * time.Second}
+		servers[i] = srv
 		wg.Go(func() { served <- srv.Serve(ln) })
 	}
-	lns = nil // the servers own them now
-
 	var failed error
 	select {
 	case err := <-served:
@@ -137,7 +150,7 @@ func run() error {
 	case <-ctx.Done():
 	}
 	log.Info("vllm-sim shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var sw sync.WaitGroup
 	for _, srv := range servers {

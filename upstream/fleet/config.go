@@ -135,87 +135,113 @@ func ParseTopology(src []byte, getenv func(string) string) (Topology, error) {
 	if len(f.Pools) == 0 {
 		return Topology{}, at("$.pools", "at least one pool is needed")
 	}
-	names := map[string]bool{}
-	replicas := map[string]string{}
+	seen := poolsSeen{names: map[string]bool{}, replicas: map[string]string{}}
 	for i, fp := range f.Pools {
-		here := fmt.Sprintf("$.pools[%d]", i)
-		p := Pool{Name: fp.Name, Models: fp.Models, APIKey: fp.APIKey}
-		if p.Name == "" {
-			p.Name = fmt.Sprintf("pool%d", i)
-		}
-		if names[p.Name] {
-			return Topology{}, at(here+".name", "pool name %q is used twice", p.Name)
-		}
-		names[p.Name] = true
-		if len(fp.URLs) == 0 {
-			return Topology{}, at(here, "pool %q has no urls", p.Name)
-		}
-		for k, u := range fp.URLs {
-			if err := checkURL(u); err != nil {
-				return Topology{}, at(fmt.Sprintf("%s.urls[%d]", here, k), "%v", err)
-			}
-			id := ReplicaID(u)
-			if other, dup := replicas[id]; dup {
-				return Topology{}, at(fmt.Sprintf("%s.urls[%d]", here, k), "replica %s is listed twice (also in pool %q)", id, other)
-			}
-			replicas[id] = p.Name
-			p.URLs = append(p.URLs, u)
-		}
-		for k, m := range fp.Models {
-			if _, err := path.Match(m, ""); err != nil || m == "" {
-				return Topology{}, at(fmt.Sprintf("%s.models[%d]", here, k), "not a model name or path.Match pattern")
-			}
-		}
-		if fp.APIKeyEnv != "" {
-			if fp.APIKey != "" {
-				return Topology{}, at(here+".api_key_env", "set api_key or api_key_env, not both")
-			}
-			if getenv != nil {
-				p.APIKey = getenv(fp.APIKeyEnv)
-			}
-			if p.APIKey == "" {
-				return Topology{}, at(here+".api_key_env", "environment variable %s is empty or unset", fp.APIKeyEnv)
-			}
-		}
-		if p.Policy, err = ParsePolicy(fp.Policy); err != nil {
-			return Topology{}, at(here+".policy", "%v", err)
-		}
-		p.Epsilon = DefaultEpsilon
-		if fp.Epsilon != nil {
-			if e := *fp.Epsilon; e <= 0 || e > 10 || math.IsNaN(e) {
-				return Topology{}, at(here+".epsilon", "epsilon must be in (0, 10]")
-			}
-			p.Epsilon = *fp.Epsilon
+		p, err := seen.pool(i, fp, getenv, at)
+		if err != nil {
+			return Topology{}, err
 		}
 		t.Pools = append(t.Pools, p)
 	}
 	if h := f.Health; h != nil {
-		for _, d := range []struct {
-			name string
-			src  string
-			dst  *time.Duration
-		}{
-			{"interval", h.Interval, &t.Health.Interval},
-			{"timeout", h.Timeout, &t.Health.Timeout},
-			{"min_backoff", h.MinBackoff, &t.Health.MinBackoff},
-			{"max_backoff", h.MaxBackoff, &t.Health.MaxBackoff},
-		} {
-			if d.src == "" {
-				continue
-			}
-			v, err := time.ParseDuration(d.src)
-			if err != nil || v <= 0 {
-				return Topology{}, at("$.health."+d.name, "a positive duration such as 5s is needed")
-			}
-			*d.dst = v
+		if err := parseHealth(h, &t.Health, at); err != nil {
+			return Topology{}, err
 		}
-		if h.Fall < 0 {
-			return Topology{}, at("$.health.fall", "fall must not be negative")
-		}
-		t.Health.Fall = h.Fall
 	}
 	t.Health.defaults()
 	return t, nil
+}
+
+// lineError is ParseTopology's error at a path of the file, naming its line.
+type lineError func(path string, format string, args ...any) error
+
+// poolsSeen is what the pools read so far took: names, and replica ids with their pool.
+type poolsSeen struct {
+	names    map[string]bool
+	replicas map[string]string
+}
+
+// pool checks and reads the i-th pool of the file.
+func (seen poolsSeen) pool(i int, fp filePool, getenv func(string) string, at lineError) (Pool, error) {
+	here := fmt.Sprintf("$.pools[%d]", i)
+	p := Pool{Name: fp.Name, Models: fp.Models, APIKey: fp.APIKey}
+	if p.Name == "" {
+		p.Name = fmt.Sprintf("pool%d", i)
+	}
+	if seen.names[p.Name] {
+		return Pool{}, at(here+".name", "pool name %q is used twice", p.Name)
+	}
+	seen.names[p.Name] = true
+	if len(fp.URLs) == 0 {
+		return Pool{}, at(here, "pool %q has no urls", p.Name)
+	}
+	for k, u := range fp.URLs {
+		if err := checkURL(u); err != nil {
+			return Pool{}, at(fmt.Sprintf("%s.urls[%d]", here, k), "%v", err)
+		}
+		id := ReplicaID(u)
+		if other, dup := seen.replicas[id]; dup {
+			return Pool{}, at(fmt.Sprintf("%s.urls[%d]", here, k), "replica %s is listed twice (also in pool %q)", id, other)
+		}
+		seen.replicas[id] = p.Name
+		p.URLs = append(p.URLs, u)
+	}
+	for k, m := range fp.Models {
+		if _, err := path.Match(m, ""); err != nil || m == "" {
+			return Pool{}, at(fmt.Sprintf("%s.models[%d]", here, k), "not a model name or path.Match pattern")
+		}
+	}
+	if fp.APIKeyEnv != "" {
+		if fp.APIKey != "" {
+			return Pool{}, at(here+".api_key_env", "set api_key or api_key_env, not both")
+		}
+		if getenv != nil {
+			p.APIKey = getenv(fp.APIKeyEnv)
+		}
+		if p.APIKey == "" {
+			return Pool{}, at(here+".api_key_env", "environment variable %s is empty or unset", fp.APIKeyEnv)
+		}
+	}
+	var err error
+	if p.Policy, err = ParsePolicy(fp.Policy); err != nil {
+		return Pool{}, at(here+".policy", "%v", err)
+	}
+	p.Epsilon = DefaultEpsilon
+	if fp.Epsilon != nil {
+		if e := *fp.Epsilon; e <= 0 || e > 10 || math.IsNaN(e) {
+			return Pool{}, at(here+".epsilon", "epsilon must be in (0, 10]")
+		}
+		p.Epsilon = *fp.Epsilon
+	}
+	return p, nil
+}
+
+// parseHealth reads the file's health settings into dst.
+func parseHealth(h *fileHealth, dst *Health, at lineError) error {
+	for _, d := range []struct {
+		name string
+		src  string
+		dst  *time.Duration
+	}{
+		{"interval", h.Interval, &dst.Interval},
+		{"timeout", h.Timeout, &dst.Timeout},
+		{"min_backoff", h.MinBackoff, &dst.MinBackoff},
+		{"max_backoff", h.MaxBackoff, &dst.MaxBackoff},
+	} {
+		if d.src == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.src)
+		if err != nil || v <= 0 {
+			return at("$.health."+d.name, "a positive duration such as 5s is needed")
+		}
+		*d.dst = v
+	}
+	if h.Fall < 0 {
+		return at("$.health.fall", "fall must not be negative")
+	}
+	dst.Fall = h.Fall
+	return nil
 }
 
 // SingleTopology is the fleet of one base URL serving every model (RESPGATE_UPSTREAM_URL with
