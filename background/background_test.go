@@ -29,7 +29,7 @@ func TestConfigDefaultsKeepWhatIsSetAndFillTheRest(t *testing.T) {
 	set := Config{Workers: 2, Timeout: time.Second, HousekeepingInterval: time.Minute, Cancelled: mine, TimedOut: mine, Stopping: mine}
 	set.defaults()
 	if set.Workers != 2 || set.Timeout != time.Second || set.HousekeepingInterval != time.Minute ||
-		set.Cancelled != mine || set.TimedOut != mine || set.Stopping != mine {
+		!errors.Is(set.Cancelled, mine) || !errors.Is(set.TimedOut, mine) || !errors.Is(set.Stopping, mine) {
 		t.Fatalf("set values changed: %+v", set)
 	}
 	neg := Config{Workers: -1, Timeout: -1, HousekeepingInterval: -1}
@@ -41,7 +41,7 @@ func TestConfigDefaultsKeepWhatIsSetAndFillTheRest(t *testing.T) {
 
 // runWork runs one turn job whose River context ended as end makes it, and returns the cause the
 // turn's context ended with and the job's arguments the turn was given.
-func runWork(t *testing.T, cfg Config, end func() (context.Context, context.CancelFunc)) (cause error, args [2]string, m *sdkmetric.ManualReader) {
+func runWork(t *testing.T, cfg Config, end func() (context.Context, context.CancelFunc)) (args [2]string, m *sdkmetric.ManualReader, cause error) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	cfg.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
@@ -63,7 +63,7 @@ func runWork(t *testing.T, cfg Config, end func() (context.Context, context.Canc
 	if err := w.Work(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	return cause, args, reader
+	return args, reader, cause
 }
 
 // The turn's context ends with a cause the turn can tell apart: River's remote cancel is
@@ -96,7 +96,7 @@ func TestWorkEndsTheTurnWithTheCauseOfTheJobsEnd(t *testing.T) {
 		{"configured cause", Config{Cancelled: custom}, remote, custom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cause, args, reader := runWork(t, tc.cfg, tc.end)
+			args, reader, cause := runWork(t, tc.cfg, tc.end)
 			if !errors.Is(cause, tc.want) {
 				t.Fatalf("cause %v, want %v", cause, tc.want)
 			}
