@@ -41,7 +41,7 @@ const (
 )
 
 // Config holds the engine's settings, each documented on server.Config, which the command fills
-// and the server hands on; the zero value of a field means its default there.
+// and the server hands on; the zero value of a field means its default (Defaults).
 type Config struct {
 	MaxInputItems        int
 	KeepAlive            time.Duration
@@ -75,6 +75,48 @@ type Config struct {
 	BackgroundFollowPoll   time.Duration
 
 	Logger *slog.Logger
+}
+
+// Defaults sets every zero (or negative) field of c to its default: the one place the engine's
+// defaults are written (server.Config and the command's flags show them from here).
+func (c *Config) Defaults() {
+	setDefault(&c.MaxInputItems, 10000)
+	setDefault(&c.KeepAlive, 15*time.Second)
+	setDefault(&c.LeaseTTL, 60*time.Second)
+	setDefault(&c.SweepInterval, 30*time.Second)
+	setDefault(&c.SyncTimeout, 10*time.Minute)
+	setDefault(&c.CommitTimeout, 15*time.Second)
+	setDefault(&c.WriteTimeout, 30*time.Second)
+	setDefault(&c.ChainCacheBytes, 128<<20)
+	setDefault(&c.ChatReplayIdle, 30*24*time.Hour)
+	setDefault(&c.BackgroundWorkers, 8)
+	setDefault(&c.BackgroundTimeout, 30*time.Minute)
+	setDefault(&c.BackgroundMaxQueued, 1000)
+	setDefault(&c.BackgroundMaxPerTenant, 100)
+	setDefault(&c.BackgroundFollowPoll, 2*time.Second)
+	setDefault(&c.CompactionKeepTurns, compact.DefaultKeepTurns)
+	if c.ToolPolicy == "" {
+		c.ToolPolicy = ToolPolicyDrop
+	}
+	if c.ReasoningExposure == "" {
+		c.ReasoningExposure = ExposureRaw
+	}
+	if c.ReasoningContext == "" {
+		c.ReasoningContext = wire.ContextAllTurns
+	}
+	if c.CompactionPrompt == "" {
+		c.CompactionPrompt = compact.DefaultHandoffPrompt
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// setDefault sets *v to def when it is zero or negative (unset).
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Engine runs turns. Build it with New; Drain and Stop end it.
@@ -123,18 +165,9 @@ type Engine struct {
 	watching atomic.Bool
 }
 
-// New builds the engine over st and up, reporting to tel. cfg's zero fields must already hold
-// their defaults (server.Config does it).
+// New builds the engine over st and up, reporting to tel; cfg's zero fields get their defaults.
 func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller, tel *telemetry.Set) (*Engine, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.CompactionKeepTurns <= 0 {
-		cfg.CompactionKeepTurns = compact.DefaultKeepTurns
-	}
-	if cfg.CompactionPrompt == "" {
-		cfg.CompactionPrompt = compact.DefaultHandoffPrompt
-	}
+	cfg.Defaults()
 	ring, err := loadRing(ctx, st, &cfg)
 	if err != nil {
 		return nil, err

@@ -28,39 +28,12 @@ import (
 // testTenant is the tenant every harness turn runs as.
 const testTenant = "tenant-k"
 
-// testConfig is cfg with the defaults server.Config fills in for the engine.
+// testConfig is cfg with its defaults, logging nowhere unless cfg says where.
 func testConfig(cfg Config) Config {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&cfg.KeepAlive, 15*time.Second)
-	def(&cfg.LeaseTTL, 60*time.Second)
-	def(&cfg.SweepInterval, 30*time.Second)
-	def(&cfg.SyncTimeout, 10*time.Minute)
-	def(&cfg.CommitTimeout, 15*time.Second)
-	def(&cfg.WriteTimeout, 30*time.Second)
-	def(&cfg.ChatReplayIdle, 30*24*time.Hour)
-	def(&cfg.BackgroundTimeout, 30*time.Minute)
-	if cfg.ChainCacheBytes <= 0 {
-		cfg.ChainCacheBytes = 128 << 20
-	}
-	if cfg.MaxInputItems <= 0 {
-		cfg.MaxInputItems = 10000
-	}
-	if cfg.ToolPolicy == "" {
-		cfg.ToolPolicy = ToolPolicyDrop
-	}
-	if cfg.ReasoningExposure == "" {
-		cfg.ReasoningExposure = ExposureRaw
-	}
-	if cfg.ReasoningContext == "" {
-		cfg.ReasoningContext = wire.ContextAllTurns
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	cfg.Defaults()
 	return cfg
 }
 

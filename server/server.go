@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/internal/telemetry"
 	"github.com/respgate/respgate/seal"
@@ -174,47 +173,27 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) defaults() {
+	// The engine's settings have their defaults in the engine (engine.Config.Defaults): the
+	// server's own are written here.
+	e := c.engineConfig()
+	e.Defaults()
+	c.MaxInputItems, c.KeepAlive, c.LeaseTTL, c.SweepInterval = e.MaxInputItems, e.KeepAlive, e.LeaseTTL, e.SweepInterval
+	c.SyncTimeout, c.CommitTimeout, c.WriteTimeout, c.ChainCacheBytes = e.SyncTimeout, e.CommitTimeout, e.WriteTimeout, e.ChainCacheBytes
+	c.ChatReplayIdle, c.ToolPolicy, c.ReasoningExposure, c.ReasoningContext = e.ChatReplayIdle, e.ToolPolicy, e.ReasoningExposure, e.ReasoningContext
+	c.CompactionKeepTurns, c.CompactionPrompt = e.CompactionKeepTurns, e.CompactionPrompt
+	c.BackgroundWorkers, c.BackgroundTimeout, c.BackgroundMaxQueued = e.BackgroundWorkers, e.BackgroundTimeout, e.BackgroundMaxQueued
+	c.BackgroundMaxPerTenant, c.BackgroundFollowPoll, c.Logger = e.BackgroundMaxPerTenant, e.BackgroundFollowPoll, e.Logger
 	setDefault(&c.MaxBodyBytes, 32<<20)
 	setDefault(&c.MaxHeaderBytes, 64<<10)
-	setDefault(&c.MaxInputItems, 10000)
-	setDefault(&c.KeepAlive, 15*time.Second)
-	setDefault(&c.LeaseTTL, 60*time.Second)
-	setDefault(&c.SweepInterval, 30*time.Second)
-	setDefault(&c.SyncTimeout, 10*time.Minute)
-	setDefault(&c.CommitTimeout, 15*time.Second)
-	setDefault(&c.WriteTimeout, 30*time.Second)
 	setDefault(&c.BodyReadTimeout, 30*time.Second)
 	setDefault(&c.MaxBodyBytesInFlight, 4*c.MaxBodyBytes)
 	setDefault(&c.MaxJSONDepth, 64)
 	setDefault(&c.WSMaxMessageBytes, c.MaxBodyBytes)
 	setDefault(&c.WSIdleTimeout, 10*time.Minute)
 	setDefault(&c.WSCacheBytes, 64<<20)
-	setDefault(&c.ChainCacheBytes, 128<<20)
-	setDefault(&c.ChatReplayIdle, 30*24*time.Hour)
 	setDefault(&c.ChatReplayMaxRecords, 1024)
 	setDefault(&c.ChatReplayMaxRecordBytes, 4<<20)
 	setDefault(&c.ChatReplayMaxBytes, 16<<20)
-	setDefault(&c.BackgroundWorkers, 8)
-	setDefault(&c.BackgroundTimeout, 30*time.Minute)
-	setDefault(&c.BackgroundMaxQueued, 1000)
-	setDefault(&c.BackgroundMaxPerTenant, 100)
-	setDefault(&c.BackgroundFollowPoll, 2*time.Second)
-	if c.ToolPolicy == "" {
-		c.ToolPolicy = ToolPolicyDrop
-	}
-	if c.ReasoningExposure == "" {
-		c.ReasoningExposure = ExposureRaw
-	}
-	if c.ReasoningContext == "" {
-		c.ReasoningContext = wire.ContextAllTurns
-	}
-	setDefault(&c.CompactionKeepTurns, compact.DefaultKeepTurns)
-	if c.CompactionPrompt == "" {
-		c.CompactionPrompt = compact.DefaultHandoffPrompt
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 }
 
 // setDefault sets *v to def when it is zero or negative (unset).
