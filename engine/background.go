@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/background"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -97,19 +98,49 @@ func (e *Engine) enqueue(ctx context.Context, t *Turn) (*Outcome, error) {
 // streamTurn, the lifecycle of every streamed turn, into a sink with no client. The
 // conversation's turn lease, taken when the turn was queued, is released here, in one deferred
 // call, unless the commit ended it.
+//
+// Every exit after the claim stores a terminal record (issue 38 item 1): a run whose context
+// ended before its turn reached upstream (a cancel, its time limit or shutdown landing between
+// the claim and the upstream call) is stored at once, and the claim itself runs under a
+// deadline of its own, not the run's context, so a cancel arriving mid-claim cannot leave a
+// claimed response that nobody runs.
 func (e *Engine) RunBackground(ctx context.Context, tn, id string) error {
 	t, err := e.claim(ctx, tn, id)
 	if t == nil || err != nil {
 		return err
 	}
 	defer t.release()
+	if ctx.Err() != nil {
+		e.endUnstarted(ctx, t)
+		return nil
+	}
 	e.log.Info("background response running", "response_id", id)
 	return e.streamTurn(ctx, t, func() Sink { return &bgSink{t: t} })
 }
 
+// endUnstarted stores a claimed turn whose run ended before it reached upstream: cancelled with
+// no error for a cancel, failed with the true reason for the time limit or shutdown. Nothing was
+// sent upstream and no event was logged.
+func (e *Engine) endUnstarted(ctx context.Context, t *Turn) {
+	t.leased = true // the claim took the response's lease
+	r := &accumulator.Result{Status: wire.StatusCancelled}
+	if !errors.Is(context.Cause(ctx), errCancelRequested) {
+		r.Status = wire.StatusFailed
+		r.Error = &wire.ErrorObject{Code: "server_error", Message: cutMessage(ctx)}
+	}
+	e.log.Info("background response ended before it reached upstream", "response_id", t.rec.ID, "status", r.Status)
+	_ = e.finish(ctx, t, r)
+}
+
 // claim loads a queued background turn and claims it, or returns nil when it is no longer
-// queued (deleted, cancelled, or run by another worker).
-func (e *Engine) claim(ctx context.Context, tn, id string) (*Turn, error) {
+// queued (deleted, cancelled, or run by another worker). Its store calls share one deadline
+// (CommitTimeout) and ignore the run's context: a claim cut by a cancel may have committed
+// (a statement cancelled in flight can still land), leaving a response in_progress that no
+// keeper renews. A claim whose outcome is unknown is repeated once (the claim is idempotent for
+// its owner).
+func (e *Engine) claim(runCtx context.Context, tn, id string) (*Turn, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), e.cfg.CommitTimeout)
+	defer cancel()
 	bt, err := e.store.BackgroundTurnGet(ctx, &store.BackgroundTurnGetParams{Tenant: tn, ResponseID: id})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // deleted while queued
@@ -131,8 +162,18 @@ func (e *Engine) claim(ctx context.Context, tn, id string) (*Turn, error) {
 	// Exactly one run: the claim moves queued to in_progress under this process's lease. A re-run
 	// of the job (River rescued it after its worker died) finds the response claimed or ended and
 	// does nothing: the sweeper fails a claimed response whose lease expired, with the reason.
-	err = e.store.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tn, ID: id,
-		LeaseOwner: e.owner, LeaseExpiresAt: time.Now().Add(e.cfg.LeaseTTL)})
+	claim := func(ctx context.Context, again bool) error {
+		return e.store.ResponseBackgroundClaim(ctx, &store.ResponseBackgroundClaimParams{Tenant: tn, ID: id,
+			LeaseOwner: e.owner, LeaseExpiresAt: time.Now().Add(e.cfg.LeaseTTL), Again: again})
+	}
+	err = claim(ctx, false)
+	if err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		// Unknown outcome: it may have landed. Ask again, under a fresh deadline.
+		e.log.Warn("background claim failed; repeating it", "response_id", id, "error", err)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(runCtx), e.cfg.CommitTimeout)
+		err = claim(rctx, true)
+		rcancel()
+	}
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		e.log.Info("background response not run: no longer queued", "response_id", id)
 		return nil, nil

@@ -284,8 +284,36 @@ func (e *Engine) Sweep(ctx context.Context) {
 	e.mu.Lock()
 	onRiver := e.bgRunner != nil
 	e.mu.Unlock()
-	if !onRiver {
+	if onRiver {
+		e.requeueStranded(ctx)
+	} else {
 		e.Purge(ctx)
+	}
+}
+
+// strandedBatch bounds how many queued responses one requeue pass looks at.
+const strandedBatch = 100
+
+// requeueStranded gives a new job to the queued background responses whose job River handed,
+// more than LeaseTTL ago, to a worker that never claimed it: its process died between River's
+// fetch and the claim (a live worker claims within CommitTimeout, which is shorter). Without it
+// River re-runs such a job only after --background-timeout + 5 min (issue 38 item 2;
+// docs/background.md, "Crashes, cancels, time limits"). Every replica runs it, as the lease
+// sweep; the store serialises concurrent requeues of one job.
+func (e *Engine) requeueStranded(ctx context.Context) {
+	jobs, ok := e.store.(store.Jobs)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.CommitTimeout)
+	defer cancel()
+	n, err := jobs.ResponseBackgroundRequeue(ctx, &store.ResponseBackgroundRequeueParams{
+		FetchedBefore: time.Now().Add(-e.cfg.LeaseTTL), Limit: strandedBatch})
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		e.log.Error("requeue stranded background responses", "error", err)
+	case n > 0:
+		e.log.Warn("requeued background responses whose worker died before running them", "count", n)
 	}
 }
 

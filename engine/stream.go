@@ -304,6 +304,11 @@ func (e *Engine) endStream(ctx context.Context, t *Turn, w frameWriter, acc *acc
 		// the model's incompleteness nor a gateway failure).
 		r.Status = wire.StatusCancelled
 		r.Error = goneError(ctx, "The client closed the stream.")
+		if d, ok := w.(Dropper); ok && d.Dropped() && r.Error != nil {
+			// Not a client that left: the gateway dropped one that stopped reading (issue 38
+			// item 8).
+			r.Error = &wire.ErrorObject{Code: CodeWriteTimeout, Message: MsgWriteTimeout}
+		}
 		_ = e.finish(ctx, t, r)
 		e.log.Info("client left mid-stream", "response_id", t.rec.ID)
 		return nil
@@ -320,6 +325,19 @@ func (e *Engine) endStream(ctx context.Context, t *Turn, w frameWriter, acc *acc
 	_ = w.Write(buf)
 	return nil
 }
+
+// Dropper is implemented by a Sink that can tell a client it dropped for not reading within the
+// write timeout (a write that hit its deadline) from one that left.
+type Dropper interface {
+	// Dropped reports whether a write failed because the client did not take it in time.
+	Dropped() bool
+}
+
+// The stored reason of a stream whose client the gateway dropped for not reading.
+const (
+	CodeWriteTimeout = "client_write_timeout"
+	MsgWriteTimeout  = "The gateway dropped the client: it stopped reading the stream for longer than the write timeout."
+)
 
 var (
 	ErrShutdown    = errors.New("engine: gateway shutting down")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -415,4 +416,38 @@ func grepLines(b []byte, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Issue 38 item 8: a client the gateway dropped because it stopped reading for the write timeout
+// is stored with that reason, not as a client that closed the stream.
+func TestADroppedSlowReaderIsStoredWithTheTrueReason(t *testing.T) {
+	g := newGateway(t, nil, respgatetest.Options{Server: server.Config{WriteTimeout: time.Second}})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(g.URL, "/v1"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	body := `{"model":"` + harmony + `?tokens=50000","input":"x","stream":true}`
+	fmt.Fprintf(conn, "POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Read up to the response's id, then stop reading.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard only
+	var head []byte
+	buf := make([]byte, 512)
+	id := regexp.MustCompile(`"id":"(resp_[A-Za-z0-9]+)"`)
+	for id.FindSubmatch(head) == nil {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("read the stream's start: %v (%q)", err, head)
+		}
+		head = append(head, buf[:n]...)
+	}
+	rid := string(id.FindSubmatch(head)[1])
+	waitFor(t, 60*time.Second, "the stuck stream to be dropped", func() bool { return g.Server.ActiveStreams() == 0 })
+	r := pollResponse(t, g, rid, terminal)
+	if r.Status != "cancelled" || r.Error.Code != "client_write_timeout" || !strings.Contains(r.Error.Message, "stopped reading") {
+		t.Fatalf("stored %s with %+v, want cancelled with client_write_timeout", r.Status, r.Error)
+	}
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"errors"
+	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -13,7 +16,10 @@ import (
 // The SSE writer: a POST's event stream, the engine.Sink of streamed HTTP turns and of
 // GET ?stream=true.
 
-var _ engine.HeaderSink = (*sseWriter)(nil)
+var (
+	_ engine.HeaderSink = (*sseWriter)(nil)
+	_ engine.Dropper    = (*sseWriter)(nil)
+)
 
 // sseWriter serialises writes to a client stream: relayed events from the turn and keepalive
 // comments from its ticker. Each call is one write and one flush.
@@ -54,6 +60,15 @@ func (w *sseWriter) Write(b []byte) error {
 	}
 	w.last = time.Now()
 	return nil
+}
+
+// Dropped reports whether a write hit its deadline (WriteTimeout): the client stopped reading
+// (engine.Dropper).
+func (w *sseWriter) Dropped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ne net.Error
+	return errors.Is(w.err, os.ErrDeadlineExceeded) || errors.As(w.err, &ne) && ne.Timeout()
 }
 
 func (w *sseWriter) Keepalive() error { return w.Write([]byte(": keepalive\n\n")) }

@@ -89,6 +89,10 @@ type ResponseBackgroundClaimParams struct {
 	ID             string
 	LeaseOwner     string
 	LeaseExpiresAt time.Time
+	// Again: LeaseOwner's previous claim of this response had an unknown outcome (a timeout, a
+	// connection lost after the commit); the claim also succeeds, renewing the lease, when
+	// LeaseOwner already holds it.
+	Again bool
 }
 
 type ResponseCancelBackgroundParams struct {
@@ -109,16 +113,19 @@ const (
 	CancelFinished
 )
 
-// CancelDecision is what a cancel does to a background response in status whose River job
-// River's cancel left in state: nothing once the response ended (CancelFinished; River is not
-// asked); CancelQueued when it is still queued and River will never run it, so the cancel is its
-// end (the backend stores it cancelled and frees its conversation in the same transaction);
-// otherwise CancelRunning, the run's context is cancelled wherever it runs.
-func CancelDecision(status wire.Status, state rivertype.JobState) CancelOutcome {
+// CancelDecision is what a cancel does to a background response in status: nothing once the
+// response ended (CancelFinished; River is not asked); CancelQueued while it is still queued,
+// whatever River's job state, so the cancel is its end (the backend stores it cancelled and frees
+// its conversation in the same transaction); otherwise CancelRunning, the run's context is
+// cancelled wherever it runs. A queued response whose job River has already handed to a worker
+// (job running) is ended here too: nothing has been sent upstream, and the worker's claim
+// (queued → in_progress, ResponseBackgroundClaim) then finds it cancelled and does nothing, so a
+// cancel never waits for a worker that may be dead (issue 38 item 2).
+func CancelDecision(status wire.Status) CancelOutcome {
 	switch {
 	case status.Terminal():
 		return CancelFinished
-	case status == wire.StatusQueued && state != rivertype.JobStateRunning:
+	case status == wire.StatusQueued:
 		return CancelQueued
 	default:
 		return CancelRunning
@@ -180,11 +187,10 @@ func CancelBackgroundTx(tx BackgroundTx, q *Queries, p *ResponseCancelBackground
 	if status.Terminal() {
 		return CancelFinished, jobID, nil
 	}
-	state, err := tx.CancelJob(jobID)
-	if err != nil {
+	if _, err := tx.CancelJob(jobID); err != nil {
 		return 0, 0, err
 	}
-	out := CancelDecision(status, state)
+	out := CancelDecision(status)
 	if out != CancelQueued {
 		return out, jobID, nil
 	}
@@ -216,6 +222,86 @@ func CancelBackgroundResult(ctx context.Context, out CancelOutcome, jobID int64,
 	return out, nil
 }
 
+// ResponseBackgroundRequeueParams selects the stranded jobs ResponseBackgroundRequeue re-runs.
+type ResponseBackgroundRequeueParams struct {
+	// FetchedBefore: a queued response whose job River handed to a worker before this time is
+	// stranded (a live worker claims it within its claim deadline, far shorter).
+	FetchedBefore time.Time
+	// Limit bounds how many queued responses (oldest first) are looked at.
+	Limit int
+}
+
+// StrandedJob is a queued background response and the job River handed to a worker.
+type StrandedJob struct {
+	Tenant, ResponseID string
+	JobID              int64
+}
+
+// RequeueBackground is ResponseBackgroundRequeue, the same in every backend (docs/background.md,
+// "Crashes, cancels, time limits"). A job River handed to a worker that died before claiming its
+// response stays running in River until River's rescuer looks at it (--background-timeout + 5
+// min), while the response stays queued. The candidates are the oldest queued background
+// responses (d, Limit of them); stranded keeps those whose job River reports running since
+// before FetchedBefore; each is then given a new job in its own transaction (inTx): the response
+// and its turn are locked and must still be queued with the old job (lockQueued (tenant,
+// response, old job) → count: 0 when a claim or another replica's requeue came first), the new job is
+// enqueued and named in background_turns, and the old job is cancelled, so River's rescue of it
+// later finalises it instead of re-running it. It returns how many were requeued.
+func RequeueBackground(ctx context.Context, d Driver, p *ResponseBackgroundRequeueParams, lockQueued string,
+	stranded func(ctx context.Context, jobIDs []int64, fetchedBefore time.Time) (map[int64]bool, error),
+	inTx func(ctx context.Context, f func(tx BackgroundTx) error) error) (int, error) {
+	cands, err := query(ctx, d, "requeue background responses", func(rows Rows) ([]StrandedJob, error) {
+		var out []StrandedJob
+		for rows.Next() {
+			var j StrandedJob
+			if err := rows.Scan(&j.Tenant, &j.ResponseID, &j.JobID); err != nil {
+				return nil, err
+			}
+			out = append(out, j)
+		}
+		return out, rows.Err()
+	}, bgQueuedJobsSQL, d.Time(p.FetchedBefore), p.Limit)
+	if err != nil || len(cands) == 0 {
+		return 0, err
+	}
+	ids := make([]int64, len(cands))
+	for i, c := range cands {
+		ids[i] = c.JobID
+	}
+	held, err := stranded(ctx, ids, p.FetchedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("requeue background responses: %w", err)
+	}
+	n := 0
+	for _, c := range cands {
+		if !held[c.JobID] {
+			continue
+		}
+		err := inTx(ctx, func(tx BackgroundTx) error {
+			var queued int
+			if err := tx.QueryRow(lockQueued, c.Tenant, c.ResponseID, c.JobID).Scan(&queued); err != nil || queued == 0 {
+				return err // claimed or ended meanwhile: nothing to do
+			}
+			id, err := tx.InsertJob(BackgroundJobArgs{Tenant: c.Tenant, ResponseID: c.ResponseID})
+			if err != nil {
+				return err
+			}
+			if err := tx.Exec(bgRequeueSQL, c.Tenant, c.ResponseID, id, c.JobID); err != nil {
+				return err
+			}
+			_, err = tx.CancelJob(c.JobID)
+			if err == nil {
+				n++
+			}
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("requeue background response: %w", d.InterpretError(err))
+		}
+	}
+	return n, nil
+}
+
 // Jobs is implemented by the backends that run River in their database (both do). The background
 // package hands in River's configuration (workers, queues, periodic jobs); the backend builds the
 // client on its own driver, so no driver type crosses this interface.
@@ -226,6 +312,11 @@ type Jobs interface {
 	// JobsStop stops working: no new jobs are fetched and running ones may finish until ctx ends;
 	// then their contexts are cancelled and JobsStop waits for them to return.
 	JobsStop(ctx context.Context) error
+	// ResponseBackgroundRequeue gives a new job to every queued background response whose job
+	// River handed to a worker before FetchedBefore that never claimed it (its process died
+	// between River's fetch and the claim), so another worker runs it now rather than after
+	// River's rescue (RequeueBackground). It returns how many it requeued.
+	ResponseBackgroundRequeue(ctx context.Context, p *ResponseBackgroundRequeueParams) (int, error)
 }
 
 // EventWatcher is implemented by backends whose event logs a turn in another process appends to

@@ -4,30 +4,25 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/riverqueue/river/rivertype"
-
 	"github.com/respgate/respgate/wire"
 )
 
-func TestCancelDecisionEndsOnlyAQueuedResponseRiverWillNotRun(t *testing.T) {
+func TestCancelDecisionEndsEveryQueuedResponseAtOnce(t *testing.T) {
 	for _, c := range []struct {
 		status wire.Status
-		state  rivertype.JobState
 		want   CancelOutcome
 	}{
-		{wire.StatusCompleted, rivertype.JobStateCompleted, CancelFinished},
-		{wire.StatusCancelled, rivertype.JobStateCancelled, CancelFinished},
-		{wire.StatusFailed, rivertype.JobStateRunning, CancelFinished},
-		{wire.StatusQueued, rivertype.JobStateAvailable, CancelQueued},
-		{wire.StatusQueued, rivertype.JobStateCancelled, CancelQueued},
-		// River fetched it but the worker has not claimed the response yet: the run's context
-		// is cancelled, and the worker stores the end.
-		{wire.StatusQueued, rivertype.JobStateRunning, CancelRunning},
-		{wire.StatusInProgress, rivertype.JobStateRunning, CancelRunning},
-		{wire.StatusInProgress, rivertype.JobStateCancelled, CancelRunning},
+		{wire.StatusCompleted, CancelFinished},
+		{wire.StatusCancelled, CancelFinished},
+		{wire.StatusFailed, CancelFinished},
+		{wire.StatusIncomplete, CancelFinished},
+		// Queued, whether or not River has handed its job to a worker (which may have died):
+		// nothing reached upstream, and the worker's claim will find it ended (issue 38 item 2).
+		{wire.StatusQueued, CancelQueued},
+		{wire.StatusInProgress, CancelRunning},
 	} {
-		if got := CancelDecision(c.status, c.state); got != c.want {
-			t.Errorf("response %s, job %s: %d, want %d", c.status, c.state, got, c.want)
+		if got := CancelDecision(c.status); got != c.want {
+			t.Errorf("response %s: %d, want %d", c.status, got, c.want)
 		}
 	}
 }

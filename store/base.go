@@ -239,7 +239,7 @@ func (b *Base) BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams
 // response that exists but is no longer queued is ErrConflict.
 func (b *Base) ResponseBackgroundClaim(ctx context.Context, p *ResponseBackgroundClaimParams) error {
 	d := b.Driver
-	n, err := exec(ctx, d, "claim background response", nil, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, d.Time(p.LeaseExpiresAt))
+	n, err := exec(ctx, d, "claim background response", nil, bgClaimSQL, p.Tenant, p.ID, p.LeaseOwner, d.Time(p.LeaseExpiresAt), p.Again)
 	if err != nil || n == 1 {
 		return err
 	}

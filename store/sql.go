@@ -112,10 +112,19 @@ SELECT (SELECT count(*) FROM background_turns b JOIN responses r ON r.tenant = b
 INSERT INTO background_turns (tenant, response_id, job_id, body, state, created_at) VALUES ($1, $2, $3, $4, $5, $6)`
 	// bgTurnGetSQL (tenant, response) → job_id, body, state.
 	bgTurnGetSQL = `SELECT job_id, body, state FROM background_turns WHERE tenant = $1 AND response_id = $2`
-	// bgClaimSQL (tenant, id, owner, expires_at) moves a queued response to in_progress.
+	// bgClaimSQL (tenant, id, owner, expires_at, again) moves a queued response to in_progress;
+	// with again, also one this owner holds already (its first claim's outcome was unknown).
 	bgClaimSQL = `
 UPDATE responses SET status = 'in_progress', lease_owner = $3, lease_expires_at = $4
-WHERE tenant = $1 AND id = $2 AND status = 'queued'`
+WHERE tenant = $1 AND id = $2 AND (status = 'queued' OR $5 AND status = 'in_progress' AND lease_owner = $3)`
+	// bgQueuedJobsSQL (created_before, limit) → tenant, response_id, job_id of the oldest queued
+	// background responses created before created_before (ResponseBackgroundRequeue's candidates).
+	bgQueuedJobsSQL = `
+SELECT b.tenant, b.response_id, b.job_id FROM background_turns b
+JOIN responses r ON r.tenant = b.tenant AND r.id = b.response_id
+WHERE r.status = 'queued' AND b.created_at < $1 ORDER BY b.created_at LIMIT $2`
+	// bgRequeueSQL (tenant, response, new job, old job) names a queued response's new job.
+	bgRequeueSQL = `UPDATE background_turns SET job_id = $3 WHERE tenant = $1 AND response_id = $2 AND job_id = $4`
 	// bgCancelQueuedSQL (tenant, response) stores a queued response cancelled (CancelBackgroundTx).
 	bgCancelQueuedSQL = `
 UPDATE responses SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL

@@ -252,7 +252,9 @@ type Store interface {
 	BackgroundTurnGet(ctx context.Context, p *BackgroundTurnGetParams) (*BackgroundTurn, error)
 	// ResponseBackgroundClaim moves a queued background response to in_progress under the lease
 	// of LeaseOwner, so exactly one worker runs it. ErrConflict if it is not queued (another run
-	// claimed it, it was cancelled, or it ended), ErrNotFound if it does not exist.
+	// claimed it, it was cancelled, or it ended), ErrNotFound if it does not exist. A claim with
+	// Again by the owner that holds it already succeeds (renewing the lease), so a claim whose
+	// outcome was lost (a timeout or a broken connection after the commit) can be repeated.
 	ResponseBackgroundClaim(ctx context.Context, p *ResponseBackgroundClaimParams) error
 	// ResponseCancelBackground cancels a background response's River job and, when it was still
 	// queued, stores the response cancelled and releases its conversation's turn lease, in one

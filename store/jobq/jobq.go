@@ -102,6 +102,23 @@ func (j *Client[TTx]) BackgroundTx(ctx context.Context, tx TTx, queryRow func(sq
 	}
 }
 
+// Stranded returns which of jobIDs River holds running since before fetchedBefore (handed to a
+// worker that has not finished them: store.RequeueBackground).
+func (j *Client[TTx]) Stranded(ctx context.Context, jobIDs []int64, fetchedBefore time.Time) (map[int64]bool, error) {
+	res, err := j.current().JobList(ctx, river.NewJobListParams().IDs(jobIDs...).
+		States(rivertype.JobStateRunning).First(len(jobIDs)))
+	if err != nil {
+		return nil, fmt.Errorf("list running jobs: %w", err)
+	}
+	out := map[int64]bool{}
+	for _, job := range res.Jobs {
+		if job.AttemptedAt != nil && job.AttemptedAt.Before(fetchedBefore) {
+			out[job.ID] = true
+		}
+	}
+	return out, nil
+}
+
 // Notify tells the client running job id (this process's, or through River's notifier another
 // replica's) to cancel it now rather than at its next poll.
 func (j *Client[TTx]) Notify(ctx context.Context, id int64) error {

@@ -117,3 +117,19 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	})
 	return store.CancelBackgroundResult(ctx, out, jobID, interpretError(err), s.jobs.Notify)
 }
+
+// bgQueuedLockSQL (tenant, response, job) locks a queued response and its turn row and counts
+// them (0: claimed, ended, or requeued by another replica meanwhile), so a claim waits for a
+// requeue and two replicas' requeues of one job are serialised (store.RequeueBackground).
+const bgQueuedLockSQL = `
+SELECT count(*) FROM (SELECT 1 FROM responses r JOIN background_turns b ON b.tenant = r.tenant AND b.response_id = r.id
+WHERE r.tenant = $1 AND r.id = $2 AND r.status = 'queued' AND b.job_id = $3 FOR UPDATE) q`
+
+// ResponseBackgroundRequeue re-runs the queued responses whose worker died between River's fetch
+// and the claim; see store.Jobs.
+func (s *Store) ResponseBackgroundRequeue(ctx context.Context, p *store.ResponseBackgroundRequeueParams) (int, error) {
+	return store.RequeueBackground(ctx, s.Driver, p, bgQueuedLockSQL, s.jobs.Stranded,
+		func(ctx context.Context, f func(store.BackgroundTx) error) error {
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return f(s.backgroundTx(ctx, tx)) })
+		})
+}

@@ -82,3 +82,19 @@ func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseC
 	})
 	return store.CancelBackgroundResult(ctx, out, jobID, interpretError(err), s.jobs.Notify)
 }
+
+// bgQueuedCountSQL (tenant, response, job) counts a queued response still on that job (0:
+// claimed, ended or requeued meanwhile); SQLite's one writer serialises it with a claim
+// (store.RequeueBackground).
+const bgQueuedCountSQL = `
+SELECT count(*) FROM responses r JOIN background_turns b ON b.tenant = r.tenant AND b.response_id = r.id
+WHERE r.tenant = ?1 AND r.id = ?2 AND r.status = 'queued' AND b.job_id = ?3`
+
+// ResponseBackgroundRequeue re-runs the queued responses whose worker died between River's fetch
+// and the claim; see store.Jobs.
+func (s *Store) ResponseBackgroundRequeue(ctx context.Context, p *store.ResponseBackgroundRequeueParams) (int, error) {
+	return store.RequeueBackground(ctx, s.Driver, p, bgQueuedCountSQL, s.jobs.Stranded,
+		func(ctx context.Context, f func(store.BackgroundTx) error) error {
+			return s.inTx(ctx, func(tx *sql.Tx) error { return f(s.backgroundTx(ctx, tx)) })
+		})
+}
