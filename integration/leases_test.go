@@ -19,11 +19,16 @@ import (
 // waiting for it to expire.
 func TestEveryEntryPathFreesTheConversationOnItsFailureExits(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
-		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{BackgroundWorkers: 1, BackgroundMaxPerTenant: 1}})
+		g := newGateway(t, newStore(t), respgatetest.Options{Server: server.Config{BackgroundWorkers: 1, BackgroundMaxPerTenant: 1, BackgroundMaxQueued: 1}})
 		tn := g.Server.TenantOf("test-key")
+		var freeAs func(t *testing.T, tn, conv, after string)
 		auth := []string{"Authorization", "Bearer test-key"}
 		// free asserts the lease of conv is free: another holder can take it (and gives it back).
 		free := func(t *testing.T, conv, after string) {
+			t.Helper()
+			freeAs(t, tn, conv, after)
+		}
+		freeAs = func(t *testing.T, tn, conv, after string) {
 			t.Helper()
 			p := &store.ConversationTurnAcquireParams{Tenant: tn, ConversationID: conv, ResponseID: "resp_probe",
 				ExpiresAt: time.Now().Add(time.Minute)}
@@ -84,12 +89,33 @@ func TestEveryEntryPathFreesTheConversationOnItsFailureExits(t *testing.T) {
 			// The one worker runs a slow response of this key: its next one is past the bound.
 			slow := g.create(t, `{"model":"`+harmony+`?delay_ms=50&tokens=2000","input":"hold","background":true}`)
 			defer func() { _, _ = g.client.Responses.Cancel(t.Context(), slow.ID) }()
+			pollResponse(t, g, slow.ID, func(r *responses.Response) bool { return r.Status == "in_progress" }) // not in the queue
 			conv := newConv(t)
 			status, body, _ := rawDo(t, "POST", g.URL+"/responses", turn(conv, harmony, `,"background":true`), auth...)
 			if status != http.StatusTooManyRequests {
 				t.Fatalf("turn past the tenant bound: %d %s", status, body)
 			}
-			free(t, conv, "a background turn refused at enqueue")
+			free(t, conv, "a background turn refused at enqueue (429)")
+			// Another key's response waits in the queue, which is then full: a third key's
+			// conversation turn is refused with 503 and leaves its conversation free too.
+			other := []string{"Authorization", "Bearer other-key"}
+			status, body, _ = rawDo(t, "POST", g.URL+"/responses", `{"model":"`+harmony+`","input":"wait","background":true}`, other...)
+			if status != http.StatusOK {
+				t.Fatalf("a queued response of another key: %d %s", status, body)
+			}
+			waiting := strings.Split(strings.Split(string(body), `"id":"`)[1], `"`)[0]
+			defer func() { _, _, _ = rawDo(t, "POST", g.URL+"/responses/"+waiting+"/cancel", ``, other...) }()
+			third := []string{"Authorization", "Bearer third-key"}
+			status, body, _ = rawDo(t, "POST", g.URL+"/conversations", `{}`, third...)
+			if status != http.StatusOK {
+				t.Fatalf("create conversation: %d %s", status, body)
+			}
+			conv3 := strings.Split(strings.Split(string(body), `"id":"`)[1], `"`)[0]
+			status, body, _ = rawDo(t, "POST", g.URL+"/responses", turn(conv3, harmony, `,"background":true`), third...)
+			if status != http.StatusServiceUnavailable {
+				t.Fatalf("turn past the queue bound: %d %s", status, body)
+			}
+			freeAs(t, g.Server.TenantOf("third-key"), conv3, "a background turn refused at enqueue (503)")
 		})
 		t.Run("websocket, upstream refused", func(t *testing.T) {
 			conv := newConv(t)
