@@ -123,6 +123,16 @@ mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and serv
 	  grep -E '^(Killed|Timed out|Test efficacy):' bin/mutate/$$p.log | sed 's/^/  /'; \
 	done
 
+# The operator's files that need heavy dependencies (Helm's Go library, the Kubernetes API types,
+# the Prometheus PromQL parser): deploy/opstest is its own module, so they stay out of go.mod and
+# out of `make test`'s build. It renders and lints the Helm chart and checks the dashboard's and
+# alert rules' PromQL against a live respgate's /metrics. The first run downloads and builds them
+# (a few minutes on 2 cores).
+.PHONY: deploy-test
+deploy-test: ## the Helm chart (rendered, strictly decoded, linted) and the dashboard and alert rules (PromQL against a live respgate)
+	@echo "deploy-test: building deploy/opstest (Helm, Kubernetes API types, Prometheus parser; minutes on a first run)"
+	cd deploy/opstest && $(GO) test -count=1 -timeout 10m $(GO_TEST_ARGS) ./...
+
 # The container path with a real Docker engine (deploy/compose-test; docs/deployment.md says what it
 # proves): local stand-ins for the registry images, the Dockerfile and docker-compose.yml unchanged,
 # a smoke through the published port, down -v. As root it installs what it needs (docker.io,
