@@ -16,6 +16,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/respgate/respgate/internal/version"
 	"github.com/respgate/respgate/rehydrate"
 )
 
@@ -63,6 +64,13 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	// process_cpu_seconds_total, process_resident_memory_bytes): what an operator sizing replicas
 	// reads (docs/scaling.md), and what make bench reads its allocation counters from.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// respgate_build_info says which build each replica runs (a dashboard counts replicas and
+	// versions with it during a rollout).
+	bi := version.Get()
+	build := promclient.NewGaugeVec(promclient.GaugeOpts{Name: "respgate_build_info", Help: "the running build: always 1, with its version, revision and Go release"},
+		[]string{"version", "revision", "goversion"})
+	build.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+	reg.MustRegister(build)
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
@@ -113,6 +121,9 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	if t.activeStreams, err = m.Int64UpDownCounter("respgate.stream.active", metric.WithDescription("streams in flight")); err != nil {
 		return nil, err
 	}
+	// Exported from the start, so an alert on its increase sees the first swept lease
+	// (deploy/prometheus/alerts.yml).
+	t.sweeps.Add(context.Background(), 0)
 	return t, nil
 }
 
