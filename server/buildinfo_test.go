@@ -8,7 +8,7 @@ import (
 	"github.com/respgate/respgate/internal/version"
 )
 
-// /metrics says which build runs (respgate_build_info, with the version the start-up line and
+// /metrics names the service (target_info, as traces do) and says which build runs (respgate_build_info, with the version the start-up line and
 // --version print), and exports the swept-lease counter at 0 before any sweep, so an alert on its
 // increase sees the first one.
 func TestMetricsCarryTheBuildInfoAndAZeroSweepCounter(t *testing.T) {
@@ -18,6 +18,9 @@ func TestMetricsCarryTheBuildInfoAndAZeroSweepCounter(t *testing.T) {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
 	bi := version.Get()
+	if !strings.Contains(body, `target_info{service_name="respgate",service_version="`+bi.Version+`"`) {
+		t.Errorf("target_info does not name the service respgate:\n%s", body)
+	}
 	var build, sweeps bool
 	for l := range strings.SplitSeq(body, "\n") {
 		if strings.HasPrefix(l, "respgate_build_info{") && strings.Contains(l, `version="`+bi.Version+`"`) &&

@@ -14,6 +14,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/respgate/respgate/internal/version"
@@ -75,7 +76,15 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)).Meter("respgate")
+	// target_info names the service, as the traces do (cmd/respgate), unless OTEL_SERVICE_NAME
+	// or OTEL_RESOURCE_ATTRIBUTES say otherwise.
+	res, err := resource.New(context.Background(),
+		resource.WithAttributes(attribute.String("service.name", "respgate"), attribute.String("service.version", bi.Version)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, err
+	}
+	m := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)).Meter("respgate")
 	t := &telemetry{
 		tracer:  tp.Tracer("github.com/respgate/respgate/server"),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),

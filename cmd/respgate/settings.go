@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,11 +225,14 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 		case *string:
 			fs.StringVar(p, s.flag, s.def, s.usage())
 		case *int:
-			fs.IntVar(p, s.flag, mustParse(strconv.Atoi(s.def)).(int), s.usage())
+			*p = mustParse(strconv.Atoi(s.def)).(int)
+			fs.Var((*intValue)(p), s.flag, s.usage())
 		case *int64:
-			fs.Int64Var(p, s.flag, mustParse(strconv.ParseInt(s.def, 10, 64)).(int64), s.usage())
+			*p = mustParse(strconv.ParseInt(s.def, 10, 64)).(int64)
+			fs.Var((*int64Value)(p), s.flag, s.usage())
 		case *time.Duration:
-			fs.DurationVar(p, s.flag, mustParse(time.ParseDuration(s.def)).(time.Duration), s.usage())
+			*p = mustParse(time.ParseDuration(s.def)).(time.Duration)
+			fs.Var((*durationValue)(p), s.flag, s.usage())
 		default:
 			panic(fmt.Sprintf("settings: --%s binds an unsupported %T", s.flag, p))
 		}
@@ -236,24 +240,131 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// durationValue, intValue and int64Value are flag.Values whose errors say what form is expected
+// (flag's own say only "parse error"); the caller adds the flag and its variable.
+type (
+	durationValue time.Duration
+	intValue      int
+	int64Value    int64
+)
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 30s, 5m or 1h30m (a number and a unit: ms, s, m, h)")
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+func (d *durationValue) String() string {
+	if d == nil {
+		return "0s"
+	}
+	return time.Duration(*d).String()
+}
+
+func (n *intValue) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("want a whole number such as 100 (no unit)")
+	}
+	*n = intValue(v)
+	return nil
+}
+
+func (n *intValue) String() string {
+	if n == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*n))
+}
+
+func (n *int64Value) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want a whole number such as 33554432 (bytes, no unit)")
+	}
+	*n = int64Value(v)
+	return nil
+}
+
+func (n *int64Value) String() string {
+	if n == nil {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*n), 10)
+}
+
+// settingByFlag returns the setting of a flag name.
+func settingByFlag(name string) *setting {
+	for i := range settings {
+		if settings[i].flag == name {
+			return &settings[i]
+		}
+	}
+	return nil
+}
+
+// valueError is the one line a malformed value gets: the flag, its variable, what form is
+// expected, and the value itself unless the setting is a secret.
+func valueError(s *setting, value string, err error) error {
+	msg := fmt.Sprintf("--%s (%s): %v", s.flag, envName(s.flag), err)
+	if !s.secret {
+		msg += fmt.Sprintf(", not %q", value)
+	}
+	return errors.New(msg)
+}
+
+var (
+	invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([a-z0-9-]+): (.*)$`)
+	unknownFlag  = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+)
+
+// flagError rewrites a flag package error as one actionable line (the package would print it
+// with the whole usage, over a hundred lines, after it).
+func flagError(err error) error {
+	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
+		if s := settingByFlag(m[2]); s != nil {
+			return valueError(s, m[1], errors.New(m[3]))
+		}
+	}
+	if m := unknownFlag.FindStringSubmatch(err.Error()); m != nil {
+		name, _, _ := strings.Cut(m[1], "=")
+		if len(name) > 40 || strings.ContainsAny(name, " \t") {
+			name = name[:min(len(name), 40)] + "…"
+		}
+		return fmt.Errorf("unknown flag --%s: respgate -h lists the flags, docs/configuration.md describes them", name)
+	}
+	return fmt.Errorf("%w: respgate -h lists the flags", err)
+}
+
 // parseConfig reads the settings from the environment (lookupEnv, normally os.LookupEnv) and then
 // the command line, which wins, and checks them. -h prints the usage to out and returns
 // flag.ErrHelp.
 func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (*config, error) {
 	c := &config{}
-	fs := newFlagSet(c, out)
+	fs := newFlagSet(c, io.Discard) // errors are rewritten as one line below; -h prints in full
+	fs.Usage = func() {}
 	// Environment first, through each flag's own parser, so a malformed value is an error as it
 	// is on the command line.
 	for _, s := range settings {
 		if v, ok := lookupEnv(envName(s.flag)); ok {
 			if err := fs.Set(s.flag, v); err != nil {
-				// The value is not echoed: it may be a secret.
-				return nil, fmt.Errorf("%s: %w", envName(s.flag), err)
+				return nil, valueError(&s, v, err)
 			}
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
+			fmt.Fprintln(out, "usage: respgate [flags]        serve (every flag also reads its RESPGATE_* variable)")
+			fmt.Fprintln(out, "       respgate admin -h      operator commands: migrate, inspect, export, purge, keys")
+			fmt.Fprintln(out, "       respgate version       print the version (also --version)")
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, flagError(err)
 	}
 	if fs.NArg() > 0 {
 		// Not echoed: it may be the rest of an unquoted secret.

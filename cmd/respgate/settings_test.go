@@ -17,11 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/server"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines and stops the throwaway Postgres the admin tests may start.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var update = flag.Bool("update", false, "rewrite the respgate table of docs/configuration.md from the settings")
 
