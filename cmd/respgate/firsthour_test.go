@@ -176,3 +176,24 @@ func TestUpstreamProbeWarnsWithAHint(t *testing.T) {
 		})
 	}
 }
+
+// A clean shutdown stops the background workers gracefully within the drain: River logs no hard
+// stop, and "respgate stopped" is the last line.
+func TestCleanShutdownLogsNoHardStop(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0"},
+			env(map[string]string{"RESPGATE_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "r.db")}), &out)
+	}()
+	logged(t, &out, done, "River client started")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out.Bytes())), "\n")
+	if bytes.Contains(out.Bytes(), []byte("Hard stop")) || !strings.Contains(lines[len(lines)-1], `"msg":"respgate stopped"`) {
+		t.Errorf("shutdown log:\n%s", strings.Join(lines[max(0, len(lines)-4):], "\n"))
+	}
+}

@@ -239,7 +239,10 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	// Background turns and the retention purge run on River in the store's database
 	// (docs/background.md); the lease sweeper runs here on every replica.
 	if _, ok := st.(store.Jobs); ok {
-		if err := srv.StartBackground(ctx); err != nil {
+		// Not ctx: River reads the end of its start context as a hard stop (it logged "Hard stop
+		// started; cancelling all work" after every clean shutdown). Shutdown stops it gracefully
+		// within the drain instead, and the store's Close is the backstop.
+		if err := srv.StartBackground(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
 	}
@@ -275,7 +278,8 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	defer cancel()
 	// Shutdown stops new turns; past the deadline it ends the remaining streams with
 	// response.failed. It runs beside hs.Shutdown, which waits for the handlers of those turns.
-	g.Go(func() error { srv.Shutdown(sctx); return nil })
+	shut := make(chan struct{})
+	g.Go(func() error { defer close(shut); srv.Shutdown(sctx); return nil })
 	// The HTTP server waits a little longer than the turns, so streams ended at the deadline can
 	// still write their terminal event before connections are closed. A stream writes it only
 	// after its failed record is committed, so the grace is the commit's own bound: with a fixed
@@ -288,6 +292,9 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		log.Warn("shutdown deadline reached; closing remaining connections")
 		_ = hs.Close()
 	}
+	// Shutdown stops the background workers within sctx; returning first cancelled sctx under
+	// them, and River then logged a hard stop after every clean shutdown.
+	<-shut
 	log.Info("respgate stopped")
 	return err
 }
