@@ -43,7 +43,7 @@ func retryServer(t *testing.T, st store.Store) *Server {
 	t.Helper()
 	s := keeperServer(st, time.Minute)
 	s.cfg.CommitTimeout = time.Minute
-	tel, err := newTelemetry(nil)
+	tel, err := newTelemetry(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

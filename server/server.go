@@ -300,7 +300,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*
 	if err != nil {
 		return nil, err
 	}
-	tel, err := newTelemetry(cfg.TracerProvider)
+	tel, err := newTelemetry(ctx, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}

@@ -56,7 +56,7 @@ type telemetry struct {
 	followWakes     metric.Int64Counter
 }
 
-func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
+func newTelemetry(ctx context.Context, tp trace.TracerProvider) (*telemetry, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
@@ -78,7 +78,7 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	}
 	// target_info names the service, as the traces do (cmd/respgate), unless OTEL_SERVICE_NAME
 	// or OTEL_RESOURCE_ATTRIBUTES say otherwise.
-	res, err := resource.New(context.Background(),
+	res, err := resource.New(ctx,
 		resource.WithAttributes(attribute.String("service.name", "respgate"), attribute.String("service.version", bi.Version)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
@@ -132,7 +132,7 @@ func newTelemetry(tp trace.TracerProvider) (*telemetry, error) {
 	}
 	// Exported from the start, so an alert on its increase sees the first swept lease
 	// (deploy/prometheus/alerts.yml).
-	t.sweeps.Add(context.Background(), 0)
+	t.sweeps.Add(ctx, 0)
 	return t, nil
 }
 

@@ -252,7 +252,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 	if err != nil {
 		err = c.classify(ctx, rctx, err, false)
 		cancel(nil)
-		c.logFailure(method, u, err)
+		c.logFailure(ctx, method, u, err)
 		return nil, nil, err
 	}
 	cl := &call{caller: ctx, ctx: rctx, cancel: cancel, idleD: c.idleTimeout}
@@ -261,7 +261,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 	if context.Cause(rctx) != nil { // the connect timer fired as the headers arrived
 		err := c.classify(ctx, rctx, context.Cause(rctx), true)
 		cl.end(resp.Body)
-		c.logFailure(method, u, err)
+		c.logFailure(ctx, method, u, err)
 		return nil, nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -277,7 +277,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 			}
 		}
 		cl.end(resp.Body)
-		c.logFailure(method, u, err)
+		c.logFailure(ctx, method, u, err)
 		return nil, nil, err
 	}
 	return resp, cl, nil
@@ -288,7 +288,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 // its user info; vLLM's own message is left out (a validation error may quote the request), the
 // messages this package writes (dial, DNS, TLS, timeouts) are kept. A caller's cancellation is
 // not a failure of vLLM and is not logged.
-func (c *Client) logFailure(method, target string, err error) {
+func (c *Client) logFailure(ctx context.Context, method, target string, err error) {
 	var e *Error
 	if c.cfg.Logger == nil || !errors.As(err, &e) || e.Kind == KindCanceled {
 		return
@@ -315,7 +315,7 @@ func (c *Client) logFailure(method, target string, err error) {
 	if e.Status == http.StatusNotFound && !strings.HasSuffix(strings.TrimSuffix(c.cfg.BaseURL, "/"), "/v1") {
 		attrs = append(attrs, "hint", "the upstream URL usually ends in /v1 (e.g. http://vllm:8000/v1)")
 	}
-	c.cfg.Logger.Log(context.Background(), level, "upstream request failed", attrs...)
+	c.cfg.Logger.Log(ctx, level, "upstream request failed", attrs...)
 }
 
 // urlWithoutCredentials is s without its user info (a token may stand there as a user name).

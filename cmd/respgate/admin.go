@@ -183,7 +183,7 @@ func (a *admin) schema() (applied uint, dirty bool, latest uint, err error) {
 	return applied, dirty, versions[len(versions)-1], err
 }
 
-func (a *admin) migrate(_ context.Context, args []string) error {
+func (a *admin) migrate(ctx context.Context, args []string) error {
 	fs := a.flags("migrate", "migrate status | up | down N --yes")
 	yes := fs.Bool("yes", false, "confirm migrate down, which drops what the reverted versions added, data included")
 	if len(args) == 0 {
@@ -209,7 +209,7 @@ func (a *admin) migrate(_ context.Context, args []string) error {
 	}
 	if path, ok := a.newSQLiteFile(); ok && verb == "up" {
 		// A store that does not exist yet: create it as respgate would at its first start.
-		st, err := openStore(context.Background(), a.dsn, 1)
+		st, err := openStore(ctx, a.dsn, 1)
 		if err != nil {
 			return err
 		}
