@@ -225,14 +225,11 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 		case *string:
 			fs.StringVar(p, s.flag, s.def, s.usage())
 		case *int:
-			*p = mustParse(strconv.Atoi(s.def)).(int)
-			fs.Var((*intValue)(p), s.flag, s.usage())
+			fs.IntVar(p, s.flag, mustParse(strconv.Atoi(s.def)).(int), s.usage())
 		case *int64:
-			*p = mustParse(strconv.ParseInt(s.def, 10, 64)).(int64)
-			fs.Var((*int64Value)(p), s.flag, s.usage())
+			fs.Int64Var(p, s.flag, mustParse(strconv.ParseInt(s.def, 10, 64)).(int64), s.usage())
 		case *time.Duration:
-			*p = mustParse(time.ParseDuration(s.def)).(time.Duration)
-			fs.Var((*durationValue)(p), s.flag, s.usage())
+			fs.DurationVar(p, s.flag, mustParse(time.ParseDuration(s.def)).(time.Duration), s.usage())
 		default:
 			panic(fmt.Sprintf("settings: --%s binds an unsupported %T", s.flag, p))
 		}
@@ -240,60 +237,18 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// durationValue, intValue and int64Value are flag.Values whose errors say what form is expected
-// (flag's own say only "parse error"); the caller adds the flag and its variable.
-type (
-	durationValue time.Duration
-	intValue      int
-	int64Value    int64
-)
-
-func (d *durationValue) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New("want a duration such as 30s, 5m or 1h30m (a number and a unit: ms, s, m, h)")
+// expectedForm says what a setting's value must look like; flag's own errors say only "parse
+// error" or "value out of range".
+func expectedForm(s *setting) string {
+	switch s.bind(&config{}).(type) {
+	case *time.Duration:
+		return "want a duration such as 30s, 5m or 1h30m (a number and a unit: ms, s, m, h)"
+	case *int:
+		return "want a whole number such as 100 (no unit)"
+	case *int64:
+		return "want a whole number such as 33554432 (bytes, no unit)"
 	}
-	*d = durationValue(v)
-	return nil
-}
-
-func (d *durationValue) String() string {
-	if d == nil {
-		return "0s"
-	}
-	return time.Duration(*d).String()
-}
-
-func (n *intValue) Set(s string) error {
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("want a whole number such as 100 (no unit)")
-	}
-	*n = intValue(v)
-	return nil
-}
-
-func (n *intValue) String() string {
-	if n == nil {
-		return "0"
-	}
-	return strconv.Itoa(int(*n))
-}
-
-func (n *int64Value) Set(s string) error {
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return errors.New("want a whole number such as 33554432 (bytes, no unit)")
-	}
-	*n = int64Value(v)
-	return nil
-}
-
-func (n *int64Value) String() string {
-	if n == nil {
-		return "0"
-	}
-	return strconv.FormatInt(int64(*n), 10)
+	return "not a valid value"
 }
 
 // settingByFlag returns the setting of a flag name.
@@ -308,8 +263,8 @@ func settingByFlag(name string) *setting {
 
 // valueError is the one line a malformed value gets: the flag, its variable, what form is
 // expected, and the value itself unless the setting is a secret.
-func valueError(s *setting, value string, err error) error {
-	msg := fmt.Sprintf("--%s (%s): %v", s.flag, envName(s.flag), err)
+func valueError(s *setting, value string) error {
+	msg := fmt.Sprintf("--%s (%s): %s", s.flag, envName(s.flag), expectedForm(s))
 	if !s.secret {
 		msg += fmt.Sprintf(", not %q", value)
 	}
@@ -326,7 +281,7 @@ var (
 func flagError(err error) error {
 	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
 		if s := settingByFlag(m[2]); s != nil {
-			return valueError(s, m[1], errors.New(m[3]))
+			return valueError(s, m[1])
 		}
 	}
 	if m := unknownFlag.FindStringSubmatch(err.Error()); m != nil {
@@ -351,7 +306,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Wr
 	for _, s := range settings {
 		if v, ok := lookupEnv(envName(s.flag)); ok {
 			if err := fs.Set(s.flag, v); err != nil {
-				return nil, valueError(&s, v, err)
+				return nil, valueError(&s, v)
 			}
 		}
 	}
