@@ -41,7 +41,7 @@ func testConfig(cfg Config) Config {
 // stops it.
 func newTestEngine(tb testing.TB, cfg Config, st store.Store, up upstream.Caller) *Engine {
 	tb.Helper()
-	tel, err := telemetry.New(nil)
+	tel, err := telemetry.New(tb.Context(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func retryServer(t *testing.T, st store.Store) *Engine {
 	t.Helper()
 	s := keeperServer(st, time.Minute)
 	s.cfg.CommitTimeout = time.Minute
-	tel, err := telemetry.New(nil)
+	tel, err := telemetry.New(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,52 @@ func UpTo(fsys fs.FS, dir string, drv database.Driver, version uint) error {
 }
 
 // upTo migrates up to version, or all the way when version is 0.
-func upTo(fsys fs.FS, dir string, drv database.Driver, version uint) (err error) {
+func upTo(fsys fs.FS, dir string, drv database.Driver, version uint) error {
+	return run(fsys, dir, drv, func(m *migrate.Migrate) error {
+		up := m.Up
+		if version > 0 {
+			up = func() error { return m.Migrate(version) }
+		}
+		if err := up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			return fmt.Errorf("apply migrations %s: %w", dir, err)
+		}
+		return nil
+	})
+}
+
+// Status reports the version applied through drv (0: none) and whether a failed migration left
+// it dirty. Like Up, it closes drv.
+func Status(fsys fs.FS, dir string, drv database.Driver) (version uint, dirty bool, err error) {
+	err = run(fsys, dir, drv, func(m *migrate.Migrate) error {
+		version, dirty, err = m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			version, dirty, err = 0, false, nil
+		}
+		if err != nil {
+			return fmt.Errorf("read migration version %s: %w", dir, err)
+		}
+		return nil
+	})
+	return version, dirty, err
+}
+
+// Down reverts the last n applied migrations (n > 0) through drv, newest first, and closes drv.
+// Reverting drops what those versions added, data included.
+func Down(fsys fs.FS, dir string, drv database.Driver, n int) error {
+	if n <= 0 {
+		_ = drv.Close()
+		return fmt.Errorf("revert migrations %s: the number of steps must be positive, got %d", dir, n)
+	}
+	return run(fsys, dir, drv, func(m *migrate.Migrate) error {
+		if err := m.Steps(-n); err != nil {
+			return fmt.Errorf("revert migrations %s: %w", dir, err)
+		}
+		return nil
+	})
+}
+
+// run opens golang-migrate on dir in fsys and drv, calls fn and closes both.
+func run(fsys fs.FS, dir string, drv database.Driver, fn func(m *migrate.Migrate) error) (err error) {
 	src, err := iofs.New(fsys, dir)
 	if err != nil {
 		_ = drv.Close()
@@ -101,12 +146,5 @@ func upTo(fsys fs.FS, dir string, drv database.Driver, version uint) (err error)
 			err = fmt.Errorf("close migrations %s: %w", dir, errors.Join(srcErr, dbErr))
 		}
 	}()
-	up := m.Up
-	if version > 0 {
-		up = func() error { return m.Migrate(version) }
-	}
-	if err := up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("apply migrations %s: %w", dir, err)
-	}
-	return nil
+	return fn(m)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -45,8 +46,13 @@ func (s *Server) toAPIError(err error, c echo.Context) *wire.APIError {
 	if errors.As(err, &he) {
 		switch he.Code {
 		case http.StatusNotFound:
-			return &wire.APIError{Status: 404, Type: wire.ErrInvalidRequest, Code: "not_found",
-				Message: "Unknown route " + c.Request().Method + " " + c.Request().URL.Path + "."}
+			path := c.Request().URL.Path
+			msg := "Unknown route " + c.Request().Method + " " + path + "."
+			if path != "/v1" && !strings.HasPrefix(path, "/v1/") {
+				// A base URL without /v1 is the commonest first mistake with an OpenAI SDK.
+				msg += " The API is served under /v1 (base URL http://HOST:PORT/v1): did you mean /v1" + path + "?"
+			}
+			return &wire.APIError{Status: 404, Type: wire.ErrInvalidRequest, Code: "not_found", Message: msg}
 		case http.StatusMethodNotAllowed:
 			return &wire.APIError{Status: 405, Type: wire.ErrInvalidRequest, Code: "method_not_allowed",
 				Message: "Method " + c.Request().Method + " is not allowed on " + c.Request().URL.Path + "."}

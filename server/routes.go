@@ -165,8 +165,14 @@ func (s *Server) authMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			ok = ok && key != "" && found == 1
 		}
 		if !ok {
-			return &wire.APIError{Status: http.StatusUnauthorized, Type: wire.ErrInvalidRequest, Code: "invalid_api_key",
-				Message: "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'."}
+			msg := "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'."
+			switch {
+			case h == "":
+				msg = "No API key provided. Send it as 'Authorization: Bearer <key>'."
+			case key == "":
+				msg = "The Authorization header is not 'Bearer <key>'."
+			}
+			return &wire.APIError{Status: http.StatusUnauthorized, Type: wire.ErrInvalidRequest, Code: "invalid_api_key", Message: msg}
 		}
 		c.Set(tenantKey, tenant)
 		return next(c)

@@ -258,7 +258,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*
 	if err != nil {
 		return nil, fmt.Errorf("load server secret: %w", err)
 	}
-	tel, err := telemetry.New(cfg.TracerProvider)
+	tel, err := telemetry.New(ctx, cfg.TracerProvider)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}

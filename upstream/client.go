@@ -49,6 +49,10 @@ type Config struct {
 	// Transport is the RoundTripper to use; default a tuned *http.Transport with up to 1024 idle
 	// connections to the one vLLM host, since the gateway multiplexes many streams onto it.
 	Transport http.RoundTripper
+	// Logger, when set, gets one line per failed request (LogFailure): the URL without
+	// credentials and the cause, at warn (info for a 4xx that describes the request). nil logs
+	// nothing.
+	Logger *slog.Logger
 }
 
 // String prints the config with the API key redacted.
@@ -236,6 +240,7 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 	if err != nil {
 		err = c.classify(ctx, rctx, err, false)
 		cancel(nil)
+		c.logFailure(ctx, method, u, err)
 		return nil, nil, err
 	}
 	cl := &call{caller: ctx, ctx: rctx, cancel: cancel, idleD: c.idleTimeout}
@@ -244,11 +249,13 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, accept s
 	if context.Cause(rctx) != nil { // the connect timer fired as the headers arrived
 		err := c.classify(ctx, rctx, context.Cause(rctx), true)
 		cl.end(resp.Body)
+		c.logFailure(ctx, method, u, err)
 		return nil, nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		err := c.statusError(ctx, rctx, resp, cl)
 		cl.end(resp.Body)
+		c.logFailure(ctx, method, u, err)
 		return nil, nil, err
 	}
 	return resp, cl, nil
@@ -292,6 +299,53 @@ func (c *Client) statusError(caller, rctx context.Context, resp *http.Response, 
 		e.Status = resp.StatusCode
 	}
 	return err
+}
+
+// logFailure logs a failed request to Config.Logger: a 502 upstream_unreachable must say which
+// URL failed and why, or an operator cannot tell a wrong address from a down vLLM. The URL loses
+// its user info; vLLM's own message is left out (a validation error may quote the request), the
+// messages this package writes (dial, DNS, TLS, timeouts) are kept. A caller's cancellation is
+// not a failure of vLLM and is not logged.
+func (c *Client) logFailure(ctx context.Context, method, target string, err error) {
+	var e *Error
+	if c.cfg.Logger == nil || !errors.As(err, &e) || e.Kind == KindCanceled {
+		return
+	}
+	attrs := []any{"method", method, "url", urlWithoutCredentials(target), "kind", e.Kind.String()}
+	level := slog.LevelWarn
+	if e.Status != 0 {
+		attrs = append(attrs, "upstream_status", e.Status)
+	}
+	if e.Kind == KindHTTP {
+		if e.Type != "" {
+			attrs = append(attrs, "type", e.Type)
+		}
+		if e.Code != "" {
+			attrs = append(attrs, "code", e.Code)
+		}
+		switch e.Status {
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+			level = slog.LevelInfo // the request's own fault, answered by vLLM as it should
+		}
+	} else {
+		attrs = append(attrs, "cause", e.Message)
+	}
+	if e.Status == http.StatusNotFound && !strings.HasSuffix(strings.TrimSuffix(c.cfg.BaseURL, "/"), "/v1") {
+		attrs = append(attrs, "hint", "the upstream URL usually ends in /v1 (e.g. http://vllm:8000/v1)")
+	}
+	c.cfg.Logger.Log(ctx, level, "upstream request failed", attrs...)
+}
+
+// urlWithoutCredentials is s without its user info (a token may stand there as a user name).
+func urlWithoutCredentials(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "<unparseable, redacted>"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	return u.String()
 }
 
 // end releases the request: stops the idle timer, closes the body and cancels the context.

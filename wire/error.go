@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -84,8 +85,12 @@ func (e *APIError) Body() ErrorBody {
 
 // Envelope returns the JSON envelope {"error":{...}}.
 func (e *APIError) Envelope() []byte {
-	b, _ := json.Marshal(struct {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	// Messages quote 'Authorization: Bearer <key>' and code; \u003ckey\u003e helps no reader.
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(struct {
 		Error ErrorBody `json:"error"`
 	}{e.Body()})
-	return b
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

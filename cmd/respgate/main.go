@@ -17,15 +17,19 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/respgate/respgate/internal/version"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/postgres"
@@ -37,12 +41,24 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
+	err := dispatch(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "respgate:", err)
 		os.Exit(1)
 	}
+}
+
+// dispatch runs the command args name: `version` (or --version), `admin …`, or the gateway.
+func dispatch(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	switch {
+	case len(args) > 0 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version"):
+		fmt.Fprintln(stdout, version.Get())
+		return nil
+	case len(args) > 0 && args[0] == "admin":
+		return runAdmin(ctx, args[1:], lookupEnv, stdout, stderr)
+	}
+	return run(ctx, args, lookupEnv, stderr)
 }
 
 // run starts respgate and returns once ctx ends and everything it started has stopped; logs (and
@@ -61,7 +77,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
-	log.Info("respgate starting", cfg.logAttrs()...)
+	bi := version.Get()
+	log.Info("respgate starting", append([]any{"version", bi.Version, "revision", bi.Revision, "go", bi.GoVersion}, cfg.logAttrs()...)...)
 
 	// Traces go over OTLP/HTTP when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or the traces one)
 	// is set; the exporter reads the rest of the OTEL_* variables itself.
@@ -70,16 +87,18 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		if err != nil {
 			return fmt.Errorf("otlp exporter: %w", err)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(otelResource(ctx)))
 		otel.SetTracerProvider(tp)
 		defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }() // flush spans after ctx ends
 		log.Info("exporting traces over OTLP")
 	}
 
+	before := schemaVersion(cfg.databaseURL)
 	st, err := openStore(ctx, cfg.databaseURL, cfg.dbMaxConns, log)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
+	log.Info("store ready", storeAttrs(cfg.databaseURL, before)...)
 	// serve returns only once every goroutine it started has ended, so nothing uses the store
 	// after this Close.
 	defer st.Close()
@@ -100,9 +119,80 @@ func openStore(ctx context.Context, dsn string, maxConns int, log *slog.Logger) 
 		}
 		return postgres.Open(ctx, dsn, postgres.WithMaxConns(int32(maxConns)), postgres.WithLogger(log)) //nolint:gosec // G115: bounded just above
 	case strings.HasPrefix(dsn, "sqlite:"):
-		return sqlite.Open(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+		path, err := sqlitePath(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sqlite.Open(ctx, path)
 	}
-	return nil, errors.New("--database-url must be a postgres://, postgresql:// or sqlite: URL")
+	return nil, errors.New("--database-url (RESPGATE_DATABASE_URL) must be a postgres://, postgresql:// or sqlite: URL")
+}
+
+// sqlitePath is the file (or sqlite.Memory) of a sqlite: URL. sqlite:PATH is relative to the
+// working directory unless absolute; sqlite:///abs/path is the URL spelling of an absolute path.
+// sqlite://./x.db and sqlite://data/x.db are refused: read as URLs they name a host, and cutting
+// "sqlite:" alone left "//./x.db", which created /x.db at the filesystem root.
+func sqlitePath(dsn string) (string, error) {
+	rest := strings.TrimPrefix(dsn, "sqlite:")
+	switch {
+	case strings.HasPrefix(rest, "///"):
+		return rest[2:], nil
+	case strings.HasPrefix(rest, "//"):
+		p := strings.TrimPrefix(rest, "//")
+		return "", fmt.Errorf("--database-url (RESPGATE_DATABASE_URL) sqlite://%s is ambiguous: write sqlite:%s for a path relative to the working directory, or sqlite:///ABSOLUTE/PATH", p, p)
+	case rest == "":
+		return "", errors.New("--database-url (RESPGATE_DATABASE_URL) sqlite: needs a path, e.g. sqlite:./data/respgate.db")
+	}
+	return rest, nil
+}
+
+// schemaVersion is the store's applied schema version before respgate opens it, -1 when it cannot
+// be read (a new SQLite file, an unreachable database: Open then says why).
+func schemaVersion(dsn string) int {
+	a := &admin{dsn: dsn}
+	applied, _, _, err := a.schema()
+	if err != nil {
+		return -1
+	}
+	return int(applied)
+}
+
+// storeAttrs is the start-up line about the store: the backend, the absolute SQLite path (or the
+// Postgres URL without its password), the schema version and whether this start migrated it.
+func storeAttrs(dsn string, before int) []any {
+	after := schemaVersion(dsn)
+	attrs := []any{"schema_version", after}
+	switch {
+	case before < 0:
+		attrs = append(attrs, "migrated", "new store")
+	case before != after:
+		attrs = append(attrs, "migrated", fmt.Sprintf("%d -> %d", before, after))
+	default:
+		attrs = append(attrs, "migrated", "none pending")
+	}
+	if isPostgresURL(dsn) {
+		return append([]any{"backend", "postgres", "url", redactURL(dsn)}, attrs...)
+	}
+	path, _ := sqlitePath(dsn)
+	if path == sqlite.Memory {
+		return []any{"backend", "sqlite", "path", path, "note", "in memory: everything is lost when respgate stops"}
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	return append([]any{"backend", "sqlite", "path", path}, attrs...)
+}
+
+// otelResource names respgate's telemetry: service.name respgate and its version, unless
+// OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say otherwise.
+func otelResource(ctx context.Context) *resource.Resource {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", "respgate"), attribute.String("service.version", version.Get().Version)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return resource.Default()
+	}
+	return res
 }
 
 // serve runs the gateway on st until ctx ends, then drains it. Every goroutine it starts (the
@@ -137,6 +227,8 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		log.Warn("NO UPSTREAM CONFIGURED: answers come from the built-in vLLM SIMULATOR, not a real model; set --upstream-url / RESPGATE_UPSTREAM_URL for vLLM",
 			"simulator_url", upCfg.BaseURL)
 	}
+	probe := upCfg.BaseURL == cfg.upstream.BaseURL && cfg.upstreamsFile == "" // a configured vLLM, not the simulator
+	upCfg.Logger = log
 	caller, f, err := newUpstream(ctx, cfg, upCfg, st, log)
 	if err != nil {
 		return err
@@ -144,6 +236,9 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	fl = f
 	if fl != nil && cfg.upstreamsFile != "" {
 		g.Go(func() error { reloadOnHangup(bg, fl, cfg.upstreamsFile, log); return nil })
+	}
+	if probe {
+		probeUpstream(ctx, caller, upCfg.BaseURL, log)
 	}
 	srvCfg := cfg.server
 	srvCfg.Logger = log
@@ -154,7 +249,10 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	// Background turns and the retention purge run on River in the store's database
 	// (docs/background.md); the lease sweeper runs here on every replica.
 	if _, ok := st.(store.Jobs); ok {
-		if err := srv.StartBackground(ctx); err != nil {
+		// Not ctx: River reads the end of its start context as a hard stop (it logged "Hard stop
+		// started; cancelling all work" after every clean shutdown). Shutdown stops it gracefully
+		// within the drain instead, and the store's Close is the backstop.
+		if err := srv.StartBackground(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
 	}
@@ -191,7 +289,8 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	defer cancel()
 	// Shutdown stops new turns; past the deadline it ends the remaining streams with
 	// response.failed. It runs beside hs.Shutdown, which waits for the handlers of those turns.
-	g.Go(func() error { srv.Shutdown(sctx); return nil })
+	shut := make(chan struct{})
+	g.Go(func() error { defer close(shut); srv.Shutdown(sctx); return nil })
 	// The HTTP server waits a little longer than the turns, so streams ended at the deadline can
 	// still write their terminal event before connections are closed. A stream writes it only
 	// after its failed record is committed, so the grace is the commit's own bound: with a fixed
@@ -204,6 +303,9 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		log.Warn("shutdown deadline reached; closing remaining connections")
 		_ = hs.Close()
 	}
+	// Shutdown stops the background workers within sctx; returning first cancelled sctx under
+	// them, and River then logged a hard stop after every clean shutdown.
+	<-shut
 	log.Info("respgate stopped")
 	return err
 }
@@ -318,4 +420,26 @@ func reloadOnHangup(stop context.Context, fl *fleet.Fleet, path string, log *slo
 			log.Error("upstreams not reloaded; the running fleet is unchanged", "error", err)
 		}
 	}
+}
+
+// probeUpstream asks the configured vLLM for /models once at start-up and warns, with the URL
+// (no credentials) and a hint, when it cannot be reached or does not serve the OpenAI API there.
+// It never stops the start: vLLM may come up after respgate.
+func probeUpstream(ctx context.Context, up upstream.Caller, baseURL string, log *slog.Logger) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := up.Models(pctx)
+	if err == nil {
+		log.Info("upstream answers", "url", redactURL(baseURL)+"/models")
+		return
+	}
+	var ue *upstream.Error
+	hint := "check --upstream-url (RESPGATE_UPSTREAM_URL) and that vLLM is running; respgate retries on every request"
+	if errors.As(err, &ue) && ue.Status == http.StatusNotFound {
+		hint = "vLLM serves the OpenAI API under /v1: --upstream-url (RESPGATE_UPSTREAM_URL) should end in /v1, e.g. http://vllm:8000/v1"
+		if strings.HasSuffix(strings.TrimSuffix(baseURL, "/"), "/v1") {
+			hint = "this server has no /v1/models: is --upstream-url (RESPGATE_UPSTREAM_URL) a vLLM (or OpenAI-compatible) server?"
+		}
+	}
+	log.Warn("upstream probe failed: /models did not answer", "url", redactURL(baseURL)+"/models", "error", err, "hint", hint)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -244,24 +245,89 @@ func newFlagSet(c *config, out io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// expectedForm says what a setting's value must look like; flag's own errors say only "parse
+// error" or "value out of range".
+func expectedForm(s *setting) string {
+	switch s.bind(&config{}).(type) {
+	case *time.Duration:
+		return "want a duration such as 30s, 5m or 1h30m (a number and a unit: ms, s, m, h)"
+	case *int:
+		return "want a whole number such as 100 (no unit)"
+	case *int64:
+		return "want a whole number such as 33554432 (bytes, no unit)"
+	}
+	return "not a valid value"
+}
+
+// settingByFlag returns the setting of a flag name.
+func settingByFlag(name string) *setting {
+	for i := range settings {
+		if settings[i].flag == name {
+			return &settings[i]
+		}
+	}
+	return nil
+}
+
+// valueError is the one line a malformed value gets: the flag, its variable, what form is
+// expected, and the value itself unless the setting is a secret.
+func valueError(s *setting, value string) error {
+	msg := fmt.Sprintf("--%s (%s): %s", s.flag, envName(s.flag), expectedForm(s))
+	if !s.secret {
+		msg += fmt.Sprintf(", not %q", value)
+	}
+	return errors.New(msg)
+}
+
+var (
+	invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([a-z0-9-]+): (.*)$`)
+	unknownFlag  = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+)
+
+// flagError rewrites a flag package error as one actionable line (the package would print it
+// with the whole usage, over a hundred lines, after it).
+func flagError(err error) error {
+	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
+		if s := settingByFlag(m[2]); s != nil {
+			return valueError(s, m[1])
+		}
+	}
+	if m := unknownFlag.FindStringSubmatch(err.Error()); m != nil {
+		name, _, _ := strings.Cut(m[1], "=")
+		if len(name) > 40 || strings.ContainsAny(name, " \t") {
+			name = name[:min(len(name), 40)] + "…"
+		}
+		return fmt.Errorf("unknown flag --%s: respgate -h lists the flags, docs/configuration.md describes them", name)
+	}
+	return fmt.Errorf("%w: respgate -h lists the flags", err)
+}
+
 // parseConfig reads the settings from the environment (lookupEnv, normally os.LookupEnv) and then
 // the command line, which wins, and checks them. -h prints the usage to out and returns
 // flag.ErrHelp.
 func parseConfig(args []string, lookupEnv func(string) (string, bool), out io.Writer) (*config, error) {
 	c := &config{}
-	fs := newFlagSet(c, out)
+	fs := newFlagSet(c, io.Discard) // errors are rewritten as one line below; -h prints in full
+	fs.Usage = func() {}
 	// Environment first, through each flag's own parser, so a malformed value is an error as it
 	// is on the command line.
 	for _, s := range settings {
 		if v, ok := lookupEnv(envName(s.flag)); ok {
 			if err := fs.Set(s.flag, v); err != nil {
-				// The value is not echoed: it may be a secret.
-				return nil, fmt.Errorf("%s: %w", envName(s.flag), err)
+				return nil, valueError(&s, v)
 			}
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
+			fmt.Fprintln(out, "usage: respgate [flags]        serve (every flag also reads its RESPGATE_* variable)")
+			fmt.Fprintln(out, "       respgate admin -h      operator commands: migrate, inspect, export, purge, keys")
+			fmt.Fprintln(out, "       respgate version       print the version (also --version)")
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, flagError(err)
 	}
 	if fs.NArg() > 0 {
 		// Not echoed: it may be the rest of an unquoted secret.

@@ -19,12 +19,13 @@ import (
 	"time"
 
 	"github.com/respgate/respgate/accumulator"
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/upstream"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines and stops the throwaway Postgres the admin tests may start.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var update = flag.Bool("update", false, "rewrite the respgate table of docs/configuration.md from the settings")
 

@@ -16,8 +16,10 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/respgate/respgate/internal/version"
 	"github.com/respgate/respgate/rehydrate"
 )
 
@@ -56,7 +58,7 @@ type Set struct {
 	FollowWakes     metric.Int64Counter
 }
 
-func New(tp trace.TracerProvider) (*Set, error) {
+func New(ctx context.Context, tp trace.TracerProvider) (*Set, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
@@ -65,11 +67,26 @@ func New(tp trace.TracerProvider) (*Set, error) {
 	// process_cpu_seconds_total, process_resident_memory_bytes): what an operator sizing replicas
 	// reads (docs/scaling.md), and what make bench reads its allocation counters from.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// respgate_build_info says which build each replica runs (a dashboard counts replicas and
+	// versions with it during a rollout).
+	bi := version.Get()
+	build := promclient.NewGaugeVec(promclient.GaugeOpts{Name: "respgate_build_info", Help: "the running build: always 1, with its version, revision and Go release"},
+		[]string{"version", "revision", "goversion"})
+	build.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+	reg.MustRegister(build)
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
 	}
-	m := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)).Meter("respgate")
+	// target_info names the service, as the traces do (cmd/respgate), unless OTEL_SERVICE_NAME
+	// or OTEL_RESOURCE_ATTRIBUTES say otherwise.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", "respgate"), attribute.String("service.version", bi.Version)),
+		resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, err
+	}
+	m := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)).Meter("respgate")
 	t := &Set{
 		Tracer:  tp.Tracer("github.com/respgate/respgate/server"),
 		Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
@@ -115,6 +132,9 @@ func New(tp trace.TracerProvider) (*Set, error) {
 	if t.ActiveStreams, err = m.Int64UpDownCounter("respgate.stream.active", metric.WithDescription("streams in flight")); err != nil {
 		return nil, err
 	}
+	// Exported from the start, so an alert on its increase sees the first swept lease
+	// (deploy/prometheus/alerts.yml).
+	t.Sweeps.Add(ctx, 0)
 	return t, nil
 }
 

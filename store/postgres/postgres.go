@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,13 +127,32 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is
 // what golang-migrate's pgx driver takes; it is closed afterwards.
 func migrate(cc *pgx.ConnConfig) error {
+	drv, err := migrationDriver(cc)
+	if err != nil {
+		return err
+	}
+	return migrations.Up(migrations.Postgres, migrations.PostgresDir, drv)
+}
+
+// migrationDriver opens golang-migrate's driver on a connection of its own (closed with it).
+func migrationDriver(cc *pgx.ConnConfig) (database.Driver, error) {
 	db := stdlib.OpenDB(*cc.Copy())
 	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{})
-	if err == nil {
-		return migrations.Up(migrations.Postgres, migrations.PostgresDir, drv)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("start postgres migrations: %w", err)
 	}
-	_ = db.Close()
-	return fmt.Errorf("start postgres migrations: %w", err)
+	return drv, nil
+}
+
+// MigrationDriver is golang-migrate's driver on the database at dsn, for `respgate admin
+// migrate` (migrations.Status, Up, Down close it). Unlike Open it applies nothing.
+func MigrationDriver(dsn string) (database.Driver, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres dsn: %w", err)
+	}
+	return migrationDriver(cfg)
 }
 
 // Close closes the pool, waiting for connections in use to be returned.

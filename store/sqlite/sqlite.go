@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4/database"
 	sqlitemigrate "github.com/golang-migrate/migrate/v4/database/sqlite"
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -121,17 +122,44 @@ func connName(dsn string) (string, error) {
 // migrate applies the embedded migrations through golang-migrate on a connection of its own,
 // closed afterwards.
 func migrate(name string) error {
+	drv, err := migrationDriver(name)
+	if err != nil {
+		return err
+	}
+	return migrations.Up(migrations.SQLite, migrations.SQLiteDir, drv)
+}
+
+// migrationDriver opens golang-migrate's driver on a connection of its own (closed with it).
+func migrationDriver(name string) (database.Driver, error) {
 	db, err := sql.Open("sqlite", name)
 	if err != nil {
-		return fmt.Errorf("start sqlite migrations: %w", err)
+		return nil, fmt.Errorf("start sqlite migrations: %w", err)
 	}
 	db.SetMaxOpenConns(1)
 	drv, err := sqlitemigrate.WithInstance(db, &sqlitemigrate.Config{})
 	if err != nil {
 		_ = db.Close()
-		return fmt.Errorf("start sqlite migrations: %w", err)
+		return nil, fmt.Errorf("start sqlite migrations: %w", err)
 	}
-	return migrations.Up(migrations.SQLite, migrations.SQLiteDir, drv)
+	return drv, nil
+}
+
+// MigrationDriver is golang-migrate's driver on the existing database file at path, for
+// `respgate admin migrate` (migrations.Status, Up, Down close it). Unlike Open it applies
+// nothing, and it refuses a path where no database is rather than create one.
+func MigrationDriver(path string) (database.Driver, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite: %w", err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("open sqlite: no database at %s: %w", abs, err)
+	}
+	name, err := connName(abs)
+	if err != nil {
+		return nil, err
+	}
+	return migrationDriver(name)
 }
 
 // Close closes the database; an in-memory one is gone afterwards. It first lets SQLite refresh

@@ -18,7 +18,7 @@ import (
 // parallel with its own store. The backend must also implement ItemCounter.
 func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Helper()
-	for _, tc := range slices.Concat(cases, turnCases, replayCases, lineageCases, compactionCases, backgroundCases, replicaCases) {
+	for _, tc := range slices.Concat(cases, turnCases, replayCases, lineageCases, compactionCases, backgroundCases, replicaCases, adminCases) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, newStore(t))
