@@ -218,11 +218,11 @@ func decodeSocketCreate(msg []byte, maxDepth int) (req *createRequest, generate 
 	}
 	members["stream"] = json.RawMessage("true")
 	delete(members, "background")
-	if generate, err = socketGenerate(members); err != nil {
+	req, err = createFromMembers(members)
+	if err != nil {
 		return nil, false, err
 	}
-	req, err = createFromMembers(members)
-	return req, generate, err
+	return req, !req.warmUp, nil
 }
 
 // send writes one message, within WriteTimeout: a client that does not read is dropped (the
@@ -297,19 +297,4 @@ func (w *socketSink) IdleSince() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last
-}
-
-// socketGenerate reads a response.create message's "generate" member (OpenAI's WebSocket warm-up,
-// docs/clients.md) and removes it: true or absent runs the model, false only prepares the turn.
-func socketGenerate(members map[string]json.RawMessage) (bool, error) {
-	raw, sent := members["generate"]
-	delete(members, "generate")
-	if !sent || string(raw) == "null" {
-		return true, nil
-	}
-	var generate bool
-	if json.Unmarshal(raw, &generate) != nil {
-		return false, wire.Invalid("generate", "invalid_type", "'generate' must be a boolean.")
-	}
-	return generate, nil
 }
