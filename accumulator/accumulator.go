@@ -540,3 +540,19 @@ func (a *Accumulator) Terminal(dst []byte, r *Result) []byte {
 	}
 	return a.emitResponse(dst, typ, &s)
 }
+
+// AtBoundary reports whether the stream stands between output items: every item announced so far
+// is closed (or none was) and no terminal event has come. Cutting the stream here leaves nothing
+// half-said: no text cut mid-sentence, no function call without its arguments (steering,
+// engine.Steer).
+func (a *Accumulator) AtBoundary() bool {
+	if a.done || a.closed {
+		return false
+	}
+	for _, it := range a.items {
+		if !it.closed {
+			return false
+		}
+	}
+	return true
+}

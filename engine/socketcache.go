@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"slices"
+	"sync"
 
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/wire"
@@ -19,13 +20,15 @@ func NewSocketCache(maxBytes int64) *SocketCache { return &SocketCache{maxBytes:
 // continuation of a cached response that failed (out nil, or not completed nor incomplete)
 // evicts that response (a retry then gets previous_response_not_found, as OpenAI answers).
 func (c *SocketCache) Remember(spec *Spec, out *Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	ok := out != nil && (out.Response.Status == wire.StatusCompleted || out.Response.Status == wire.StatusIncomplete)
 	if !ok {
-		c.Evict(spec.PreviousResponseID)
+		c.evict(spec.PreviousResponseID)
 		return
 	}
 	if !spec.Store {
-		c.Put(out.Response.ID, out.History, out.Input, out.Output, out.Response.Usage, out.Projected)
+		c.put(out.Response.ID, out.History, out.Input, out.Output, out.Response.Usage, out.Projected)
 	}
 }
 
@@ -33,8 +36,10 @@ func (c *SocketCache) Remember(spec *Spec, out *Outcome) {
 // context a continuation replays (history, input, output), so continuing one needs no store. It
 // holds at most socketCacheEntries responses and about maxBytes of item JSON; the oldest go first.
 // A response larger than maxBytes is not kept (a continuation of it gets
-// previous_response_not_found). A nil *SocketCache is empty.
+// previous_response_not_found). A nil *SocketCache is empty. Safe for concurrent use: the lanes
+// of one connection share it (a lane may fork from a response made on another).
 type SocketCache struct {
+	mu       sync.Mutex
 	maxBytes int64
 	entries  []cachedResponse // oldest first
 	bytes    int64
@@ -54,6 +59,8 @@ func (c *SocketCache) get(id string) ([]wire.Item, historyInfo, bool) {
 	if c == nil {
 		return nil, historyInfo{}, false
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, e := range c.entries {
 		if e.id == id {
 			return slices.Clip(e.items), historyInfo{usage: e.usage, prep: e.prep}, true // a caller's append copies
@@ -65,6 +72,12 @@ func (c *SocketCache) get(id string) ([]wire.Item, historyInfo, bool) {
 // Put remembers response id with its context (history, then the turn's input and output), its
 // usage and the projection of its history (nil if none).
 func (c *SocketCache) Put(id string, history, input, output []wire.Item, usage json.RawMessage, prep *rehydrate.History) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.put(id, history, input, output, usage, prep)
+}
+
+func (c *SocketCache) put(id string, history, input, output []wire.Item, usage json.RawMessage, prep *rehydrate.History) {
 	items := make([]wire.Item, 0, len(history)+len(input)+len(output))
 	items = append(append(append(items, history...), input...), output...)
 	n := prep.Size()
@@ -82,7 +95,14 @@ func (c *SocketCache) Put(id string, history, input, output []wire.Item, usage j
 	}
 }
 
+// Evict forgets response id.
 func (c *SocketCache) Evict(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.evict(id)
+}
+
+func (c *SocketCache) evict(id string) {
 	for i, e := range c.entries {
 		if e.id == id {
 			c.bytes -= e.bytes

@@ -88,7 +88,7 @@ func (e *Engine) streamTurn(reqCtx context.Context, t *Turn, open func() Sink) e
 
 	var out frameWriter = w
 	acc := accumulator.New(e.accOptions(t))
-	cause := e.relay(ctx, cancel, out, acc, up, span)
+	cause := e.relay(ctx, cancel, out, acc, up, span, t.steer)
 	if cause != nil {
 		_ = up.Close() // nothing more is read: a client that left stops the model at once
 	}
@@ -217,8 +217,11 @@ func (e *Engine) failOpenStream(w Sink, err error) error {
 // may wait): a lone event is written as soon as it is decoded, a burst in one write
 // (httputil.ReverseProxy flushes the same way, issue 25). A failed write cancels the turn's
 // context (cancel), which also ends a read waiting on upstream.
+//
+// steer (nil: none) cuts the stream before the first upstream event read at an output-item
+// boundary once a cut was asked (ErrSteered).
 func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, w frameWriter, acc *accumulator.Accumulator,
-	up *upstream.Stream, span trace.Span) error {
+	up *upstream.Stream, span trace.Span, steer *Steer) error {
 	start := time.Now()
 	var werr error
 	var batch frameBatch
@@ -238,12 +241,19 @@ func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 	if werr != nil {
 		return ErrClientGone
 	}
+	if steer != nil {
+		steer.attach(cancel, acc.AtBoundary())
+		defer steer.detach()
+	}
 	events, firstDelta := int64(0), false
 	defer func() { e.tel.Events.Add(context.WithoutCancel(ctx), events) }()
 	err := func() error {
 		for ev, err := range up.Events() {
 			if werr != nil {
 				return ErrClientGone
+			}
+			if steer.Steered() {
+				return ErrSteered // cut at a boundary while the upstream was silent
 			}
 			if errors.Is(err, io.EOF) {
 				// vLLM ends a failed generation by closing the stream (docs/wire.md §6.5 quirk 5).
@@ -263,7 +273,12 @@ func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 				span.AddEvent("first_token")
 			}
 			b := batch.buf()
-			*b, err = acc.Feed(*b, ev)
+			feed := func() { *b, err = acc.Feed(*b, ev) }
+			if steer == nil {
+				feed()
+			} else if steer.step(ev.Type.Terminal(), feed, acc.AtBoundary) {
+				return ErrSteered
+			}
 			if err != nil {
 				return err
 			}
@@ -273,6 +288,9 @@ func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, w fr
 		}
 		return nil
 	}()
+	if steer.Steered() {
+		err = ErrSteered // however the read ended once the cut was made
+	}
 	flush()
 	if werr != nil {
 		return ErrClientGone
@@ -288,10 +306,16 @@ func (e *Engine) endStream(ctx context.Context, t *Turn, w frameWriter, acc *acc
 	// shutdown passes its deadline (cause ErrShutdown).
 	// A stream cut by shutdown needs no renaming: the upstream read it ended wraps ctx's cause
 	// (upstream.Error keeps it), so errors.Is(cause, ErrShutdown) holds below.
-	clientGone := errors.Is(cause, ErrClientGone) || ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrShutdown)
+	clientGone := errors.Is(cause, ErrClientGone) ||
+		ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrShutdown) && !errors.Is(context.Cause(ctx), ErrSteered)
 	buf, r := acc.Close(nil, cause)
 	e.tel.DroppedEvents.Add(reqCtx, int64(r.Dropped))
+	steered := errors.Is(cause, ErrSteered) && !clientGone
 	switch obj := failureObject(cause); {
+	case steered:
+		// Cut at an output-item boundary for steering: every item the client saw finished; the
+		// response is incomplete, not failed (Steer).
+		r.Status, r.Error, r.IncompleteDetails = wire.StatusIncomplete, nil, steeredDetails
 	case errors.Is(cause, ErrShutdown) && r.Error != nil:
 		r.Error.Message = cutMessage(ctx)
 	case obj != nil && r.Status == wire.StatusFailed && !clientGone:
@@ -316,7 +340,7 @@ func (e *Engine) endStream(ctx context.Context, t *Turn, w frameWriter, acc *acc
 	if len(buf) > 0 {
 		_ = w.Write(buf)
 	}
-	if cause != nil {
+	if cause != nil && !steered {
 		e.log.Warn("upstream stream ended early", "response_id", t.rec.ID, "error", cause)
 	}
 	_ = e.finish(ctx, t, r) // on failure r is now failed: the client is told so

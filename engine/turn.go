@@ -45,6 +45,9 @@ type Spec struct {
 	Local *SocketCache
 	// Face, when set, sees the turn's client events and its final result (Chat Completions).
 	Face Face
+	// Steer, when set, lets the front door cut the streamed turn at its next output-item
+	// boundary (steering: the turn ends incomplete, reason "steered").
+	Steer *Steer
 }
 
 // Face is what a front door adds to a turn beyond its Sink: it observes every client event as
@@ -143,6 +146,8 @@ type Turn struct {
 	// prepend leads the output: the compaction item of automatic compaction (context.go),
 	// streamed before the model's items and stored as the first output item.
 	prepend []wire.Item
+	// steer, when set, cuts the stream at its next output-item boundary (Spec.Steer).
+	steer *Steer
 }
 
 // outcome is what t came to, with r its result (nil: none).
@@ -240,7 +245,7 @@ func (e *Engine) prepareTurn(ctx context.Context, tn string, req *Spec, local *S
 	include := req.Request.Includes(wire.IncludeEncryptedReasoning)
 	t := &Turn{engine: e, store: req.Store, include: include, face: req.Face, history: history, projected: res.History, chainGen: gen.gen, chainGenOK: gen.ok,
 		input: res.Input, truncated: ex.truncated, prepend: ex.output, body: res.Body, bodyBuf: bodyBuf, toolNames: res.ToolNames,
-		droppedTools: res.DroppedTools, view: e.View(tn, include), rec: store.Response{
+		droppedTools: res.DroppedTools, view: e.View(tn, include), steer: req.Steer, rec: store.Response{
 			ID:                 respID,
 			Tenant:             tn,
 			Status:             wire.StatusInProgress,

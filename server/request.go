@@ -25,6 +25,8 @@ type createRequest struct {
 	// compactThreshold is the request's context_management compaction threshold in tokens
 	// (0: none; server/context.go).
 	compactThreshold int
+	// warmUp: "generate":false, prepare the turn and run no model (engine.Spec.WarmUp).
+	warmUp bool
 }
 
 // echoFields are the response object's request-derived members, with OpenAI's defaults filled in.
@@ -100,6 +102,10 @@ func scanCreate(body []byte, maxDepth int) (map[string]json.RawMessage, error) {
 
 // createFromMembers types and validates a create body's members (wire.DecodeCreateRequest).
 func createFromMembers(members map[string]json.RawMessage) (*createRequest, error) {
+	generate, err := generateMember(members)
+	if err != nil {
+		return nil, err
+	}
 	w, err := wire.DecodeCreateRequest(members)
 	if err != nil {
 		return nil, err
@@ -108,8 +114,29 @@ func createFromMembers(members map[string]json.RawMessage) (*createRequest, erro
 	if err != nil {
 		return nil, err
 	}
+	if !generate && w.Background {
+		// A warm-up produces no model output to wait for (docs/clients.md).
+		return nil, wire.Invalid("generate", "unsupported_parameter", "'generate': false cannot be combined with 'background': true.")
+	}
 	return &createRequest{body: w, Model: w.Model.Value, Input: w.Input, PreviousResponseID: w.PreviousResponseID,
-		ConversationID: w.ConversationID, Store: w.Store, Stream: w.Stream, echo: newEcho(w), compactThreshold: threshold}, nil
+		ConversationID: w.ConversationID, Store: w.Store, Stream: w.Stream, echo: newEcho(w), compactThreshold: threshold,
+		warmUp: !generate}, nil
+}
+
+// generateMember reads a create body's "generate" member (OpenAI's "prepare request state without
+// model output", docs/clients.md) and removes it: true or absent runs the model, false only
+// prepares the turn (engine.Spec.WarmUp), over HTTP and WebSocket alike.
+func generateMember(members map[string]json.RawMessage) (bool, error) {
+	raw, sent := members["generate"]
+	delete(members, "generate")
+	if !sent || wire.IsNull(raw) {
+		return true, nil
+	}
+	var generate bool
+	if json.Unmarshal(raw, &generate) != nil {
+		return false, wire.Invalid("generate", "invalid_type", "'generate' must be a boolean.")
+	}
+	return generate, nil
 }
 
 // newEcho builds the response object's request-derived members from the typed request, with
@@ -291,7 +318,7 @@ func (r *createRequest) spec(tn string) (*engine.Spec, error) {
 	}
 	return &engine.Spec{Tenant: tn, Request: r.body, Input: r.Input, Model: r.Model, PreviousResponseID: r.PreviousResponseID,
 		ConversationID: r.ConversationID, Store: r.Store, Stream: r.Stream, Background: r.echo.Background, Echo: echoJSON,
-		CompactThreshold: r.compactThreshold}, nil
+		CompactThreshold: r.compactThreshold, WarmUp: r.warmUp}, nil
 }
 
 // compactThreshold reads a request's context_management (OpenAI's shape: an array of entries,

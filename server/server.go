@@ -113,6 +113,9 @@ type Config struct {
 	// WSCacheBytes bounds the item JSON a WebSocket connection keeps of its store:false responses
 	// for continuation (default 64 MiB).
 	WSCacheBytes int64
+	// WSMaxLanes bounds the lanes (stream_id) one WebSocket connection runs at once (default 4);
+	// a response.create that would open one more is answered with an error event.
+	WSMaxLanes int
 	// ChainCacheBytes bounds the item JSON of the chain histories a replica keeps for the
 	// continuation of recent responses (chainCache; default 128 MiB).
 	ChainCacheBytes int64
@@ -191,6 +194,7 @@ func (c *Config) defaults() {
 	setDefault(&c.WSMaxMessageBytes, c.MaxBodyBytes)
 	setDefault(&c.WSIdleTimeout, 10*time.Minute)
 	setDefault(&c.WSCacheBytes, 64<<20)
+	setDefault(&c.WSMaxLanes, 4)
 	setDefault(&c.ChatReplayMaxRecords, 1024)
 	setDefault(&c.ChatReplayMaxRecordBytes, 4<<20)
 	setDefault(&c.ChatReplayMaxBytes, 16<<20)

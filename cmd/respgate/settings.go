@@ -178,6 +178,8 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.WSIdleTimeout }},
 	{flag: "ws-cache-bytes", def: intDef(serverDefaults.WSCacheBytes), help: "item JSON a WebSocket connection keeps of its recent `store:false` responses (at most 8) so they can be continued on it",
 		bind: func(c *config) any { return &c.server.WSCacheBytes }},
+	{flag: "ws-max-lanes", def: intDef(serverDefaults.WSMaxLanes), help: "lanes (`stream_id`) one WebSocket connection runs at once, each a FIFO queue of `response.create`; one more is refused with an error event 429 `too_many_lanes`",
+		bind: func(c *config) any { return &c.server.WSMaxLanes }},
 	{flag: "chain-cache-bytes", def: intDef(serverDefaults.ChainCacheBytes), help: "item JSON a replica keeps of the histories of recent chain heads, so continuing one costs one generation check instead of a chain load (docs/scaling.md)",
 		bind: func(c *config) any { return &c.server.ChainCacheBytes }},
 	{flag: "compaction-keep-turns", def: intDef(serverDefaults.CompactionKeepTurns), help: "most recent user turns automatic compaction keeps verbatim; older turns (after the leading system/developer messages) are summarised (POST /v1/responses/compact keeps every user message)",
