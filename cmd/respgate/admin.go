@@ -464,49 +464,60 @@ func (a *admin) export(ctx context.Context, args []string) error {
 			Input: red.items(t.Input), Output: red.items(t.Output)})
 	}
 	if *chainID != "" {
-		chain, err := st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: ten, ID: *chainID})
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("admin export: the tenant has no response %q", *chainID)
-		}
-		if err != nil {
+		err = exportChain(ctx, st, ten, *chainID, emit)
+	} else {
+		err = exportAll(ctx, st, ten, emit)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.errOut, "exported %d responses\n", n)
+	return nil
+}
+
+// exportChain emits the turns of response id's previous_response_id chain, oldest first.
+func exportChain(ctx context.Context, st store.Store, tenant, id string, emit func(store.ChainTurn) error) error {
+	chain, err := st.ResponseChainGet(ctx, &store.ResponseChainGetParams{Tenant: tenant, ID: id})
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("admin export: the tenant has no response %q", id)
+	}
+	if err != nil {
+		return err
+	}
+	for _, t := range chain.Turns {
+		if err := emit(t); err != nil {
 			return err
 		}
-		for _, t := range chain.Turns {
+	}
+	return nil
+}
+
+// exportAll emits every response of tenant, in id order, a page at a time.
+func exportAll(ctx context.Context, st store.Store, tenant string, emit func(store.ChainTurn) error) error {
+	adm, ok := st.(store.Admin)
+	if !ok {
+		return fmt.Errorf("admin: %T cannot export", st)
+	}
+	after := ""
+	for {
+		ids, err := adm.ResponseIDList(ctx, &store.ResponseIDListParams{Tenant: tenant, After: after, Limit: 200})
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		for _, id := range ids {
+			t, err := responseTurn(ctx, st, tenant, id)
+			if errors.Is(err, store.ErrNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				return err
+			}
 			if err := emit(t); err != nil {
 				return err
 			}
 		}
-	} else {
-		adm, ok := st.(store.Admin)
-		if !ok {
-			return fmt.Errorf("admin: %T cannot export", st)
-		}
-		after := ""
-		for {
-			ids, err := adm.ResponseIDList(ctx, &store.ResponseIDListParams{Tenant: ten, After: after, Limit: 200})
-			if err != nil {
-				return err
-			}
-			if len(ids) == 0 {
-				break
-			}
-			for _, id := range ids {
-				t, err := responseTurn(ctx, st, ten, id)
-				if errors.Is(err, store.ErrNotFound) {
-					continue // deleted meanwhile
-				}
-				if err != nil {
-					return err
-				}
-				if err := emit(t); err != nil {
-					return err
-				}
-			}
-			after = ids[len(ids)-1]
-		}
+		after = ids[len(ids)-1]
 	}
-	fmt.Fprintf(a.errOut, "exported %d responses\n", n)
-	return nil
 }
 
 // responseTurn reads one response with its input and output items.
@@ -646,59 +657,12 @@ func (a *admin) keys(args []string) error {
 	if _, _, err := seal.ParseKeys(strings.Join(entries, ",")); err != nil {
 		return fmt.Errorf("admin keys: %s: %w", *file, err)
 	}
-	idx := func(kid string) int {
-		return slices.IndexFunc(entries, func(e string) bool { k, _, _ := strings.Cut(e, ":"); return k == kid })
-	}
-	switch verb {
-	case "list":
-		for i, e := range entries {
-			kid, val, _ := strings.Cut(e, ":")
-			role := "opens"
-			switch {
-			case val == "retired":
-				role = "retired"
-			case i == 0:
-				role = "seals and opens"
-			}
-			fmt.Fprintf(a.out, "%s\t%s\n", kid, role)
-		}
-		if idx("auto") < 0 {
-			fmt.Fprintf(a.out, "auto\topens (generated in the store; list auto:retired to retire it)\n")
-		}
+	if verb == "list" {
+		a.listKeys(entries)
 		return nil
-	case "add":
-		kid := pos[0]
-		if idx(kid) >= 0 {
-			return fmt.Errorf("admin keys add: %s already has a key %q", *file, kid)
-		}
-		secret, err := seal.NewKeySecret()
-		if err != nil {
-			return err
-		}
-		entries = append(entries, kid+":"+base64.StdEncoding.EncodeToString(secret))
-		if _, _, err := seal.ParseKeys(strings.Join(entries, ",")); err != nil {
-			return fmt.Errorf("admin keys add: %w", err)
-		}
-	case "seal":
-		i := idx(pos[0])
-		if i < 0 || strings.HasSuffix(entries[i], ":retired") {
-			return fmt.Errorf("admin keys seal: %s has no usable key %q", *file, pos[0])
-		}
-		sealing := entries[i] // read before Delete moves the others over it
-		entries = append([]string{sealing}, slices.Delete(entries, i, i+1)...)
-	case "retire":
-		i := idx(pos[0])
-		switch {
-		case i < 0:
-			entries = append(entries, pos[0]+":retired") // e.g. auto, or a key already removed
-		case i == 0 && !strings.HasSuffix(entries[0], ":retired"):
-			return fmt.Errorf("admin keys retire: %q seals new blobs; seal another key first (respgate admin keys seal KID)", pos[0])
-		default:
-			entries[i] = pos[0] + ":retired"
-		}
-		if keys, _, err := seal.ParseKeys(strings.Join(entries, ",")); err != nil || len(keys) == 0 {
-			return fmt.Errorf("admin keys retire: %s would have no key that seals", *file)
-		}
+	}
+	if entries, err = editKeys(verb, pos[0], *file, entries); err != nil {
+		return err
 	}
 	body := strings.Join(append(comments, entries...), "\n") + "\n"
 	tmp := *file + ".tmp"
@@ -710,6 +674,68 @@ func (a *admin) keys(args []string) error {
 	}
 	fmt.Fprintf(a.out, "%s: %s %s; deploy the file to every replica (docs/reasoning.md, rotation)\n", filepath.Base(*file), verb, pos[0])
 	return nil
+}
+
+// keyIndex is the index of key kid among the key file's entries, -1 when it has none.
+func keyIndex(entries []string, kid string) int {
+	return slices.IndexFunc(entries, func(e string) bool { k, _, _ := strings.Cut(e, ":"); return k == kid })
+}
+
+// listKeys prints each key id of the file with its role, and the generated one.
+func (a *admin) listKeys(entries []string) {
+	for i, e := range entries {
+		kid, val, _ := strings.Cut(e, ":")
+		role := "opens"
+		switch {
+		case val == "retired":
+			role = "retired"
+		case i == 0:
+			role = "seals and opens"
+		}
+		fmt.Fprintf(a.out, "%s\t%s\n", kid, role)
+	}
+	if keyIndex(entries, "auto") < 0 {
+		fmt.Fprintf(a.out, "auto\topens (generated in the store; list auto:retired to retire it)\n")
+	}
+}
+
+// editKeys is the key file's entries after verb (add, seal or retire) on key kid.
+func editKeys(verb, kid, file string, entries []string) ([]string, error) {
+	switch verb {
+	case "add":
+		if keyIndex(entries, kid) >= 0 {
+			return nil, fmt.Errorf("admin keys add: %s already has a key %q", file, kid)
+		}
+		secret, err := seal.NewKeySecret()
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, kid+":"+base64.StdEncoding.EncodeToString(secret))
+		if _, _, err := seal.ParseKeys(strings.Join(entries, ",")); err != nil {
+			return nil, fmt.Errorf("admin keys add: %w", err)
+		}
+	case "seal":
+		i := keyIndex(entries, kid)
+		if i < 0 || strings.HasSuffix(entries[i], ":retired") {
+			return nil, fmt.Errorf("admin keys seal: %s has no usable key %q", file, kid)
+		}
+		sealing := entries[i] // read before Delete moves the others over it
+		entries = append([]string{sealing}, slices.Delete(entries, i, i+1)...)
+	case "retire":
+		i := keyIndex(entries, kid)
+		switch {
+		case i < 0:
+			entries = append(entries, kid+":retired") // e.g. auto, or a key already removed
+		case i == 0 && !strings.HasSuffix(entries[0], ":retired"):
+			return nil, fmt.Errorf("admin keys retire: %q seals new blobs; seal another key first (respgate admin keys seal KID)", kid)
+		default:
+			entries[i] = kid + ":retired"
+		}
+		if keys, _, err := seal.ParseKeys(strings.Join(entries, ",")); err != nil || len(keys) == 0 {
+			return nil, fmt.Errorf("admin keys retire: %s would have no key that seals", file)
+		}
+	}
+	return entries, nil
 }
 
 // splitKeyFile splits a keys file into its comment lines and its entries, one per key.

@@ -211,35 +211,11 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		}
 	}()
 
-	upCfg := cfg.upstream
-	if upCfg.BaseURL == "" && cfg.upstreamsFile == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fmt.Errorf("start simulator: %w", err)
-		}
-		sim := &http.Server{Handler: vllmsim.New(vllmsim.Options{}), ReadHeaderTimeout: 10 * time.Second}
-		g.Go(func() error { return serveHTTP(sim, ln) })
-		g.Go(func() error {
-			<-bg.Done()
-			return sim.Close()
-		})
-		upCfg.BaseURL = "http://" + ln.Addr().String() + "/v1"
-		log.Warn("NO UPSTREAM CONFIGURED: answers come from the built-in vLLM SIMULATOR, not a real model; set --upstream-url / RESPGATE_UPSTREAM_URL for vLLM",
-			"simulator_url", upCfg.BaseURL)
-	}
-	probe := upCfg.BaseURL == cfg.upstream.BaseURL && cfg.upstreamsFile == "" // a configured vLLM, not the simulator
-	upCfg.Logger = log
-	caller, f, err := newUpstream(ctx, cfg, upCfg, st, log)
+	caller, f, err := startUpstream(ctx, bg, &g, cfg, st, log)
 	if err != nil {
 		return err
 	}
 	fl = f
-	if fl != nil && cfg.upstreamsFile != "" {
-		g.Go(func() error { reloadOnHangup(bg, fl, cfg.upstreamsFile, log); return nil })
-	}
-	if probe {
-		probeUpstream(ctx, caller, upCfg.BaseURL, log)
-	}
 	srvCfg := cfg.server
 	srvCfg.Logger = log
 	srv, err := server.New(ctx, srvCfg, st, caller)
@@ -284,11 +260,53 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 		log.Error("serving stopped; draining", "error", err)
 	case <-ctx.Done():
 	}
+	drain(ctx, &g, srv, hs, cfg, log)
+	log.Info("respgate stopped")
+	return err
+}
+
+// startUpstream is the turns' upstream: the built-in simulator when nothing is configured
+// (served by g until bg ends), the fleet of --upstreams (reloaded on SIGHUP until bg ends), or
+// the one configured server, which is probed once.
+func startUpstream(ctx, bg context.Context, g *errgroup.Group, cfg *config, st store.Store, log *slog.Logger) (upstream.Caller, *fleet.Fleet, error) {
+	upCfg := cfg.upstream
+	if upCfg.BaseURL == "" && cfg.upstreamsFile == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, fmt.Errorf("start simulator: %w", err)
+		}
+		sim := &http.Server{Handler: vllmsim.New(vllmsim.Options{}), ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error { return serveHTTP(sim, ln) })
+		g.Go(func() error {
+			<-bg.Done()
+			return sim.Close()
+		})
+		upCfg.BaseURL = "http://" + ln.Addr().String() + "/v1"
+		log.Warn("NO UPSTREAM CONFIGURED: answers come from the built-in vLLM SIMULATOR, not a real model; set --upstream-url / RESPGATE_UPSTREAM_URL for vLLM",
+			"simulator_url", upCfg.BaseURL)
+	}
+	probe := upCfg.BaseURL == cfg.upstream.BaseURL && cfg.upstreamsFile == "" // a configured vLLM, not the simulator
+	upCfg.Logger = log
+	caller, fl, err := newUpstream(ctx, cfg, upCfg, st, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if fl != nil && cfg.upstreamsFile != "" {
+		g.Go(func() error { reloadOnHangup(bg, fl, cfg.upstreamsFile, log); return nil })
+	}
+	if probe {
+		probeUpstream(ctx, caller, upCfg.BaseURL, log)
+	}
+	return caller, fl, nil
+}
+
+// drain shuts the gateway down within --shutdown-timeout: srv stops new turns and, past the
+// deadline, ends the remaining streams with response.failed, beside hs.Shutdown, which waits for
+// the handlers of those turns.
+func drain(ctx context.Context, g *errgroup.Group, srv *server.Server, hs *http.Server, cfg *config, log *slog.Logger) {
 	log.Info("shutting down: draining in-flight requests", "deadline", cfg.shutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
-	// Shutdown stops new turns; past the deadline it ends the remaining streams with
-	// response.failed. It runs beside hs.Shutdown, which waits for the handlers of those turns.
 	shut := make(chan struct{})
 	g.Go(func() error { defer close(shut); srv.Shutdown(sctx); return nil })
 	// The HTTP server waits a little longer than the turns, so streams ended at the deadline can
@@ -296,7 +314,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	// after its failed record is committed, so the grace is the commit's own bound: with a fixed
 	// 5 s, a hundred streams cut at once on a busy Postgres lost their terminal events to
 	// hs.Close (integration/chaos, sigterm/200-streams).
-	grace := max(5*time.Second, srvCfg.CommitTimeout)
+	grace := max(5*time.Second, cfg.server.CommitTimeout)
 	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout+grace)
 	defer hcancel()
 	if err := hs.Shutdown(hctx); err != nil {
@@ -306,8 +324,6 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger, st store.Store) (
 	// Shutdown stops the background workers within sctx; returning first cancelled sctx under
 	// them, and River then logged a hard stop after every clean shutdown.
 	<-shut
-	log.Info("respgate stopped")
-	return err
 }
 
 // serveDebug serves server.DebugHandler (profiles and runtime counters) on addr (--debug-listen;
