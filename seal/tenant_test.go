@@ -21,7 +21,9 @@ func body(t *testing.T, blob string) (prefix string, raw []byte) {
 	return blob[:i+1], raw
 }
 
-func reblob(prefix string, raw []byte) string { return prefix + base64.RawURLEncoding.EncodeToString(raw) }
+func reblob(prefix string, raw []byte) string {
+	return prefix + base64.RawURLEncoding.EncodeToString(raw)
+}
 
 // The tenant is part of what the AEAD authenticates: a blob of tenant A whose tenant tag is
 // replaced by tenant B's (spliced from a blob B holds) does not open for B, nor for A.
