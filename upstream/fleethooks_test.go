@@ -29,8 +29,10 @@ func TestOnReleaseRunsOnceAtTheStreamsEnd(t *testing.T) {
 				_ = s.Close()
 			case "cancel":
 				cancel()
-				for range s.Events() { // ends with the context's error
-					break
+				for _, err := range s.Events() { // ends with the context's error
+					if err != nil {
+						break
+					}
 				}
 			}
 			_ = s.Close()
