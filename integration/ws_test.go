@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
@@ -442,6 +443,21 @@ func TestWebSocketNonReadingClientIsDropped(t *testing.T) {
 	w.send(`{"model":"` + harmony + `?tokens=100000","input":"tell me everything"}`)
 	watch.stoppedEarly(t, "for a client that does not read")
 	waitFor(t, 10*time.Second, "the stream slot is released", func() bool { return g.Server.ActiveStreams() == 0 })
+	// Stored with the true reason: the gateway dropped the client, which did not close the
+	// socket (issue 38 item 8).
+	tn := g.Server.TenantOf("test-key")
+	var r *store.Response
+	waitFor(t, 10*time.Second, "the dropped turn is stored", func() bool {
+		ids, err := g.Store.(store.Admin).ResponseIDList(t.Context(), &store.ResponseIDListParams{Tenant: tn, Limit: 10})
+		if err != nil || len(ids) != 1 {
+			return false
+		}
+		r, _, err = g.Store.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: tn, ID: ids[0]})
+		return err == nil && r.Status.Terminal()
+	})
+	if r.Status != "cancelled" || !strings.Contains(string(r.Error), engine.CodeWriteTimeout) {
+		t.Fatalf("the dropped socket turn is stored %s %s, want cancelled with %s", r.Status, r.Error, engine.CodeWriteTimeout)
+	}
 }
 
 func TestWebSocketHundredConcurrentConnections(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -155,6 +156,9 @@ type socket struct {
 	// laneDone is signalled when a lane has drained: the loop restarts its idle clock.
 	laneDone chan struct{}
 	seq      atomic.Int64 // sequence numbers of the connection's steering events
+	// dropped: a write hit WriteTimeout, so the connection was closed for a client that stopped
+	// reading (engine.Dropper: the turns it cut are stored with that reason).
+	dropped atomic.Bool
 }
 
 type socketMessage struct {
@@ -407,7 +411,11 @@ func previousID(members map[string]json.RawMessage) string {
 func (k *socket) send(msg []byte) error {
 	ctx, cancel := context.WithTimeout(k.ctx, k.s.cfg.WriteTimeout)
 	defer cancel()
-	return k.conn.Write(ctx, websocket.MessageText, msg)
+	err := k.conn.Write(ctx, websocket.MessageText, msg)
+	if err != nil && k.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		k.dropped.Store(true)
+	}
+	return err
 }
 
 // sendError sends err as a WebSocket error event (WebSocketErrorEvent) of lane streamID:
@@ -492,6 +500,10 @@ func (w *socketSink) Write(frames []byte) error {
 }
 
 func (w *socketSink) Keepalive() error { return w.k.ping() }
+
+// Dropped reports whether the connection dropped a client that stopped reading
+// (engine.Dropper).
+func (w *socketSink) Dropped() bool { return w.k.dropped.Load() }
 
 func (w *socketSink) IdleSince() time.Time {
 	w.mu.Lock()
