@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
@@ -133,4 +135,36 @@ func TestChainCacheEntriesHoldOnlyAtTheirGenerationAndWithinAQuarter(t *testing.
 	if _, _, ok := c.get(ctx, st, "t", "quarter"); ok {
 		t.Fatal("a failed generation check served the entry")
 	}
+}
+
+// A turn cut short keeps, of its output, the items that finished and the compaction item that
+// automatic compaction led it with (whole from the start, with no status): continuing it, from
+// the cache or from the store, replays the summary, never the region it replaced (issue 38 item
+// 21).
+func TestACutTurnKeepsItsCompactionItemForItsContinuation(t *testing.T) {
+	in := wire.Item{ID: "msg_in", Type: wire.TypeMessage, JSON: []byte(`{"id":"msg_in","type":"message","role":"user","content":"go on"}`)}
+	cmp := compact.NewItem("cmp_1", "rgr1.auto.x")
+	cut := wire.Item{ID: "msg_out", Type: wire.TypeMessage, JSON: []byte(`{"id":"msg_out","type":"message","status":"in_progress"}`)}
+	done := wire.Item{ID: "rs_1", Type: wire.TypeReasoning, JSON: []byte(`{"id":"rs_1","type":"reasoning","status":"completed"}`)}
+	for _, status := range []wire.Status{wire.StatusCancelled, wire.StatusFailed} {
+		got := appendTurnHistory(nil, status, []wire.Item{in}, []wire.Item{cmp, done, cut})
+		if ids := itemIDs(got); !slices.Equal(ids, []string{"msg_in", "cmp_1", "rs_1"}) {
+			t.Errorf("%s turn: history %v, want its input, its compaction item and its finished item", status, ids)
+		}
+		chain := &store.Chain{Turns: []store.ChainTurn{{Response: store.Response{Status: status}, Input: []wire.Item{in}, Output: []wire.Item{cmp, done, cut}}}}
+		if ids := itemIDs(chainHistory(chain)); !slices.Equal(ids, []string{"msg_in", "cmp_1", "rs_1"}) {
+			t.Errorf("%s turn loaded from the store: history %v", status, ids)
+		}
+	}
+	if ids := itemIDs(appendTurnHistory(nil, wire.StatusIncomplete, []wire.Item{in}, []wire.Item{cmp, cut})); !slices.Equal(ids, []string{"msg_in", "cmp_1", "msg_out"}) {
+		t.Errorf("an incomplete turn is replayed whole: %v", ids)
+	}
+}
+
+func itemIDs(items []wire.Item) []string {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	return ids
 }
