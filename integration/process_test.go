@@ -220,6 +220,13 @@ func TestSIGTERMDrainsInFlightStreams(t *testing.T) {
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("respgate did not exit 0 after SIGTERM: %v", err)
 	}
+	// A clean shutdown ends with "respgate stopped", and River stops within the drain: it
+	// never logs a hard stop, which reads like an error (issue 42, the first hour).
+	waitFor(t, 10*time.Second, "the last log line", func() bool { return strings.Contains(p.log(), `"msg":"respgate stopped"`) }, p.log)
+	lines := strings.Split(strings.TrimSpace(p.log()), "\n")
+	if strings.Contains(p.log(), "Hard stop") || !strings.Contains(lines[len(lines)-1], `"msg":"respgate stopped"`) {
+		t.Errorf("shutdown log ends:\n%s", strings.Join(lines[max(0, len(lines)-4):], "\n"))
+	}
 }
 
 func TestSIGTERMWithAHundredStreamsEndsEveryOneTerminal(t *testing.T) {
