@@ -54,6 +54,7 @@ func tenantCases() map[string][]routeCase {
 		"GET /v1/conversations/:id/items/:item_id":    {{"GET", "/v1/conversations/{C}/items/{I}", ""}},
 		"DELETE /v1/conversations/:id/items/:item_id": {{"DELETE", "/v1/conversations/{C}/items/{I}", ""}},
 		"GET /v1/models":                              nil, // no tenant data
+		"GET /v1/models/*":                            nil, // no tenant data
 		"GET /v1/responses":                           nil, // the WebSocket mode: its turns are POST's (ws_test.go checks their tenancy)
 		"POST /v1/chat/completions":                   nil, // names no object (integration/chat_test.go isolates its records)
 		"POST /v1/conversations":                      nil, // creates; names no object
