@@ -5,159 +5,102 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/engine"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
 
 // replayEvents rebuilds the event stream of a stored response that has no event log (it was
-// answered without streaming): created, in_progress, each item announced, its parts streamed as
-// one delta each and closed, then the terminal event with the full output. Events with
-// sequence_number <= after are left out, so starting_after resumes a stream. Not a hot path: it
-// favours plainness over allocations. An item it cannot read is an error, never a gap in
-// output_index.
+// answered without streaming) with the emitter of every live stream, the accumulator: each stored
+// item is fed to it as if upstream had sent it whole (output_item.added, then .done), so the
+// replay announces, streams (one delta per part) and closes each item by the very rules a live
+// stream follows, with the stored ids. The terminal event is rendered from the stored record, as
+// a logged stream's is. Events with sequence_number <= after are left out, so starting_after
+// resumes a stream. An item it cannot read is an error, never a gap in output_index.
 func replayEvents(dst []byte, r *store.Response, output []wire.Item, after int64) ([]byte, error) {
 	output = engine.ValidItems(output) // stored JSON may hold invalid UTF-8 (render.go)
-	rp := &replayer{dst: dst, after: after}
-	start := *r
-	start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = wire.StatusInProgress, nil, nil, nil, nil
-	startJSON := json.RawMessage(engine.RenderResponse(nil, &start, nil))
-	rp.emit(wire.EventCreated, map[string]any{"response": startJSON})
-	rp.emit(wire.EventInProgress, map[string]any{"response": startJSON})
+	acc := accumulator.New(accumulator.Options{ResponseID: r.ID, NewID: storedIDs(output), Render: func(snap *accumulator.Snapshot) []byte {
+		start := *r
+		start.Status, start.CompletedAt, start.Usage, start.Error, start.IncompleteDetails = snap.Status, nil, nil, nil, nil
+		return engine.RenderResponse(nil, &start, snap.Output)
+	}})
+	buf := acc.Start(nil)
 	for i, it := range output {
-		if err := rp.item(i, it); err != nil {
+		added, err := addedItem(it)
+		if err != nil {
 			return nil, fmt.Errorf("replay item %d of %s: %w", i, r.ID, err)
 		}
+		for _, ev := range []struct {
+			typ  wire.EventType
+			item []byte
+		}{{wire.EventItemAdded, added}, {wire.EventItemDone, it.JSON}} {
+			data := append([]byte(`{"type":"`+string(ev.typ)+`","output_index":`), strconv.Itoa(i)...)
+			data = append(append(append(data, `,"item":`...), ev.item...), '}')
+			if buf, err = acc.Feed(buf, wire.Event{Type: ev.typ, Data: data}); err != nil {
+				return nil, fmt.Errorf("replay item %d of %s: %w", i, r.ID, err)
+			}
+		}
 	}
-	if r.Status.Terminal() && rp.seq > after {
-		rp.dst = appendTerminalEvent(rp.dst, r, output, rp.seq)
+	seq := int64(bytes.Count(buf, []byte("\n\n")))
+	if r.Status.Terminal() {
+		buf = appendTerminalEvent(buf, r, output, seq)
 	}
-	return rp.dst, nil
+	// Leave out the events up to after: each is one frame.
+	for skip := after + 1; skip > 0 && len(buf) > 0; skip-- {
+		_, rest, _ := bytes.Cut(buf, []byte("\n\n"))
+		buf = rest
+	}
+	return append(dst, buf...), nil
 }
 
-// replayer writes regenerated events with dense sequence numbers, leaving out those <= after.
-type replayer struct {
-	dst        []byte
-	seq, after int64
-}
-
-func (rp *replayer) emit(typ wire.EventType, fields map[string]any) {
-	if rp.seq > rp.after {
-		fields["type"] = typ
-		fields["sequence_number"] = rp.seq
-		data, _ := wire.Marshal(fields)
-		rp.dst = wire.Event{Type: typ, Data: data}.AppendSSE(rp.dst)
+// storedIDs is the accumulator's NewID for a replay of items: it hands out their stored ids in
+// the order the accumulator mints them (each item's id, then a function call's call_id).
+func storedIDs(items []wire.Item) func(string) string {
+	var ids []string
+	for _, it := range items {
+		ids = append(ids, it.ID)
+		if it.Type == wire.TypeFunctionCall {
+			var v struct {
+				CallID string `json:"call_id"`
+			}
+			_ = json.Unmarshal(it.JSON, &v)
+			ids = append(ids, v.CallID)
+		}
 	}
-	rp.seq++
+	return func(prefix string) string {
+		if len(ids) == 0 {
+			return wire.NewID(prefix)
+		}
+		id := ids[0]
+		ids = ids[1:]
+		return id
+	}
 }
 
-// item replays one output item: announced in progress, its parts or arguments, and done.
-func (rp *replayer) item(i int, it wire.Item) error {
+// addedItem is how a stored item is announced before its content: its identity (type, id,
+// role, a function call's call_id and name), in progress.
+func addedItem(it wire.Item) ([]byte, error) {
 	f, err := it.Fields()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	added := maps.Clone(f)
-	added["status"] = json.RawMessage(`"in_progress"`)
-	switch it.Type {
-	case wire.TypeMessage:
-		added["content"] = wire.EmptyArray
-	case wire.TypeReasoning:
-		added["summary"] = wire.EmptyArray
-		delete(added, "content")
-		delete(added, "encrypted_content")
-	case wire.TypeFunctionCall:
-		added["arguments"] = json.RawMessage(`""`)
-	}
-	rp.emit(wire.EventItemAdded, map[string]any{"output_index": i, "item": added})
-	switch it.Type {
-	case wire.TypeMessage:
-		err = rp.messageParts(i, it.ID, f["content"])
-	case wire.TypeReasoning:
-		err = rp.reasoningParts(i, it.ID, f)
-	case wire.TypeFunctionCall:
-		var args, name string
-		if err = wire.UnmarshalOpt(f["arguments"], &args); err == nil {
-			err = wire.UnmarshalOpt(f["name"], &name)
-		}
-		rp.emit(wire.EventArgsDelta, map[string]any{"output_index": i, "item_id": it.ID, "delta": args})
-		rp.emit(wire.EventArgsDone, map[string]any{"output_index": i, "item_id": it.ID, "arguments": args, "name": name})
-	}
-	if err != nil {
-		return err
-	}
-	rp.emit(wire.EventItemDone, map[string]any{"output_index": i, "item": it.JSON})
-	return nil
-}
-
-// storedPart is a content or summary part as stored.
-type storedPart = map[string]json.RawMessage
-
-func (rp *replayer) messageParts(i int, id string, content json.RawMessage) error {
-	var parts []storedPart
-	if err := wire.UnmarshalOpt(content, &parts); err != nil {
-		return err
-	}
-	for ci, p := range parts {
-		var typ, text string
-		if err := wire.UnmarshalOpt(p["type"], &typ); err != nil {
-			return err
-		}
-		pe, key := outputTextPart, "text"
-		if typ == wire.PartRefusal {
-			pe, key = refusalPart, "refusal"
-		}
-		if err := wire.UnmarshalOpt(p[key], &text); err != nil {
-			return err
-		}
-		empty := map[string]any{"type": typ, key: ""}
-		if typ == wire.PartOutputText {
-			empty["annotations"], empty["logprobs"] = wire.EmptyArray, wire.EmptyArray
-		}
-		rp.part(pe, i, id, ci, empty, p, text)
-	}
-	return nil
-}
-
-func (rp *replayer) reasoningParts(i int, id string, f map[string]json.RawMessage) error {
-	for _, kind := range []struct {
-		key, typ string
-		pe       partEvents
-	}{{"summary", wire.PartSummaryText, summaryPart}, {"content", wire.PartReasoningText, reasoningPart}} {
-		var parts []storedPart
-		if err := wire.UnmarshalOpt(f[kind.key], &parts); err != nil {
-			return err
-		}
-		for pi, p := range parts {
-			var text string
-			if err := wire.UnmarshalOpt(p["text"], &text); err != nil {
-				return err
-			}
-			rp.part(kind.pe, i, id, pi, map[string]any{"type": kind.typ, "text": ""}, p, text)
+	for _, k := range []string{"content", "summary"} {
+		if v, ok := f[k]; ok && !wire.IsNull(v) && bytes.TrimSpace(v)[0] != '[' {
+			return nil, fmt.Errorf("its %s is not an array", k)
 		}
 	}
-	return nil
-}
-
-// part streams one part: announced empty, its whole text as one delta, its done event, and the
-// part closed.
-func (rp *replayer) part(pe partEvents, i int, id string, idx int, empty any, full storedPart, text string) {
-	for _, step := range []struct {
-		typ wire.EventType
-		key string
-		val any
-	}{{pe.added, "part", empty}, {pe.delta, "delta", text}, {pe.done, pe.doneKey, text}, {pe.partDone, "part", full}} {
-		ev := map[string]any{"output_index": i, "item_id": id, pe.indexKey: idx, step.key: step.val}
-		if pe.logprobs && (step.typ == pe.delta || step.typ == pe.done) {
-			ev["logprobs"] = wire.EmptyArray
+	head := map[string]json.RawMessage{"status": json.RawMessage(`"in_progress"`)}
+	for _, k := range []string{"type", "id", "role", "call_id", "name"} {
+		if v, ok := f[k]; ok {
+			head[k] = v
 		}
-		rp.emit(step.typ, ev)
 	}
+	return json.Marshal(head)
 }
 
 // appendTerminalEvent appends the terminal event of a stored (terminal) response with sequence
@@ -292,22 +235,3 @@ func (lr *logReplay) send(runs []store.Event) error {
 	}
 	return lr.w.Write(lr.buf)
 }
-
-// partEvents names the events that stream one kind of part.
-type partEvents struct {
-	indexKey                     string
-	added, delta, done, partDone wire.EventType
-	doneKey                      string
-	logprobs                     bool // output_text deltas and done carry logprobs:[]
-}
-
-var (
-	outputTextPart = partEvents{"content_index", wire.EventPartAdded, wire.EventTextDelta,
-		wire.EventTextDone, wire.EventPartDone, "text", true}
-	refusalPart = partEvents{"content_index", wire.EventPartAdded, wire.EventRefusalDelta,
-		wire.EventRefusalDone, wire.EventPartDone, "refusal", false}
-	reasoningPart = partEvents{"content_index", wire.EventPartAdded, wire.EventReasoningDelta,
-		wire.EventReasoningDone, wire.EventPartDone, "text", false}
-	summaryPart = partEvents{"summary_index", wire.EventSummaryAdded, wire.EventSummaryDelta,
-		wire.EventSummaryTextDone, wire.EventSummaryDone, "text", false}
-)

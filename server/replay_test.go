@@ -84,17 +84,19 @@ func storedItem(id, typ, fields string) wire.Item {
 // replayOutput is a response with every kind of part a replay regenerates.
 var replayOutput = []wire.Item{
 	storedItem("rs_1", "reasoning", `"status":"completed","summary":[{"type":"summary_text","text":"S"}],"content":[{"type":"reasoning_text","text":"R"}],"encrypted_content":"E"`),
-	storedItem("msg_1", "message", `"status":"completed","role":"assistant","content":[{"type":"output_text","text":"T","annotations":[],"logprobs":[]},{"type":"refusal","refusal":"N"}]`),
-	storedItem("fc_1", "function_call", `"status":"completed","call_id":"call_1","name":"f","arguments":"{\"a\":1}"`),
+	storedItem("msg_1", "message", `"status":"completed","content":[{"type":"output_text","text":"T","annotations":[],"logprobs":[]},{"type":"refusal","refusal":"N"}],"role":"assistant"`),
+	storedItem("fc_1", "function_call", `"status":"completed","arguments":"{\"a\":1}","call_id":"call_1","name":"f"`),
 }
 
 func replayResponse(status wire.Status) *store.Response {
 	return &store.Response{ID: "resp_1", Tenant: "t1", Status: status, Model: "m", CreatedAt: time.Unix(100, 0), Echo: []byte(`{}`)}
 }
 
-// A response answered without streaming is replayed as a stream: each item announced in
-// progress (without its parts), each part announced empty, streamed as one delta, done, and
-// closed, the item done as stored, then the terminal event; sequence numbers dense from 0.
+// A response answered without streaming is replayed as a stream by the accumulator, the emitter
+// of live streams, fed each stored item whole: each item announced in progress (without its
+// parts), each part announced empty, streamed as one delta, done, and closed (a reasoning item's
+// content before its summary, as live), the item done as stored, then the terminal event;
+// sequence numbers dense from 0.
 func TestReplayEventsRegeneratesEachPartAsOneDelta(t *testing.T) {
 	b, err := replayEvents(nil, replayResponse(wire.StatusCompleted), replayOutput, -1)
 	if err != nil {
@@ -124,27 +126,27 @@ func TestReplayEventsRegeneratesEachPartAsOneDelta(t *testing.T) {
 	want := []string{
 		"response.created resp_1 in_progress",
 		"response.in_progress resp_1 in_progress",
-		`response.output_item.added output_index=0 item={"id":"rs_1","status":"in_progress","summary":[],"type":"reasoning"}`,
-		`response.reasoning_summary_part.added output_index=0 item_id="rs_1" summary_index=0 part={"text":"","type":"summary_text"} delta=- text=- logprobs=-`,
-		`response.reasoning_summary_text.delta output_index=0 item_id="rs_1" summary_index=0 part=- delta="S" text=- logprobs=-`,
-		`response.reasoning_summary_text.done output_index=0 item_id="rs_1" summary_index=0 part=- delta=- text="S" logprobs=-`,
-		`response.reasoning_summary_part.done output_index=0 item_id="rs_1" summary_index=0 part={"text":"S","type":"summary_text"} delta=- text=- logprobs=-`,
-		`response.content_part.added output_index=0 item_id="rs_1" content_index=0 part={"text":"","type":"reasoning_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.output_item.added output_index=0 item={"id":"rs_1","type":"reasoning","status":"in_progress","summary":[]}`,
+		`response.content_part.added output_index=0 item_id="rs_1" content_index=0 part={"type":"reasoning_text","text":""} delta=- text=- refusal=- logprobs=-`,
 		`response.reasoning_text.delta output_index=0 item_id="rs_1" content_index=0 part=- delta="R" text=- refusal=- logprobs=-`,
 		`response.reasoning_text.done output_index=0 item_id="rs_1" content_index=0 part=- delta=- text="R" refusal=- logprobs=-`,
-		`response.content_part.done output_index=0 item_id="rs_1" content_index=0 part={"text":"R","type":"reasoning_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.content_part.done output_index=0 item_id="rs_1" content_index=0 part={"type":"reasoning_text","text":"R"} delta=- text=- refusal=- logprobs=-`,
+		`response.reasoning_summary_part.added output_index=0 item_id="rs_1" summary_index=0 part={"type":"summary_text","text":""} delta=- text=- logprobs=-`,
+		`response.reasoning_summary_text.delta output_index=0 item_id="rs_1" summary_index=0 part=- delta="S" text=- logprobs=-`,
+		`response.reasoning_summary_text.done output_index=0 item_id="rs_1" summary_index=0 part=- delta=- text="S" logprobs=-`,
+		`response.reasoning_summary_part.done output_index=0 item_id="rs_1" summary_index=0 part={"type":"summary_text","text":"S"} delta=- text=- logprobs=-`,
 		`response.output_item.done output_index=0 item=` + string(replayOutput[0].JSON),
-		`response.output_item.added output_index=1 item={"content":[],"id":"msg_1","role":"assistant","status":"in_progress","type":"message"}`,
-		`response.content_part.added output_index=1 item_id="msg_1" content_index=0 part={"annotations":[],"logprobs":[],"text":"","type":"output_text"} delta=- text=- refusal=- logprobs=-`,
+		`response.output_item.added output_index=1 item={"id":"msg_1","type":"message","status":"in_progress","content":[],"role":"assistant"}`,
+		`response.content_part.added output_index=1 item_id="msg_1" content_index=0 part={"type":"output_text","text":"","annotations":[],"logprobs":[]} delta=- text=- refusal=- logprobs=-`,
 		`response.output_text.delta output_index=1 item_id="msg_1" content_index=0 part=- delta="T" text=- refusal=- logprobs=[]`,
 		`response.output_text.done output_index=1 item_id="msg_1" content_index=0 part=- delta=- text="T" refusal=- logprobs=[]`,
-		`response.content_part.done output_index=1 item_id="msg_1" content_index=0 part={"annotations":[],"logprobs":[],"text":"T","type":"output_text"} delta=- text=- refusal=- logprobs=-`,
-		`response.content_part.added output_index=1 item_id="msg_1" content_index=1 part={"refusal":"","type":"refusal"} delta=- text=- refusal=- logprobs=-`,
+		`response.content_part.done output_index=1 item_id="msg_1" content_index=0 part={"type":"output_text","text":"T","annotations":[],"logprobs":[]} delta=- text=- refusal=- logprobs=-`,
+		`response.content_part.added output_index=1 item_id="msg_1" content_index=1 part={"type":"refusal","refusal":""} delta=- text=- refusal=- logprobs=-`,
 		`response.refusal.delta output_index=1 item_id="msg_1" content_index=1 part=- delta="N" text=- refusal=- logprobs=-`,
 		`response.refusal.done output_index=1 item_id="msg_1" content_index=1 part=- delta=- text=- refusal="N" logprobs=-`,
-		`response.content_part.done output_index=1 item_id="msg_1" content_index=1 part={"refusal":"N","type":"refusal"} delta=- text=- refusal=- logprobs=-`,
+		`response.content_part.done output_index=1 item_id="msg_1" content_index=1 part={"type":"refusal","refusal":"N"} delta=- text=- refusal=- logprobs=-`,
 		`response.output_item.done output_index=1 item=` + string(replayOutput[1].JSON),
-		`response.output_item.added output_index=2 item={"arguments":"","call_id":"call_1","id":"fc_1","name":"f","status":"in_progress","type":"function_call"}`,
+		`response.output_item.added output_index=2 item={"id":"fc_1","type":"function_call","status":"in_progress","arguments":"","call_id":"call_1","name":"f"}`,
 		`response.function_call_arguments.delta output_index=2 item_id="fc_1" delta="{\"a\":1}" arguments=- name=-`,
 		`response.function_call_arguments.done output_index=2 item_id="fc_1" delta=- arguments="{\"a\":1}" name="f"`,
 		`response.output_item.done output_index=2 item=` + string(replayOutput[2].JSON),
