@@ -412,7 +412,9 @@ func (k *socket) send(msg []byte) error {
 	ctx, cancel := context.WithTimeout(k.ctx, k.s.cfg.WriteTimeout)
 	defer cancel()
 	err := k.conn.Write(ctx, websocket.MessageText, msg)
-	if err != nil && k.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	// The write's own deadline, not the connection's end: the library closes the connection when
+	// the deadline passes, which ends k.ctx too, but ctx then says DeadlineExceeded first.
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		k.dropped.Store(true)
 	}
 	return err
@@ -459,6 +461,9 @@ func (k *socket) ping() error {
 	defer cancel()
 	err := k.conn.Ping(ctx)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			k.dropped.Store(true) // no pong within the write timeout: a client that stopped reading
+		}
 		k.cancel(engine.ErrClientGone)
 		_ = k.conn.CloseNow()
 	}
