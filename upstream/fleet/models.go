@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/respgate/respgate/wire"
 )
 
 // modelEntry is one model of a replica's /v1/models: its id, its context length and the entry
@@ -95,7 +97,8 @@ func (f *Fleet) Models(ctx context.Context) ([]byte, error) {
 		}
 		for _, pat := range p.cfg.Models {
 			if !strings.ContainsAny(pat, `*?[\`) && byID[pat] == nil {
-				add(modelEntry{ID: pat, Raw: json.RawMessage(`{"id":` + strconv.Quote(pat) + `,"object":"model","owned_by":"vllm"}`)})
+				raw := append(wire.AppendString([]byte(`{"id":`), pat), `,"object":"model","owned_by":"vllm"}`...) // JSON, not Go, quoting
+				add(modelEntry{ID: pat, Raw: raw})
 			}
 		}
 	}
