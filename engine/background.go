@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -105,11 +106,17 @@ func (e *Engine) enqueue(ctx context.Context, t *Turn) (*Outcome, error) {
 // deadline of its own, not the run's context, so a cancel arriving mid-claim cannot leave a
 // claimed response that nobody runs.
 func (e *Engine) RunBackground(ctx context.Context, tn, id string) error {
+	if chaosHold != nil {
+		chaosHold(ctx, e.log, holdFetched, id)
+	}
 	t, err := e.claim(ctx, tn, id)
 	if t == nil || err != nil {
 		return err
 	}
 	defer t.release()
+	if chaosHold != nil {
+		chaosHold(ctx, e.log, holdClaimed, id)
+	}
 	if ctx.Err() != nil {
 		e.endUnstarted(ctx, t)
 		return nil
@@ -117,6 +124,19 @@ func (e *Engine) RunBackground(ctx context.Context, tn, id string) error {
 	e.log.Info("background response running", "response_id", id)
 	return e.streamTurn(ctx, t, func() Sink { return &bgSink{t: t} })
 }
+
+// chaosHold, when set, holds a background run at one of its first moments (holdFetched: River
+// handed the job to this worker, nothing is claimed; holdClaimed: the response is claimed, the
+// turn has not reached upstream) so that the chaos matrix can put a fault in that window: a
+// kill -9, a cancel (integration/chaos, docs/testing.md "Chaos and soak"). It is set only in a
+// binary built with the chaoshooks build tag (chaoshooks.go), never in a release build.
+var chaosHold func(ctx context.Context, log *slog.Logger, stage, responseID string)
+
+// The stages chaosHold is called at.
+const (
+	holdFetched = "fetched"
+	holdClaimed = "claimed"
+)
 
 // endUnstarted stores a claimed turn whose run ended before it reached upstream: cancelled with
 // no error for a cancel, failed with the true reason for the time limit or shutdown. Nothing was

@@ -65,6 +65,8 @@ func (e *env) audit(injected faults) []violation {
 			bad("no-stuck-turn", "%s is %s after the gateway stopped, with no database fault or kill", r.id, r.status)
 		}
 	}
+	// 1b. Every background response came to a true terminal state by itself, in time.
+	vs = append(vs, e.auditBackground(d, pre)...)
 	// 2. Sweep as a gateway would once every lease has expired; then nothing may be in progress.
 	st, err := e.openStore(e.directDSN)
 	if err != nil {

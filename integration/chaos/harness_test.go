@@ -133,7 +133,7 @@ func (e *env) openStore(dsn string) (store.Store, error) {
 func gatewayConfig() server.Config {
 	return server.Config{
 		LeaseTTL:      leaseTTL,
-		SweepInterval: 200 * time.Millisecond,
+		SweepInterval: sweepInterval,
 		WriteTimeout:  300 * time.Millisecond,
 		SyncTimeout:   2 * time.Second,  // a stalled non-streamed call ends in a 504, not in 10 minutes
 		CommitTimeout: 10 * time.Second, // generous: a loaded machine is not a database fault
@@ -239,6 +239,10 @@ type transcript struct {
 	// was killed under it, so a missing terminal event is not the gateway's fault.
 	faulted   bool
 	transport string // a transport error, if any
+	// bg is what a background response's run must come to (background_test.go); took is how
+	// long a cancel call took.
+	bg   *bgExpect
+	took time.Duration
 }
 
 func (e *env) record(tr *transcript) *transcript {
@@ -444,7 +448,12 @@ func parseErrorBody(tr *transcript, b []byte) {
 // do sends a plain JSON request and records it; for POST /v1/responses the body is parsed as a
 // response.
 func (e *env) do(kind, method, base, path, body string) *transcript {
-	tr := e.record(&transcript{kind: kind, body: body})
+	return e.record(e.send(kind, method, base, path, body))
+}
+
+// send is do without recording the transcript (a poll whose last answer alone is recorded).
+func (e *env) send(kind, method, base, path, body string) *transcript {
+	tr := &transcript{kind: kind, body: body}
 	if base == "" {
 		base = e.gwURL
 	}
@@ -468,7 +477,7 @@ func (e *env) do(kind, method, base, path, body string) *transcript {
 		return tr
 	}
 	switch kind {
-	case "create":
+	case "create", "bg-create", "cancel", "get":
 		parseResponse(tr, b)
 	case "conversation":
 		var c struct{ ID string }

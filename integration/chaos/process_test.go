@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/internal/faultproxy"
 )
@@ -22,7 +24,9 @@ var (
 	buildErr  error
 )
 
-// binary builds cmd/respgate once per test process.
+// binary builds cmd/respgate once per test process, with the chaoshooks build tag: its
+// background runs can be held at a stage (RESPGATE_CHAOS_HOLD, engine/chaoshooks.go) so that a
+// scenario puts a kill -9 or a cancel in a window by an event, not a timer.
 func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -32,7 +36,7 @@ func binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "respgate")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/respgate/respgate/cmd/respgate").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "chaoshooks", "-o", binPath, "github.com/respgate/respgate/cmd/respgate").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -50,11 +54,53 @@ type proc struct {
 	waited chan struct{}
 	err    error
 	last   string // the last log line, read after waited closes
+
+	mu    sync.Mutex
+	marks []mark        // the log lines with a procMarks message, as they were read
+	grew  chan struct{} // closed and replaced when marks grows or the process ends
+}
+
+// procMarks are the log messages a scenario may wait for (engine/chaoshooks.go,
+// engine/engine.go requeueStranded).
+var procMarks = []string{`"msg":"chaos hold"`, `"msg":"requeued background responses`}
+
+// mark is a marked log line and when the harness read it.
+type mark struct {
+	at   time.Time
+	line string
+}
+
+// waitMark waits until a log line containing msg has been read (or the process ended, or a
+// minute passed: a loaded machine is slow, never that slow) and returns when it was read.
+func (p *proc) waitMark(msg string) (time.Time, bool) {
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		for _, m := range p.marks {
+			if strings.Contains(m.line, msg) {
+				p.mu.Unlock()
+				return m.at, true
+			}
+		}
+		grew := p.grew
+		p.mu.Unlock()
+		select {
+		case <-grew:
+		case <-p.waited:
+			return time.Time{}, false
+		case <-deadline.C:
+			return time.Time{}, false
+		}
+	}
 }
 
 // startProcess runs the respgate binary on the env's database (through the Postgres proxy) and
 // the simulator (through the upstream proxy), and waits until it is ready.
-func (e *env) startProcess(extra ...string) *proc {
+func (e *env) startProcess(extra ...string) *proc { return e.startProcessEnv(nil, extra...) }
+
+// startProcessEnv is startProcess with extra environment variables (RESPGATE_CHAOS_HOLD).
+func (e *env) startProcessEnv(environ []string, extra ...string) *proc {
 	e.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,24 +113,25 @@ func (e *env) startProcess(extra ...string) *proc {
 		db = "sqlite:" + e.gwDSN
 	}
 	args := append([]string{"--listen", addr, "--database-url", db, "--lease-ttl", leaseTTL.String(),
-		"--write-timeout", "300ms", "--sweep-interval", "200ms", "--upstream-idle-timeout", "10s",
+		"--write-timeout", "300ms", "--sweep-interval", sweepInterval.String(), "--upstream-idle-timeout", "10s",
 		"--upstream-connect-timeout", "10s",
 		// A pool of 4 like the in-process gateways' (pgxpool's default on 2 cores): at the default
 		// of 32, the matrix's parallel processes passed Postgres's max_connections (100 in CI)
 		// and were refused at start ("too many clients already"). Later flags in extra win.
 		"--database-max-conns", "4"}, extra...)
 	cmd := exec.Command(binary(e.t), args...)
-	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=http://"+e.up.Addr()+"/v1")
+	cmd.Env = append(append(os.Environ(), "RESPGATE_UPSTREAM_URL=http://"+e.up.Addr()+"/v1"), environ...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, url: "http://" + addr, waited: make(chan struct{})}
+	p := &proc{cmd: cmd, url: "http://" + addr, waited: make(chan struct{}), grew: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			p.last = sc.Text() // ids, types and counts only (the gateway logs no bodies)
+			p.note(p.last)
 		}
 		p.err = cmd.Wait()
 		close(p.waited)
@@ -104,6 +151,20 @@ func (e *env) startProcess(extra ...string) *proc {
 		return res.StatusCode == 200
 	})
 	return p
+}
+
+// note keeps a marked log line.
+func (p *proc) note(line string) {
+	for _, m := range procMarks {
+		if strings.Contains(line, m) {
+			p.mu.Lock()
+			p.marks = append(p.marks, mark{at: time.Now(), line: line})
+			close(p.grew)
+			p.grew = make(chan struct{})
+			p.mu.Unlock()
+			return
+		}
+	}
 }
 
 func (p *proc) kill() {

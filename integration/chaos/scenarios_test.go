@@ -361,6 +361,7 @@ func allScenarios() []scenario {
 	}})
 
 	ss = append(ss, processScenarios()...)
+	ss = append(ss, backgroundScenarios()...)
 	return ss
 }
 
