@@ -97,8 +97,8 @@ func printTable(t *testing.T, scs []scenario, ta *tally, seeds int) {
 	defer ta.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos matrix: %d scenarios, %d seed(s) each\n", len(scs), seeds)
-	fmt.Fprintf(&b, "| %-45s | %-8s | %4s | %10s |\n|%s|%s|%s|%s|\n", "scenario", "backend", "runs", "violations",
-		strings.Repeat("-", 47), strings.Repeat("-", 10), strings.Repeat("-", 6), strings.Repeat("-", 12))
+	fmt.Fprintf(&b, "| %-53s | %-8s | %4s | %10s |\n|%s|%s|%s|%s|\n", "scenario", "backend", "runs", "violations",
+		strings.Repeat("-", 55), strings.Repeat("-", 10), strings.Repeat("-", 6), strings.Repeat("-", 12))
 	keys := make([]string, 0, len(ta.runs))
 	for k := range ta.runs {
 		keys = append(keys, k)
@@ -109,7 +109,7 @@ func printTable(t *testing.T, scs []scenario, ta *tally, seeds int) {
 		c := ta.runs[k]
 		sc, be, _ := strings.Cut(k, "\t")
 		distinct[sc] = true
-		fmt.Fprintf(&b, "| %-45s | %-8s | %4d | %10d |\n", sc, be, c[0], c[1])
+		fmt.Fprintf(&b, "| %-53s | %-8s | %4d | %10d |\n", sc, be, c[0], c[1])
 		runs += c[0]
 		viol += c[1]
 	}
