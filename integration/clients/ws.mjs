@@ -4,7 +4,8 @@
 // queued FIFO, steering a running response (accepted, cut at a boundary, the successor on the
 // same lane, readable over HTTP), steering that waits for a function call's output
 // (response.steer.pending, then the tool loop finished on the same socket with the queued input
-// prepended), a store:false continuation on the socket, and a new socket that cannot continue it.
+// prepended), a generate:false warm-up and store:false continuations on the socket, and a new
+// socket that cannot continue them.
 // The SDK's types (resources/responses/responses.d.ts) are the contract.
 // Usage: node ws.mjs
 import { assert, apiKey, baseURL, functionCalls, main, model, report, version, weatherTool, withTimeout } from './lib.mjs';
@@ -158,13 +159,18 @@ await main(async () => {
   let ephemeral;
   {
     const d = session.lane();
-    d.create({ model, store: false, input: 'remember: the sky is green' });
+    // A warm-up first (generate:false): no output, and its id continues like any response's.
+    d.create({ model, store: false, generate: false, instructions: 'be brief', input: 'remember: the sky is green' });
+    const warm = await withTimeout('warm-up', 30_000, d.finalResponse());
+    assert.equal(warm.status, 'completed');
+    assert.deepEqual(warm.output, []);
+    d.create({ model, store: false, previous_response_id: warm.id, input: 'remember: the grass is blue' });
     ephemeral = await withTimeout('store:false', 30_000, d.finalResponse());
     d.create({ model, store: false, previous_response_id: ephemeral.id, input: 'what do you know?' });
     const next = await withTimeout('store:false continued', 30_000, d.finalResponse());
-    assert.equal(facts(next), 'the sky is green');
+    assert.equal(facts(next), 'the sky is green; the grass is blue');
     assert.ok(events.filter((e) => e.response?.id === ephemeral.id).every((e) => !('stream_id' in e)), 'the default lane echoes no stream_id');
-    report({ client: client_, mode: 'WebSocket (ResponsesWS, default lane)', tools: 'none', continuation: 'store:false, previous_response_id', scenario: 'store:false continued on its socket', result: 'pass' });
+    report({ client: client_, mode: 'WebSocket (ResponsesWS, default lane)', tools: 'none', continuation: 'store:false, previous_response_id', scenario: 'generate:false warm-up, store:false continued twice on its socket', result: 'pass' });
   }
   session.close();
   ws.close({ code: 1000, reason: 'done' });
