@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/conversations"
 	"github.com/openai/openai-go/v3/option"
@@ -91,12 +90,15 @@ type gateway struct {
 	exchanges  int      // HTTP exchanges and WebSocket turns
 	sockets    int      // WebSocket connections (GET /v1/responses upgrades)
 	base       string   // respgate's own address, http://host:port
+	// expectedErrors are the codes of the error events the current client asserts
+	// (expectErrorEvents); any other error event is a violation.
+	expectedErrors []string
 }
 
 func (g *gateway) reset() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.violations, g.dropped, g.exchanges, g.sockets = nil, nil, 0, 0
+	g.violations, g.dropped, g.exchanges, g.sockets, g.expectedErrors = nil, nil, 0, 0, nil
 }
 
 // socketCount reports how many WebSocket connections clients opened since the last reset.
@@ -313,92 +315,6 @@ func startGateway(upstream string, args ...string) (*gateway, error) {
 	return g, nil
 }
 
-// relaySocket relays a WebSocket-mode connection (docs/clients.md) between the client and
-// respgate, message by message, and checks every turn's server messages as one event stream
-// (orcheck.SocketTurn) and against the canary. It returns when either side closes; the goroutine
-// relaying the client's messages ends with the connection and is waited for.
-func (g *gateway) relaySocket(w http.ResponseWriter, in *http.Request) {
-	hdr := http.Header{}
-	for _, k := range []string{"Authorization", "OpenAI-Beta", "Session_id", "Originator", "User-Agent"} {
-		if v := in.Header.Get(k); v != "" {
-			hdr.Set(k, v)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(in.Context()))
-	defer cancel()
-	up, res, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(g.base, "http")+in.URL.RequestURI(), &websocket.DialOptions{HTTPHeader: hdr})
-	if err != nil {
-		status := http.StatusBadGateway
-		if res != nil {
-			status = res.StatusCode
-		}
-		http.Error(w, err.Error(), status)
-		return
-	}
-	defer up.CloseNow()
-	client, err := websocket.Accept(w, in, nil)
-	if err != nil {
-		return
-	}
-	defer client.CloseNow()
-	client.SetReadLimit(-1)
-	up.SetReadLimit(-1)
-	what := "WebSocket " + in.URL.Path
-	g.mu.Lock()
-	g.sockets++
-	g.mu.Unlock()
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // client → respgate
-		defer wg.Done()
-		defer cancel()
-		for {
-			typ, msg, err := client.Read(ctx)
-			if err != nil {
-				_ = up.Close(websocket.StatusNormalClosure, "")
-				return
-			}
-			if err := up.Write(ctx, typ, msg); err != nil {
-				return
-			}
-		}
-	}()
-	defer wg.Wait()
-	defer cancel()
-	var turn *orcheck.SocketTurn
-	for { // respgate → client, checked
-		typ, msg, err := up.Read(ctx)
-		if err != nil {
-			if turn != nil {
-				g.report(what+" (connection ended mid-turn)", turn.Close())
-			}
-			_ = client.Close(websocket.StatusNormalClosure, "")
-			return
-		}
-		if g.canary != nil {
-			g.checkCanary(what, bytes.NewBuffer(msg))
-		}
-		if bytes.HasPrefix(msg, []byte(`{"type":"error"`)) {
-			g.report(what, fmt.Errorf("error event: %s", msg))
-		} else {
-			if turn == nil {
-				turn = g.schema.NewSocketTurn()
-			}
-			if turn.Message(msg) {
-				g.report(what, turn.Close())
-				turn = nil
-				g.mu.Lock()
-				g.exchanges++
-				g.mu.Unlock()
-			}
-		}
-		if err := client.Write(ctx, typ, msg); err != nil {
-			return
-		}
-	}
-}
-
 // report records a checker's verdict on one exchange (nil: it conforms).
 func (g *gateway) report(what string, err error) {
 	if err == nil {
@@ -551,6 +467,18 @@ func TestOpenAINode7HiddenReasoning(t *testing.T) {
 
 func TestOpenAINode6HiddenReasoning(t *testing.T) {
 	runNodeOn(t, startHidden(t), 2, "hidden.mjs", "openai-v6")
+}
+
+// TestOpenAINodeWebSocket: openai-node's ResponsesWS and its lane router over one socket (lanes,
+// steering, a tool loop with steering pending, store:false), then a second socket that must be
+// refused the first one's store:false response.
+func TestOpenAINodeWebSocket(t *testing.T) {
+	g := start(t)
+	g.expectErrorEvents("previous_response_not_found")
+	runNodeOn(t, g, 5, "ws.mjs")
+	if n := g.socketCount(); n != 2 {
+		t.Errorf("%d WebSocket connections, want 2", n)
+	}
 }
 
 func TestAgentsSDK(t *testing.T) { runNode(t, 6, "agents.mjs") }
