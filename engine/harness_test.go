@@ -114,8 +114,14 @@ func specOf(tb testing.TB, body string) *Spec {
 // envelope.
 func call(t *testing.T, e *Engine, body string) (int, string) {
 	t.Helper()
+	return callSpec(t, e, specOf(t, body))
+}
+
+// callSpec is call of a Spec the test has adjusted.
+func callSpec(t *testing.T, e *Engine, spec *Spec) (int, string) {
+	t.Helper()
 	d := &testDoor{}
-	out, err := e.Serve(t.Context(), specOf(t, body), d)
+	out, err := e.Serve(t.Context(), spec, d)
 	if err != nil {
 		ae := KnownAPIError(err)
 		if ae == nil {

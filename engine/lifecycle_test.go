@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/upstream"
@@ -18,8 +17,9 @@ import (
 )
 
 // TestMain fails the package's run if a test leaves a goroutine behind (every goroutine has an
-// owner that stops it and waits for it).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// owner that stops it and waits for it; pgtest.Main runs goleak after stopping a throwaway
+// Postgres the context tests may have started).
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // countingStore is a real SQLite store that counts lease renewals and signals each one.
 type countingStore struct {

@@ -120,7 +120,9 @@ func (s *conversations) conversationItems(raw json.RawMessage, tn string) ([]wir
 // chain is): a conversation must never hold two items with one id, which GET and DELETE of that
 // id could not tell apart, and which would both be replayed (issue 38 item 3). The conversation's
 // items are looked up by id, one store call per id of the batch; conversationID is "" for a new
-// conversation.
+// conversation. The look-up alone cannot close the race of two calls adding one id at once:
+// ConversationItemAppend checks again inside its transaction, and addConversationItems answers
+// its refusal the same way (appendConflict).
 func (s *conversations) dedupeItems(ctx context.Context, tn, conversationID string, items []wire.Item) ([]wire.Item, error) {
 	seen := make(map[string][]byte, len(items))
 	out := items[:0:0]
@@ -142,12 +144,32 @@ func (s *conversations) dedupeItems(ctx context.Context, tn, conversationID stri
 			continue
 		}
 		if !bytes.Equal(prior, body) {
-			return nil, wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeItemIDConflict,
-				"Item '%s' in 'items[%d]' has the same id as an item of the conversation (or an earlier item of 'items') but different content; an id must always name the same item.",
-				clipID(it.ID), i)
+			return nil, itemIDConflict(it.ID, i)
 		}
 	}
 	return out, nil
+}
+
+// itemIDConflict is the 400 of items[i], whose id names other content than the conversation's
+// item of that id (or an earlier item of the batch).
+func itemIDConflict(id string, i int) error {
+	return wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeItemIDConflict,
+		"Item '%s' in 'items[%d]' has the same id as an item of the conversation (or an earlier item of 'items') but different content; an id must always name the same item.",
+		clipID(id), i)
+}
+
+// appendConflict is the 400 of the store's refusal of kept[ce.Index] (the items dedupeItems
+// kept of sent): another call added that id with other content between dedupeItems' look-up
+// and this append (issue 38 item 3), and the answer is the one the look-up would have given,
+// naming the item's index in the request.
+func appendConflict(ce *store.ItemIDConflictError, sent, kept []wire.Item) error {
+	id := kept[ce.Index].ID
+	for i, it := range sent {
+		if it.ID == id {
+			return itemIDConflict(id, i)
+		}
+	}
+	return itemIDConflict(id, ce.Index)
 }
 
 func compactJSON(raw []byte) []byte {
@@ -289,6 +311,7 @@ func (s *conversations) addConversationItems(c echo.Context) error {
 		return wire.Invalid("items", "array_below_min_length", "'items' must contain at least one item.")
 	}
 	id := c.Param("id")
+	sent := items
 	if items, err = s.dedupeItems(c.Request().Context(), tenant(c), id, items); err != nil {
 		return err
 	}
@@ -301,6 +324,9 @@ func (s *conversations) addConversationItems(c echo.Context) error {
 	err = s.store.ConversationItemAppend(c.Request().Context(), &store.ConversationItemAppendParams{Tenant: tenant(c), ConversationID: id, Items: items})
 	if errors.Is(err, store.ErrNotFound) {
 		return wire.NotFound("conversation_id", "Conversation with id '%s' not found.", id)
+	}
+	if ce := (*store.ItemIDConflictError)(nil); errors.As(err, &ce) && ce.Index < len(items) {
+		return appendConflict(ce, sent, items)
 	}
 	if err != nil {
 		return err

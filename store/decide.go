@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -14,6 +15,58 @@ var (
 	// ErrTurnHeld: ConversationDelete while a turn holds the conversation.
 	ErrTurnHeld = fmt.Errorf("a turn holds it: %w", ErrConflict)
 )
+
+// ItemIDConflictError is ConversationItemAppend's refusal of Items[Index]: the conversation
+// already lists an item with its id but other content, or an earlier item of Items has its id
+// and other content. A conversation never holds two items with one id, which GET and DELETE of
+// the id could not tell apart (issue 38 item 3). It matches ErrConflict with errors.Is.
+type ItemIDConflictError struct {
+	Index int
+}
+
+func (e *ItemIDConflictError) Error() string {
+	return fmt.Sprintf("store: item %d has the id of an item with other content", e.Index)
+}
+
+func (e *ItemIDConflictError) Unwrap() error { return ErrConflict }
+
+// ItemIDConflict is ConversationItemAppend's check, which every backend runs inside its appending
+// transaction once the conversation is locked: held are the conversation's items whose id is one
+// of items' ids (every occurrence). Content is compared as compact JSON (insignificant whitespace
+// aside, byte for byte), as the conversations door compares it.
+func ItemIDConflict(held, items []wire.Item) error {
+	seen := make(map[string][][]byte, len(held)+len(items))
+	for _, it := range held {
+		seen[it.ID] = append(seen[it.ID], compactJSON(it.JSON))
+	}
+	for i, it := range items {
+		body := compactJSON(it.JSON)
+		for _, prior := range seen[it.ID] {
+			if !bytes.Equal(prior, body) {
+				return &ItemIDConflictError{Index: i}
+			}
+		}
+		seen[it.ID] = append(seen[it.ID], body)
+	}
+	return nil
+}
+
+// ItemIDs is the ids of items, for the query that finds the items ItemIDConflict compares.
+func ItemIDs(items []wire.Item) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.ID
+	}
+	return out
+}
+
+func compactJSON(raw []byte) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
+}
 
 // beginStatus is the status ResponseBegin stores: in_progress when empty, else in_progress or
 // queued; anything else is an error.

@@ -202,7 +202,13 @@ type Store interface {
 	// response are kept; items created directly in the conversation are deleted. While a turn
 	// holds the conversation's lease (unexpired at Now) nothing is deleted: ErrConflict.
 	ConversationDelete(ctx context.Context, p *ConversationDeleteParams) error
-	// ConversationItemAppend appends items at the end (dense seq) in one transaction.
+	// ConversationItemAppend appends items at the end (dense seq) in one transaction. An item
+	// whose id the conversation already lists with other content, or an earlier item of Items
+	// does, is an *ItemIDConflictError (errors.Is ErrConflict) and nothing is appended: the check
+	// runs inside the appending transaction, under the conversation's lock, so of two concurrent
+	// calls adding one id with different content the second sees the first's item (issue 38
+	// item 3). An item equal to the one listed is not a conflict and is appended again (callers
+	// drop exact repeats first: server/conversations.go dedupeItems).
 	ConversationItemAppend(ctx context.Context, p *ConversationItemAppendParams) error
 	// ConversationItemList pages through a conversation's items by seq.
 	ConversationItemList(ctx context.Context, p *ConversationItemListParams) (*ItemPage, error)

@@ -298,6 +298,11 @@ SELECT count(*) FROM gone`
 const (
 	conversationLockSQL = `SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2 FOR UPDATE`
 
+	// conversationItemsByIDSQL lists every item conversation $2 holds under one of the ids $3
+	// (ConversationItemAppend's conflict check; json as its text, byte for byte).
+	conversationItemsByIDSQL = `SELECT i.id, i.type, i.data::text FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = $1 AND ci.conversation_id = $2 AND i.tenant = $1 AND i.id = ANY($3::text[])`
+
 	// turnHeldSQL is true when conversation $2's turn lease is held and live at $3: the guard
 	// under which ConversationDelete deletes nothing. The delete statements run pipelined after
 	// conversationDeleteLockSQL, which locks the row (so an append committing meanwhile is either

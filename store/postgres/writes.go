@@ -244,27 +244,56 @@ func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDel
 	return nil
 }
 
-// ConversationItemAppend appends items at max(seq)+1… under the conversation's row lock, in one
-// pipelined implicit transaction.
+// ConversationItemAppend appends items at max(seq)+1… in one transaction: it locks the
+// conversation's row, reads the items it lists under the ids of items, refuses an id that names
+// other content (store.ItemIDConflict: a concurrent append of the same id waits for the lock and
+// then sees this one's item), and inserts.
 func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
-	var items itemArrays
-	items.add("", p.Items)
-	b := &pgx.Batch{}
-	b.Queue(conversationLockSQL, p.Tenant, p.ConversationID)
-	if items.len() > 0 {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var one int
+		if err := tx.QueryRow(ctx, conversationLockSQL, p.Tenant, p.ConversationID).Scan(&one); err != nil {
+			return interpretError(err)
+		}
+		if len(p.Items) == 0 {
+			return nil
+		}
+		held, err := heldItems(ctx, tx, p.Tenant, p.ConversationID, store.ItemIDs(p.Items))
+		if err != nil {
+			return err
+		}
+		if err := store.ItemIDConflict(held, p.Items); err != nil {
+			return err
+		}
+		var items itemArrays
+		items.add("", p.Items)
+		b := &pgx.Batch{}
 		queueInsertItems(b, p.Tenant, nil, p.ConversationID, &items)
-	}
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	var one int
-	if err := br.QueryRow().Scan(&one); err != nil {
-		// With no conversation, the insert after it fails too and the whole batch rolls back.
-		return fmt.Errorf("append conversation items: %w", interpretError(err))
-	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("append conversation items: %w", interpretError(err))
+		return interpretError(tx.SendBatch(ctx, b).Close())
+	})
+	if err != nil {
+		return fmt.Errorf("append conversation items: %w", err)
 	}
 	return nil
+}
+
+// heldItems is every item conversation lists under one of ids (each occurrence).
+func heldItems(ctx context.Context, tx pgx.Tx, tenant, conversation string, ids []string) ([]wire.Item, error) {
+	rows, err := tx.Query(ctx, conversationItemsByIDSQL, tenant, conversation, ids)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []wire.Item
+	for rows.Next() {
+		var it wire.Item
+		var data string
+		if err := rows.Scan(&it.ID, &it.Type, &data); err != nil {
+			return nil, err
+		}
+		it.JSON = []byte(data)
+		out = append(out, it)
+	}
+	return out, rows.Err()
 }
 
 // ConversationItemDelete removes every occurrence of the item id from the conversation, in one

@@ -207,6 +207,11 @@ WHERE (tenant, response_id) IN (` + purgeVictims + `)
 const (
 	conversationExistsSQL = `SELECT 1 FROM conversations WHERE tenant = ?1 AND id = ?2`
 
+	// conversationItemsByIDSQL lists every item conversation ?2 holds under one of the ids ?3 (a
+	// JSON array): ConversationItemAppend's conflict check.
+	conversationItemsByIDSQL = `SELECT i.id, i.type, i.data FROM conversation_items ci JOIN items i ON i.pk = ci.item_pk
+WHERE ci.tenant = ?1 AND ci.conversation_id = ?2 AND i.tenant = ?1 AND i.id IN (SELECT value FROM json_each(?3))`
+
 	// conversationDeleteGuardSQL is true while a turn holds conversation ?2's lease (live at ?3):
 	// ConversationDelete then deletes nothing. The statements after it delete the items created
 	// directly in the conversation, then the conversation (its list by cascade).

@@ -6,6 +6,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -318,10 +319,20 @@ func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDel
 	return nil
 }
 
-// ConversationItemAppend appends items at max(seq)+1… in one transaction.
+// ConversationItemAppend appends items at max(seq)+1… in one transaction (the database's write
+// lock, taken at BEGIN IMMEDIATE), after refusing an id the conversation lists with other
+// content (store.ItemIDConflict: a concurrent append waits for the lock and then sees this one's
+// item).
 func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if err := exists(ctx, tx, conversationExistsSQL, p.Tenant, p.ConversationID); err != nil {
+			return err
+		}
+		held, err := heldItems(ctx, tx, p.Tenant, p.ConversationID, store.ItemIDs(p.Items))
+		if err != nil {
+			return err
+		}
+		if err := store.ItemIDConflict(held, p.Items); err != nil {
 			return err
 		}
 		seq, err := nextSeq(ctx, tx, p.Tenant, p.ConversationID)
@@ -334,6 +345,33 @@ func (s *Store) ConversationItemAppend(ctx context.Context, p *store.Conversatio
 		return fmt.Errorf("append conversation items: %w", err)
 	}
 	return nil
+}
+
+// heldItems is every item conversation lists under one of ids (each occurrence).
+func heldItems(ctx context.Context, tx *sql.Tx, tenant, conversation string, ids []string) ([]wire.Item, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, conversationItemsByIDSQL, tenant, conversation, string(list))
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []wire.Item
+	for rows.Next() {
+		var it wire.Item
+		var data string
+		if err := rows.Scan(&it.ID, &it.Type, &data); err != nil {
+			return nil, err
+		}
+		it.JSON = []byte(data)
+		out = append(out, it)
+	}
+	return out, rows.Err()
 }
 
 // ConversationItemDelete removes every occurrence of the item id from the conversation, in one

@@ -62,6 +62,8 @@ var cases = []storeCase{
 	{"conversation item get and delete", testConversationItemGetDelete},
 	{"commit appends input then output to the conversation", testCommitAppendsToConversation},
 	{"concurrent commits and appends keep a conversation in order without loss", testConcurrentConversation},
+	{"an append refuses an id the conversation lists with other content", testAppendRefusesAnIDWithOtherContent},
+	{"of concurrent appends of one id with different content exactly one is stored", testConcurrentAppendsOfOneID},
 	{"turn lease conflicts until released or expired", testTurnLease},
 	{"commit releases the conversation turn lease", testCommitReleasesTurn},
 	{"response delete keeps items a conversation lists", testResponseDelete},
