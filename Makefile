@@ -33,9 +33,10 @@ sim: build ## start the vLLM simulator alone on :8000
 vet: ## go vet over everything
 	$(GO) vet $(PKGS)
 
-test: lint ## the whole suite: lint, race-enabled unit and end-to-end tests on real Postgres and SQLite, short fuzz
+test: lint ## the whole suite: lint, race-enabled unit and end-to-end tests on real Postgres and SQLite, short fuzz, the Helm chart, dashboard and alert rules
 	$(GO) test -race -count=1 -timeout 12m $(GO_TEST_ARGS) $(PKGS)
 	$(MAKE) --no-print-directory fuzz-short
+	$(MAKE) --no-print-directory deploy-test
 
 unit: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 -timeout 10m $(GO_TEST_ARGS) $(PKGS)
@@ -126,12 +127,14 @@ mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and serv
 
 # The operator's files that need heavy dependencies (Helm's Go library, the Kubernetes API types,
 # the Prometheus PromQL parser): deploy/opstest is its own module, so they stay out of go.mod and
-# out of `make test`'s build. It renders and lints the Helm chart and checks the dashboard's and
-# alert rules' PromQL against a live respgate's /metrics. The first run downloads and builds them
-# (a few minutes on 2 cores).
+# out of the race-enabled build of ./... (`make test` runs this target after it). It renders and
+# lints the Helm chart and checks the dashboard's and alert rules' PromQL against a live respgate
+# (the binary, with a fleet of two simulated vLLM replicas). The first run downloads and builds
+# them (a few minutes on 2 cores). No -race: it checks files, and respgate's own code is
+# race-tested by the step before.
 .PHONY: deploy-test
-deploy-test: ## the Helm chart (rendered, strictly decoded, linted) and the dashboard and alert rules (PromQL against a live respgate)
-	@echo "deploy-test: building deploy/opstest (Helm, Kubernetes API types, Prometheus parser; minutes on a first run)"
+deploy-test: ## the Helm chart (rendered, strictly decoded, linted) and the dashboard and alert rules (PromQL against a live respgate with a fleet); part of make test
+	@echo "deploy-test: building deploy/opstest (Helm, Kubernetes API types, Prometheus parser; minutes on a first run, silent meanwhile)"
 	cd deploy/opstest && $(GO) test -count=1 -timeout 10m $(GO_TEST_ARGS) ./...
 
 # The container path with a real Docker engine (deploy/compose-test; docs/deployment.md says what it

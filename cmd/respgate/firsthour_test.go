@@ -11,11 +11,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/internal/version"
 	"github.com/respgate/respgate/upstream"
+	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
 // `respgate version` and --version print the build; the start-up line carries the version too.
@@ -173,8 +176,26 @@ func TestUpstreamProbeWarnsWithAHint(t *testing.T) {
 			if strings.Contains(out.String(), "pw-SECRET") {
 				t.Errorf("the password reached the log: %s", out.String())
 			}
+			if !startupGrep(t).Match(out.Bytes()) {
+				t.Errorf("docs/operations.md's grep of the start-up lines misses %s", out.String())
+			}
 		})
 	}
+}
+
+// startupGrep is the `grep -E` docs/operations.md tells an operator to run over the log after an
+// install: it must find the probe's line whatever its outcome.
+func startupGrep(t *testing.T) *regexp.Regexp {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`logs deploy/rg-respgate \| grep -E '([^']+)'`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("docs/operations.md has no grep -E of the start-up lines")
+	}
+	return regexp.MustCompile(string(m[1]))
 }
 
 // A clean shutdown stops the background workers gracefully within the drain: River logs no hard
@@ -195,5 +216,86 @@ func TestCleanShutdownLogsNoHardStop(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(out.Bytes())), "\n")
 	if bytes.Contains(out.Bytes(), []byte("Hard stop")) || !strings.Contains(lines[len(lines)-1], `"msg":"respgate stopped"`) {
 		t.Errorf("shutdown log:\n%s", strings.Join(lines[max(0, len(lines)-4):], "\n"))
+	}
+}
+
+// A background turn running when the signal comes finishes within the drain: River is stopped
+// gracefully by the server's Shutdown, which serve waits for, so the turn is stored completed and
+// River logs no hard stop after "respgate stopped". The turn is held upstream until the drain
+// began; it is released when serve logged "respgate stopped" (the regression: serve returned
+// before Shutdown did, cancelling River's stop context, so River hard-stopped and the turn was
+// cut), when its call was cancelled (the other regression: River started on the signal's context,
+// which cancels running jobs at once), or after a second, whichever comes first. The second only
+// gives a regression the time to show; the test passes or fails on what was logged and stored.
+func TestShutdownDrainsARunningBackgroundTurnWithoutAHardStop(t *testing.T) {
+	sim := vllmsim.New(vllmsim.Options{})
+	held, release := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			close(held) // one turn only
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	defer up.Close()
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "r.db")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--upstream-url", up.URL + "/v1", "--shutdown-timeout", "30s"},
+			env(map[string]string{"RESPGATE_DATABASE_URL": dsn}), &out)
+	}()
+	addr := logged(t, &out, done, "respgate listening")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/responses",
+		strings.NewReader(`{"model":"`+vllmsim.HarmonyModel+`","input":"hi","background":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued struct{ ID string }
+	err = json.NewDecoder(resp.Body).Decode(&queued)
+	_ = resp.Body.Close()
+	if err != nil || queued.ID == "" {
+		t.Fatalf("background POST: %d, %v", resp.StatusCode, err)
+	}
+	<-held // a worker is running the turn
+	cancel()
+	logged(t, &out, done, "shutting down: draining in-flight requests")
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for !bytes.Contains(out.Bytes(), []byte(`"msg":"respgate stopped"`)) {
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-release:
+				return
+			}
+		}
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(time.Second):
+	}
+	close(release)
+	<-stopped
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, out.Bytes())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out.Bytes())), "\n")
+	if bytes.Contains(out.Bytes(), []byte("Hard stop")) || !strings.Contains(lines[len(lines)-1], `"msg":"respgate stopped"`) {
+		t.Errorf("shutdown log:\n%s", strings.Join(lines[max(0, len(lines)-6):], "\n"))
+	}
+	var view struct{ Status string }
+	if err := json.Unmarshal([]byte(mustAdmin(t, dsn, "inspect", queued.ID)), &view); err != nil || view.Status != "completed" {
+		t.Errorf("the background turn running at the signal is %q (%v), want completed", view.Status, err)
 	}
 }

@@ -5,5 +5,5 @@
 // series a live respgate exports.
 //
 // It is its own Go module so that Helm, the Kubernetes API types and Prometheus stay out of
-// respgate's go.mod: `make deploy-test` runs it, after `make test`. It has no API.
+// respgate's go.mod: `make deploy-test` runs it, the last step of `make test`. It has no API.
 package opstest

@@ -8,41 +8,51 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
-	"github.com/respgate/respgate/respgatetest"
+	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
 // series is what /metrics exported: each sample name with its label names and their values.
 type series map[string]map[string]map[string]bool
 
-// exported runs a live respgate (in process, on SQLite, with the simulator), drives a few turns of
-// every kind the dashboard watches, and returns the series its /metrics then exports: each sample
-// name (histograms' _bucket, _sum and _count included) with its label names.
+// exported runs respgate as an operator does (the binary built from this checkout, on SQLite, its
+// upstreams a fleet of two simulated vLLM replicas named in an --upstreams file), drives a few
+// turns of every kind the dashboard watches, and returns the series its /metrics then exports:
+// each sample name (histograms' _bucket, _sum and _count included) with its label names.
+//
+// One replica answers its health and model probes but fails every generation with a 503, so the
+// turns whose key it is the first choice for fail over to the other: the replica's failures, the
+// pool's failovers and the passive "down" marking are exported too, not only what a calm fleet shows.
 func exported(t *testing.T) series {
 	t.Helper()
-	g := respgatetest.New(t)
+	base := startRespgate(t, fleetFile(t))
 	post := func(path, body string) []byte {
 		t.Helper()
-		return call(t, http.MethodPost, g.URL+path, body)
+		return call(t, http.MethodPost, base+"/v1"+path, body)
 	}
 	var first struct{ ID string }
 	if err := json.Unmarshal(post("/responses", `{"model":"openai/gpt-oss-sim","input":"remember: the sky is green"}`), &first); err != nil || first.ID == "" {
 		t.Fatalf("first turn: %v", err)
 	}
 	post("/responses", `{"model":"openai/gpt-oss-sim","input":"and?","stream":true,"previous_response_id":"`+first.ID+`"}`)
-	call(t, http.MethodGet, g.URL+"/responses/"+first.ID, "")
+	call(t, http.MethodGet, base+"/v1/responses/"+first.ID, "")
 	var bg struct{ ID string }
 	if err := json.Unmarshal(post("/responses", `{"model":"openai/gpt-oss-sim","input":"later","background":true}`), &bg); err != nil || bg.ID == "" {
 		t.Fatalf("background turn: %v", err)
 	}
 	// Following the stream returns once the background turn ended.
-	call(t, http.MethodGet, g.URL+"/responses/"+bg.ID+"?stream=true", "")
+	call(t, http.MethodGet, base+"/v1/responses/"+bg.ID+"?stream=true", "")
 	chat := post("/chat/completions", `{"model":"openai/gpt-oss-sim","messages":[{"role":"user","content":"hi"}]}`)
 	var cc struct {
 		Choices []struct{ Message json.RawMessage }
@@ -52,10 +62,102 @@ func exported(t *testing.T) series {
 	}
 	post("/chat/completions", `{"model":"openai/gpt-oss-sim","messages":[{"role":"user","content":"hi"},`+string(cc.Choices[0].Message)+`,{"role":"user","content":"more"}]}`)
 	post("/responses/compact", `{"model":"openai/gpt-oss-sim","previous_response_id":"`+first.ID+`"}`)
-	call(t, http.MethodGet, strings.TrimSuffix(g.URL, "/v1")+"/readyz", "")
+	call(t, http.MethodGet, base+"/readyz", "")
+	// Chains of their own (prompt_cache_key is a routing key) until one was first routed to the
+	// failing replica and failed over: each does with probability ½, so 40 chains all missing it
+	// is a 2⁻⁴⁰ chance.
+	have := scrape(t, base)
+	for i := 0; i < 40 && have["respgate_upstream_pool_failovers_total"] == nil; i++ {
+		post("/responses", fmt.Sprintf(`{"model":"openai/gpt-oss-sim","input":"hello","prompt_cache_key":"chain-%d"}`, i))
+		have = scrape(t, base)
+	}
+	return have
+}
 
+// fleetFile writes an --upstreams file naming two simulated replicas in one chain-affine pool:
+// one healthy, one answering its probes but failing every generation with a 503.
+func fleetFile(t *testing.T) string {
+	t.Helper()
+	good := httptest.NewServer(vllmsim.New(vllmsim.Options{}))
+	t.Cleanup(good.Close)
+	sim := vllmsim.New(vllmsim.Options{})
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"message":"overloaded","type":"ServiceUnavailableError","code":503}}`)
+			return
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(bad.Close)
+	path := filepath.Join(t.TempDir(), "upstreams.yaml")
+	text := "pools:\n  - name: sim\n    urls: [" + good.URL + "/v1, " + bad.URL + "/v1]\n    policy: chain-affine\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startRespgate builds cmd/respgate from this checkout (the repository's own module, not this
+// one's dependency versions), starts it on a loopback port with SQLite in the test's temp
+// directory and --upstreams upstreams, and returns its base URL (without /v1). It is stopped with
+// SIGTERM and waited for in t.Cleanup.
+func startRespgate(t *testing.T, upstreams string) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "respgate")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/respgate")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/respgate: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--upstreams", upstreams)
+	cmd.Env = append(os.Environ(), "RESPGATE_DATABASE_URL=sqlite:"+filepath.Join(dir, "respgate.db"))
+	logs, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	drained := make(chan struct{})
+	var tail []string
+	go func() {
+		defer close(drained)
+		sc := bufio.NewScanner(logs)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "respgate listening" {
+				addr <- line.Addr
+			}
+			tail = append(tail[max(0, len(tail)-19):], sc.Text())
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-drained
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("respgate: %v\n%s", err, strings.Join(tail, "\n"))
+		}
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-drained:
+		t.Fatalf("respgate stopped before listening:\n%s", strings.Join(tail, "\n"))
+	}
+	return ""
+}
+
+// scrape reads base's /metrics into series.
+func scrape(t *testing.T, base string) series {
+	t.Helper()
 	out := series{}
-	sc := bufio.NewScanner(bytes.NewReader(call(t, http.MethodGet, strings.TrimSuffix(g.URL, "/v1")+"/metrics", "")))
+	sc := bufio.NewScanner(bytes.NewReader(call(t, http.MethodGet, base+"/metrics", "")))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -128,6 +230,10 @@ func call(t *testing.T, method, url, body string) []byte {
 	return b
 }
 
+// exactLabels are the labels whose values an expression must spell as respgate does: every
+// value it matches is exported after exported's turns.
+var exactLabels = map[string]bool{"route": true, "op": true, "outcome": true}
+
 // scrapeLabels are the labels Prometheus adds to every series it scrapes.
 var scrapeLabels = map[string]bool{"job": true, "instance": true}
 
@@ -160,8 +266,9 @@ func check(expr string, have series) []error {
 				errs = append(errs, fmt.Errorf("%s has no label %q", vs.Name, m.Name))
 				continue
 			}
-			// An exact route or operation must be one respgate uses (statuses vary by traffic).
-			if (m.Name == "route" || m.Name == "op") && !slices.ContainsFunc(slices.Collect(maps.Keys(values)), m.Matches) {
+			// An exact route, operation or routing outcome must be one respgate uses (statuses
+			// vary by traffic).
+			if exactLabels[m.Name] && !slices.ContainsFunc(slices.Collect(maps.Keys(values)), m.Matches) {
 				errs = append(errs, fmt.Errorf("%s{%s} matches none of %v", vs.Name, m, slices.Sorted(maps.Keys(values))))
 			}
 		}
@@ -281,23 +388,56 @@ func TestDashboardAndAlertsNameOnlyExportedSeries(t *testing.T) {
 	}
 	// The alerts the operator's guide promises.
 	rules := ruleExprs(t, "../prometheus/alerts.yml")
-	for _, want := range []string{"RespgateTurnsFailing", "RespgateStoreUnavailable", "RespgateBackgroundQueueOld", "RespgateReplicaDown", "RespgateLeasesSwept"} {
+	for _, want := range []string{"RespgateTurnsFailing", "RespgateStoreUnavailable", "RespgateBackgroundQueueOld", "RespgateReplicaDown",
+		"RespgateLeasesSwept", "RespgateUpstreamReplicaDown", "RespgateUpstreamPoolDown"} {
 		if rules[want] == "" {
 			t.Errorf("alerts.yml lacks %s", want)
 		}
 	}
+	// Every series of the fleet (upstream/fleet/metrics.go) has a panel.
+	dash := dashboardExprs(t, "../grafana/respgate.json")
+	for _, name := range slices.Sorted(maps.Keys(have)) {
+		if !strings.HasPrefix(name, "respgate_upstream_replica_") && !strings.HasPrefix(name, "respgate_upstream_pool_") &&
+			name != "respgate_upstream_input_tokens_total" && name != "respgate_upstream_cached_tokens_total" {
+			continue
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Values(dash)), func(expr string) bool { return names(expr)[name] }) {
+			t.Errorf("the dashboard has no panel for the fleet's %s", name)
+		}
+	}
+	if have["respgate_upstream_replica_healthy"] == nil {
+		t.Errorf("respgate with --upstreams exported no fleet series")
+	}
+}
+
+// names returns the series names expr selects (nil if it does not parse).
+func names(expr string) map[string]bool {
+	ast, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return nil
+	}
+	out := map[string]bool{}
+	parser.Inspect(ast, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			out[vs.Name] = true
+		}
+		return nil
+	})
+	return out
 }
 
 // TestCheckCatchesDrift keeps the check honest: a renamed series, a label it lacks, a route
-// respgate does not serve and a syntax error are each reported.
+// respgate does not serve, a misspelt routing outcome and a syntax error are each reported.
 func TestCheckCatchesDrift(t *testing.T) {
 	have := series{
-		"respgate_http_requests_total": {"route": {"/v1/responses": true}, "status": {"200": true}},
+		"respgate_http_requests_total":        {"route": {"/v1/responses": true}, "status": {"200": true}},
+		"respgate_upstream_pool_routed_total": {"pool": {"sim": true}, "outcome": {"first_choice": true}},
 	}
 	for _, expr := range []string{
 		`rate(respgate_http_request_total[5m])`,
 		`rate(respgate_http_requests_total{code="500"}[5m])`,
 		`rate(respgate_http_requests_total{route="/responses"}[5m])`,
+		`rate(respgate_upstream_pool_routed_total{outcome="first-choice"}[5m])`,
 		`sum(rate(respgate_http_requests_total[5m])`,
 	} {
 		if errs := check(expr, have); len(errs) == 0 {
