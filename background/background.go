@@ -53,8 +53,9 @@ type Config struct {
 	Housekeeping         func(ctx context.Context)
 	HousekeepingInterval time.Duration
 	// FetchPollInterval is how often a worker looks for new jobs when nothing woke it (default:
-	// River's 1 s where the database has a notifier (Postgres), 100 ms where it has none
-	// (SQLite), since there it is the queue's pick-up latency).
+	// River's 1 s where the database has a notifier, as both backends have (Postgres's
+	// LISTEN/NOTIFY, River's notification table on SQLite), 100 ms where it has none, since
+	// there it is the queue's pick-up latency).
 	FetchPollInterval time.Duration
 	// Logger receives River's logs (default slog.Default()).
 	Logger *slog.Logger

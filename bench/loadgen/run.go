@@ -67,6 +67,9 @@ type Sample struct {
 	TTFB time.Duration `json:"ttfb_ns"`
 	// TTFD is the time to the first event whose type ends in ".delta" (0: none).
 	TTFD time.Duration `json:"ttfd_ns"`
+	// TTFE is the time to the first event of a stream (0: none): what a client waiting for a
+	// background response's stream waits for.
+	TTFE time.Duration `json:"ttfe_ns"`
 	// E2E is the time until the body was read to its end.
 	E2E   time.Duration `json:"e2e_ns"`
 	Bytes int64         `json:"bytes"`
@@ -365,6 +368,9 @@ func (sr *streamReader) feed() {
 		}
 	}
 	sr.prev = now
+	if s.TTFE == 0 {
+		s.TTFE = now.Sub(sr.t0)
+	}
 	if strings.HasSuffix(typ, ".delta") {
 		if s.TTFD == 0 {
 			s.TTFD = now.Sub(sr.t0)

@@ -57,6 +57,7 @@ type Summary struct {
 	RPS     float64 `json:"rps"`
 	TTFB    Dist    `json:"ttfb"`
 	TTFD    Dist    `json:"ttfd"`
+	TTFE    Dist    `json:"ttfe"`
 	E2E     Dist    `json:"e2e"`
 	// Gap is over every inter-event gap (Config.KeepGaps), MaxGap over each stream's largest.
 	Gap    Dist `json:"gap"`
@@ -70,7 +71,7 @@ type Summary struct {
 // Summarize aggregates r.
 func Summarize(r *Result) Summary {
 	s := Summary{Requests: len(r.Samples), WallSec: r.Wall.Seconds()}
-	var ttfb, ttfd, e2e, gaps, maxGaps []time.Duration
+	var ttfb, ttfd, ttfe, e2e, gaps, maxGaps []time.Duration
 	for i := range r.Samples {
 		x := &r.Samples[i]
 		c := &x.Check
@@ -99,6 +100,9 @@ func Summarize(r *Result) Summary {
 			if x.TTFD > 0 {
 				ttfd = append(ttfd, x.TTFD)
 			}
+			if x.TTFE > 0 {
+				ttfe = append(ttfe, x.TTFE)
+			}
 			gaps = append(gaps, x.Gaps...)
 			maxGaps = append(maxGaps, x.MaxGap)
 			if x.MaxGapBefore != "" {
@@ -121,7 +125,7 @@ func Summarize(r *Result) Summary {
 	if r.Wall > 0 {
 		s.RPS = float64(s.OK) / r.Wall.Seconds()
 	}
-	s.TTFB, s.TTFD, s.E2E = NewDist(ttfb), NewDist(ttfd), NewDist(e2e)
+	s.TTFB, s.TTFD, s.TTFE, s.E2E = NewDist(ttfb), NewDist(ttfd), NewDist(ttfe), NewDist(e2e)
 	s.Gap, s.MaxGap = NewDist(gaps), NewDist(maxGaps)
 	return s
 }

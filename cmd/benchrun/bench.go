@@ -78,6 +78,8 @@ type arm struct {
 	// store is sent as "store" ("" omits it); done is whether the arm ends streams with [DONE].
 	store string
 	done  bool
+	// background sends background:true (the background scenario's arms).
+	background bool
 	// idleRSS is the process's RSS right after it started, before any load.
 	idleRSS int64
 }
@@ -132,6 +134,7 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	for _, s := range []sc{
 		{"latency", b.scenarioLatency},
+		{"background", b.scenarioBackground},
 		{"c256", b.scenarioC256},
 		{"allocs", b.scenarioAllocs},
 		{"nonstream", b.scenarioNonStream},

@@ -16,6 +16,7 @@
 // median of the round figures, with their spread; "added" figures are X − A paired per round):
 //
 //	latency    c=1: time to first byte and first delta (short streams), inter-event gaps (a long one)
+//	background c=1: create → first event of background:true streams beside foreground ones (D, E)
 //	c256       256 concurrent streams: latency, CPU per relayed event, RSS per open stream
 //	allocs     heap allocations per relayed event and per delta, in instrumented twins of B, C, D, E
 //	nonstream  non-streaming requests per second at c=16, and the best rate with p99 ≤ 10 ms
@@ -87,7 +88,7 @@ type options struct {
 
 func (o *options) want(s string) bool { return len(o.only) == 0 || o.only[s] }
 
-var scenarioNames = []string{"latency", "c256", "allocs", "nonstream", "chain", "agent", "capacity"}
+var scenarioNames = []string{"latency", "background", "c256", "allocs", "nonstream", "chain", "agent", "capacity"}
 
 func runBench(args []string) error {
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)

@@ -160,6 +160,7 @@ func (r *report) markdown() string {
 	w("%s", r.summaryMarkdown())
 	w("\n")
 	r.latencyMD(w)
+	r.backgroundMD(w)
 	r.c256MD(w)
 	r.allocsMD(w)
 	r.nonStreamMD(w)

@@ -15,24 +15,25 @@ import (
 )
 
 type report struct {
-	Started   time.Time          `json:"started"`
-	WallSec   float64            `json:"wall_s"`
-	Machine   map[string]any     `json:"machine"`
-	Params    params             `json:"params"`
-	Rounds    int                `json:"rounds"`
-	Quick     bool               `json:"quick"`
-	Arms      []*arm             `json:"arms"`
-	Postgres  map[string]string  `json:"postgres"`
-	Timings   map[string]float64 `json:"scenario_seconds"`
-	Latency   *latencyResult     `json:"latency,omitempty"`
-	C256      *c256Result        `json:"c256,omitempty"`
-	Allocs    *allocResult       `json:"allocs,omitempty"`
-	NonStream *nsResult          `json:"nonstream,omitempty"`
-	Chain     *chainResult       `json:"chain,omitempty"`
-	Agent     *agentResult       `json:"agent,omitempty"`
-	Capacity  *capResult         `json:"capacity,omitempty"`
-	Targets   []target           `json:"targets"`
-	Problems  []string           `json:"problems,omitempty"`
+	Started    time.Time          `json:"started"`
+	WallSec    float64            `json:"wall_s"`
+	Machine    map[string]any     `json:"machine"`
+	Params     params             `json:"params"`
+	Rounds     int                `json:"rounds"`
+	Quick      bool               `json:"quick"`
+	Arms       []*arm             `json:"arms"`
+	Postgres   map[string]string  `json:"postgres"`
+	Timings    map[string]float64 `json:"scenario_seconds"`
+	Latency    *latencyResult     `json:"latency,omitempty"`
+	Background *bgResult          `json:"background,omitempty"`
+	C256       *c256Result        `json:"c256,omitempty"`
+	Allocs     *allocResult       `json:"allocs,omitempty"`
+	NonStream  *nsResult          `json:"nonstream,omitempty"`
+	Chain      *chainResult       `json:"chain,omitempty"`
+	Agent      *agentResult       `json:"agent,omitempty"`
+	Capacity   *capResult         `json:"capacity,omitempty"`
+	Targets    []target           `json:"targets"`
+	Problems   []string           `json:"problems,omitempty"`
 	// Profiles are the CPU profiles -profile took (profileTwin).
 	Profiles []profileRef `json:"profiles,omitempty"`
 	Errors   []string     `json:"errors,omitempty"`
@@ -92,7 +93,7 @@ func boolp(v bool) *bool { return &v }
 func (r *report) targets() []target {
 	var ts []target
 	for _, judge := range []func() []target{
-		r.chainShallowTargets, r.latencyTargets, r.c256Targets, r.allocsTargets,
+		r.chainShallowTargets, r.latencyTargets, r.backgroundTargets, r.c256Targets, r.allocsTargets,
 		r.capacityTargets, r.chainDeepTargets, r.agentTargets, r.nonStreamTargets,
 	} {
 		ts = append(ts, judge()...)
@@ -403,7 +404,7 @@ func finite(v reflect.Value) any {
 // unexpectedFailures counts failed requests in the scenarios where none may fail.
 func (r *report) unexpectedFailures() int {
 	n := 0
-	for _, m := range []map[string]int{failedOf(r.Latency), failedOf(r.C256), failedOf(r.NonStream)} {
+	for _, m := range []map[string]int{failedOf(r.Latency), failedOf(r.Background), failedOf(r.C256), failedOf(r.NonStream)} {
 		for _, v := range m {
 			n += v
 		}
@@ -423,6 +424,10 @@ func failedOf(v any) map[string]int {
 			return x.Failed
 		}
 	case *c256Result:
+		if x != nil {
+			return x.Failed
+		}
+	case *bgResult:
 		if x != nil {
 			return x.Failed
 		}

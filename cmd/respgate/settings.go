@@ -198,7 +198,7 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.server.BackgroundMaxQueued }},
 	{flag: "background-max-per-tenant", def: intDef(serverDefaults.BackgroundMaxPerTenant), help: "queued or running background responses of one tenant; beyond it 429 `too_many_background_responses` with `Retry-After`",
 		bind: func(c *config) any { return &c.server.BackgroundMaxPerTenant }},
-	{flag: "background-poll", def: "0", zeroOK: true, help: "how often an idle worker looks for background jobs nothing woke it for; `0`: 1s on Postgres (River's notifier wakes workers), 100ms on SQLite (no notifier)",
+	{flag: "background-poll", def: "0", zeroOK: true, help: "how often an idle worker looks for background jobs nothing woke it for; `0`: River's 1s (River's insert notifications wake workers: Postgres LISTEN/NOTIFY, on SQLite River's notification table)",
 		bind: func(c *config) any { return &c.server.BackgroundPoll }},
 	{flag: "background-follow-poll", def: durDef(serverDefaults.BackgroundFollowPoll), help: "how often a reader of a running background response's stream looks at the store when no notification woke it (Postgres: LISTEN/NOTIFY wakes it; a fallback for a missed one)",
 		bind: func(c *config) any { return &c.server.BackgroundFollowPoll }},

@@ -34,15 +34,26 @@ type Client[TTx any] struct {
 
 // New builds the insert-only client on driver; schema is River's (empty: the search_path).
 func New[TTx any](driver riverdriver.Driver[TTx], schema string) (*Client[TTx], error) {
-	c, err := river.NewClient(driver, &river.Config{Schema: schema, Logger: discard})
+	c, err := river.NewClient(driver, &river.Config{Schema: schema, Logger: discard, FetchCooldown: fetchCooldown})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return &Client[TTx]{driver: driver, schema: schema, client: c}, nil
 }
 
-// pollWithoutNotifier is the fetch poll interval where River has no notifier.
+// pollWithoutNotifier is the fetch poll interval where River has no notifier. Both of respgate's
+// drivers have one: Postgres's LISTEN/NOTIFY, and on SQLite River's notification table (riversqlite).
 const pollWithoutNotifier = 100 * time.Millisecond
+
+// fetchCooldown is the least time between two fetches of a worker client and between two insert
+// notifications it sends (River uses FetchCooldown for both). River's default, 100 ms, was most of
+// a background turn's start (issue 41): an enqueue within 100 ms of this client's last insert
+// notification sent none, so its job waited for the fetch poll (1 s), and a notification landing
+// within 100 ms of the last fetch waited out the rest of it. 5 ms bounds the second wait to 5 ms
+// and narrows the first to two creates within 5 ms of each other (the later one's job may wait
+// for the poll when the earlier one's fetch ran before it committed). A replica then fetches at
+// most 200 times a second, which only that rate of creates reaches: fetches follow notifications.
+const fetchCooldown = 5 * time.Millisecond
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -139,11 +150,14 @@ func (j *Client[TTx]) Start(ctx context.Context, cfg *river.Config) error {
 	c := *cfg
 	c.Schema = j.schema
 	if c.FetchPollInterval <= 0 && !j.driver.SupportsListener() {
-		// No notifier (SQLite): polling is how a worker learns of a new job, so poll often.
+		// No notifier: polling is how a worker learns of a new job, so poll often.
 		c.FetchPollInterval = pollWithoutNotifier
 	}
-	if c.FetchPollInterval > 0 && c.FetchCooldown <= 0 {
-		c.FetchCooldown = min(river.FetchCooldownDefault, c.FetchPollInterval)
+	if c.FetchCooldown <= 0 {
+		c.FetchCooldown = fetchCooldown
+		if c.FetchPollInterval > 0 {
+			c.FetchCooldown = min(c.FetchCooldown, c.FetchPollInterval)
+		}
 	}
 	client, err := river.NewClient(j.driver, &c)
 	if err != nil {

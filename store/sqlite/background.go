@@ -15,8 +15,8 @@ import (
 
 // Background turns on River (docs/background.md): the store owns the River client
 // (store/jobq, River's SQLite driver) on its own connection, so the queued response and its job
-// are one transaction. River has no notifier on SQLite: the worker client polls, and a cancel is
-// delivered in process (docs/background.md, "SQLite").
+// are one transaction. River's notifier on SQLite is a notification table (riversqlite),
+// and a cancel is delivered in process (docs/background.md, "SQLite").
 
 // openJobs runs River's migrations and builds the insert-only River client.
 func (s *Store) openJobs(ctx context.Context) error {

@@ -1,18 +1,22 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
 )
 
 // Background turns as the store keeps them (docs/background.md): the queued record, its input, its
-// turn and its River job written together, the bounds, the claim and the cancel. No River
-// workers run here: the store's client only inserts and cancels jobs.
+// turn and its River job written together, the bounds, the claim and the cancel, and the pick-up
+// of a job by idle workers (the only case that starts River's workers).
 var backgroundCases = []storeCase{
 	{"a background enqueue stores the queued record, its input and its turn together", testEnqueueBackground},
 	{"a background enqueue past a bound is refused and writes nothing", testEnqueueBackgroundBounds},
@@ -20,6 +24,7 @@ var backgroundCases = []storeCase{
 	{"a cancel of a queued background response stores it cancelled and frees its conversation", testCancelQueuedBackground},
 	{"a cancel of a claimed background response leaves its end to the worker", testCancelClaimedBackground},
 	{"deleting a queued background turn releases its conversation's turn lease and leaves the queue", testDeleteQueuedReleasesTurn},
+	{"a job enqueued right after another is picked up at once, not at the workers' next poll", testEnqueueWakesWorkers},
 }
 
 // enqueue stores a queued background response of tenant with its input, within the bounds.
@@ -235,3 +240,38 @@ func testDeleteQueuedReleasesTurn(t *testing.T, s store.Store) {
 		t.Errorf("acquire while resp_3 holds the lease: %v, want ErrConflict", err)
 	}
 }
+
+// testEnqueueWakesWorkers: each job is picked up at once by idle workers whose poll would not come
+// for an hour, though each is enqueued right after the one before ran (issue 41). With River's
+// default fetch cooldown (100 ms) an enqueue that soon after the last one sent no insert
+// notification, and its job waited for the poll.
+func testEnqueueWakesWorkers(t *testing.T, s store.Store) {
+	jobs, ok := s.(store.Jobs)
+	if !ok {
+		t.Fatal("the store does not implement store.Jobs")
+	}
+	ran := make(chan string, 4)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(_ context.Context, job *river.Job[store.BackgroundJobArgs]) error {
+		ran <- job.Args.ResponseID
+		return nil
+	}))
+	noErr(t, "start workers", jobs.JobsStart(t.Context(), &river.Config{
+		Workers: workers, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		FetchPollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(func() { _ = jobs.JobsStop(context.WithoutCancel(t.Context())) })
+	for _, id := range []string{"resp_1", "resp_2", "resp_3"} {
+		noErr(t, "enqueue "+id, enqueue(t, s, tenantA, id, "", nil, 0, 0))
+		select {
+		case got := <-ran:
+			if got != id {
+				t.Fatalf("ran the job of %s, want %s", got, id)
+			}
+		case <-time.After(pickupWait):
+			t.Fatalf("the job of %s did not run within %s: no notification woke the workers, which wait for their hourly poll", id, pickupWait)
+		}
+	}
+}
+
+// pickupWait bounds the wait for a woken worker: far above any pick-up, far below the poll.
+const pickupWait = 30 * time.Second
