@@ -1,0 +1,50 @@
+package chatbridge
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/respgate/respgate/wire"
+)
+
+// The writer's bounds, stated absolutely: MaxDepth counts nested containers (`{"a":{"b":1}}`
+// nests 2) and MaxBytes the canonical bytes (`{"a":1}` is 7); a value at a bound is written, one
+// past it is not.
+func TestCanonWriterBoundsAreTheNestingAndTheBytes(t *testing.T) {
+	write := func(raw string, budget, depth int) bool {
+		t.Helper()
+		v, err := wire.DecodeValue(json.RawMessage(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := canonWriter{budget: budget, maxDepth: depth}
+		return w.value(v, 0) == nil
+	}
+	for _, tc := range []struct {
+		raw           string
+		budget, depth int
+		want          bool
+	}{
+		{`{"a":{"b":1}}`, 1 << 10, 2, true},
+		{`{"a":{"b":1}}`, 1 << 10, 1, false},
+		{`[[1]]`, 1 << 10, 2, true},
+		{`[[1]]`, 1 << 10, 1, false},
+		{`1`, 1 << 10, 0, true},
+		{`{"a":1}`, 7, 1, true},
+		{`{"a":1}`, 6, 1, false},
+		{`"abc"`, 5, 0, true},
+		{`"abc"`, 4, 0, false},
+	} {
+		if got := write(tc.raw, tc.budget, tc.depth); got != tc.want {
+			t.Errorf("write %s within %d bytes and depth %d: %v, want %v", tc.raw, tc.budget, tc.depth, got, tc.want)
+		}
+	}
+}
+
+// A request without messages still has an identity: the scope's digest, and nothing else.
+func TestIdentifyWithoutMessagesIsTheScopeAlone(t *testing.T) {
+	h, ok := Identify(testScope, nil, Limits{})
+	if !ok || len(h.Digests) != 1 || h.Scope == "" {
+		t.Fatalf("Identify(no messages) = %+v, %v; want the scope's digest only", h, ok)
+	}
+}
