@@ -90,6 +90,39 @@ func (c *Config) defaults() {
 	}
 }
 
+// rescueMargin is how much longer than Config.Timeout a job runs before River rescues it as
+// stuck (its process died).
+const rescueMargin = 5 * time.Minute
+
+// riverConfig is the River configuration Start hands the store (cfg with its defaults): the turn
+// worker on the default queue with cfg.Workers slots and cfg.Timeout per run, and the housekeeping
+// job every cfg.HousekeepingInterval, run at start, when cfg.Housekeeping is set.
+func riverConfig(cfg Config, m *metrics) (*river.Config, error) {
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &turnWorker{cfg: cfg, m: m}); err != nil {
+		return nil, fmt.Errorf("background: %w", err)
+	}
+	rc := &river.Config{
+		Logger:            cfg.Logger,
+		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		JobTimeout:        cfg.Timeout,
+		FetchPollInterval: cfg.FetchPollInterval, // 0: the store's default (store/jobq)
+		// A job whose process died is rescued (and its response's claim decides what a re-run
+		// may do) once it has been running longer than any run may.
+		RescueStuckJobsAfter: cfg.Timeout + rescueMargin,
+	}
+	if cfg.Housekeeping != nil {
+		if err := river.AddWorkerSafely(workers, &housekeepingWorker{run: cfg.Housekeeping}); err != nil {
+			return nil, fmt.Errorf("background: %w", err)
+		}
+		rc.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.HousekeepingInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return housekeepingArgs{}, nil },
+			&river.PeriodicJobOpts{ID: housekeepingKind, RunOnStart: true})}
+	}
+	return rc, nil
+}
+
 // Runner is a started set of workers. Stop it before the store closes.
 type Runner struct {
 	jobs store.Jobs
@@ -106,27 +139,9 @@ func Start(ctx context.Context, jobs store.Jobs, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &turnWorker{cfg: cfg, m: m}); err != nil {
-		return nil, fmt.Errorf("background: %w", err)
-	}
-	rc := &river.Config{
-		Logger:            cfg.Logger,
-		Workers:           workers,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
-		JobTimeout:        cfg.Timeout,
-		FetchPollInterval: cfg.FetchPollInterval, // 0: the store's default (store/jobq)
-		// A job whose process died is rescued (and its response's claim decides what a re-run
-		// may do) once it has been running longer than any run may.
-		RescueStuckJobsAfter: cfg.Timeout + 5*time.Minute,
-	}
-	if cfg.Housekeeping != nil {
-		if err := river.AddWorkerSafely(workers, &housekeepingWorker{run: cfg.Housekeeping}); err != nil {
-			return nil, fmt.Errorf("background: %w", err)
-		}
-		rc.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.HousekeepingInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return housekeepingArgs{}, nil },
-			&river.PeriodicJobOpts{ID: housekeepingKind, RunOnStart: true})}
+	rc, err := riverConfig(cfg, m)
+	if err != nil {
+		return nil, err
 	}
 	if err := jobs.JobsStart(ctx, rc); err != nil {
 		return nil, fmt.Errorf("background: %w", err)
