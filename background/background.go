@@ -90,10 +90,6 @@ func (c *Config) defaults() {
 	}
 }
 
-// rescueMargin is how much longer than Config.Timeout a job runs before River rescues it as
-// stuck (its process died).
-const rescueMargin = 5 * time.Minute
-
 // riverConfig is the River configuration Start hands the store (cfg with its defaults): the turn
 // worker on the default queue with cfg.Workers slots and cfg.Timeout per run, and the housekeeping
 // job every cfg.HousekeepingInterval, run at start, when cfg.Housekeeping is set.
@@ -110,7 +106,7 @@ func riverConfig(cfg Config, m *metrics) (*river.Config, error) {
 		FetchPollInterval: cfg.FetchPollInterval, // 0: the store's default (store/jobq)
 		// A job whose process died is rescued (and its response's claim decides what a re-run
 		// may do) once it has been running longer than any run may.
-		RescueStuckJobsAfter: cfg.Timeout + rescueMargin,
+		RescueStuckJobsAfter: cfg.Timeout + 5*time.Minute,
 	}
 	if cfg.Housekeeping != nil {
 		if err := river.AddWorkerSafely(workers, &housekeepingWorker{run: cfg.Housekeeping}); err != nil {
