@@ -231,3 +231,40 @@ func TestStrandedNamesRunningJobsFetchedBeforeAndNotifyCancelsThem(t *testing.T)
 		t.Fatal("Notify did not end the running job")
 	}
 }
+
+// Stop with its deadline already passed cancels the running job and returns only once the job
+// has returned, without an error.
+func TestStopPastItsDeadlineCancelsRunningJobsAndWaitsForThem(t *testing.T) {
+	c, db := newClient(t)
+	w := &blockingWorker{started: make(chan int64, 1), ended: make(chan int64, 1)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	if err := c.Start(t.Context(), &river.Config{Workers: workers, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	id := inTx(t, db, func(tx *sql.Tx) int64 {
+		id, err := c.InsertTx(t.Context(), tx, store.BackgroundJobArgs{Tenant: "t", ResponseID: "resp_stop"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	})
+	select {
+	case <-w.started:
+	case <-t.Context().Done():
+		t.Fatal("the job never started")
+	}
+	past, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.Stop(past); err != nil {
+		t.Fatalf("Stop past its deadline: %v", err)
+	}
+	select {
+	case got := <-w.ended:
+		if got != id {
+			t.Fatalf("ended %d, want %d", got, id)
+		}
+	default:
+		t.Fatal("Stop returned while its running job had not returned")
+	}
+}
