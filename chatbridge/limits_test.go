@@ -48,3 +48,17 @@ func TestIdentifyWithoutMessagesIsTheScopeAlone(t *testing.T) {
 		t.Fatalf("Identify(no messages) = %+v, %v; want the scope's digest only", h, ok)
 	}
 }
+
+// The records to load for a history are those ending after each assistant message: the chain
+// digest right after it, in order.
+func TestCandidatesAreTheDigestsAfterEachAssistantMessage(t *testing.T) {
+	m := msgs(t, user, `{"role":"assistant","content":"a"}`, `{"role":"user","content":"b"}`, `{"role":"assistant","content":"c"}`)
+	h, ok := Identify(testScope, m, Limits{})
+	if !ok {
+		t.Fatal("not identified")
+	}
+	got := h.Candidates(m)
+	if len(got) != 2 || got[0] != h.Digests[2] || got[1] != h.Digests[4] {
+		t.Fatalf("Candidates = %v, want the digests after messages 1 and 3 (%s, %s)", got, h.Digests[2], h.Digests[4])
+	}
+}
