@@ -2,6 +2,7 @@ package chatbridge
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -60,5 +61,38 @@ func TestCandidatesAreTheDigestsAfterEachAssistantMessage(t *testing.T) {
 	got := h.Candidates(m)
 	if len(got) != 2 || got[0] != h.Digests[2] || got[1] != h.Digests[4] {
 		t.Fatalf("Candidates = %v, want the digests after messages 1 and 3 (%s, %s)", got, h.Digests[2], h.Digests[4])
+	}
+}
+
+// stream_options.include_usage is read as sent: true asks for the usage chunk, false or absent
+// does not; stream_options that is not an object is a 400 naming it.
+func TestStreamOptionsIncludeUsageIsReadAsSent(t *testing.T) {
+	const head = `{"model":"m","messages":[{"role":"user","content":"q"}],"stream":true`
+	for body, want := range map[string]bool{
+		head + `,"stream_options":{"include_usage":true}}`:  true,
+		head + `,"stream_options":{"include_usage":false}}`: false,
+		head + `,"stream_options":{}}`:                      false,
+		head + `}`:                                          false,
+	} {
+		r, err := decodeBody(t, body)
+		if err != nil || r.IncludeUsage != want {
+			t.Errorf("%s: IncludeUsage %v, err %v; want %v", body, r != nil && r.IncludeUsage, err, want)
+		}
+	}
+	var ae *wire.APIError
+	if _, err := decodeBody(t, head+`,"stream_options":[1]}`); !errors.As(err, &ae) || ae.Param != "stream_options" {
+		t.Fatalf("stream_options [1]: %v, want a 400 naming stream_options", err)
+	}
+}
+
+// The token limits are integers from 1 to 2^31, both ends included.
+func TestTokenLimitsAcceptOneTo2Pow31(t *testing.T) {
+	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
+		for n, ok := range map[string]bool{"0": false, "1": true, "2147483648": true, "2147483649": false} {
+			_, err := translate(t, `{"model":"m","messages":[{"role":"user","content":"q"}],"`+name+`":`+n+`}`)
+			if (err == nil) != ok {
+				t.Errorf("%s %s: err %v, want accepted %v", name, n, err, ok)
+			}
+		}
 	}
 }
