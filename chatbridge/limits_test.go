@@ -3,6 +3,7 @@ package chatbridge
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -94,5 +95,29 @@ func TestTokenLimitsAcceptOneTo2Pow31(t *testing.T) {
 				t.Errorf("%s %s: err %v, want accepted %v", name, n, err, ok)
 			}
 		}
+	}
+}
+
+// An assistant message without tool calls is sent back without a tool_calls member, as its chat
+// completion showed it.
+func TestEnvelopeWithoutCallsHasNoToolCalls(t *testing.T) {
+	env := Envelope(items(t, `{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"hi","annotations":[]}]}`))
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(env, &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["tool_calls"]; ok || string(m["content"]) != `"hi"` {
+		t.Fatalf("envelope %s, want the text and no tool_calls", env)
+	}
+}
+
+// An id echoed in an error message is kept up to 64 bytes and cut (marked "…") past that.
+func TestClipIDKeepsUpTo64Bytes(t *testing.T) {
+	at, past := strings.Repeat("a", 64), strings.Repeat("a", 65)
+	if got := clipID(at); got != at {
+		t.Fatalf("clipID(64 bytes) = %q", got)
+	}
+	if got := clipID(past); got != at+"…" {
+		t.Fatalf("clipID(65 bytes) = %q", got)
 	}
 }
