@@ -121,3 +121,15 @@ func TestClipIDKeepsUpTo64Bytes(t *testing.T) {
 		t.Fatalf("clipID(65 bytes) = %q", got)
 	}
 }
+
+// MessageParam at its edges: the first input item, one past the last, an empty or negative
+// index, an unclosed bracket.
+func TestMessageParamAtItsEdges(t *testing.T) {
+	origin := []int{3, 4}
+	for in, want := range map[string]string{"input[0].content": "messages[3]", "input[1]": "messages[4]", "input[2]": "messages",
+		"input[].x": "messages", "input[-1]": "messages", "input[0": "input[0"} {
+		if got := MessageParam(in, origin); got != want {
+			t.Errorf("MessageParam(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
