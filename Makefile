@@ -118,7 +118,7 @@ MUTATE_ARGS    ?=
 mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and server: score and survivors per package (slow; not in make test)
 	@mkdir -p bin/mutate
 	@set -e; for p in $(MUTATE_PKGS); do \
-	  echo "== mutating ./$$p (progress: tail -f bin/mutate/$$p.log)"; \
+	  echo "== mutating ./$$p (progress: tail -f bin/mutate/$$p.log)"; mkdir -p bin/mutate/$$(dirname $$p); \
 	  GOFLAGS="$$GOFLAGS -count=1 -vet=off" $(GO) tool gremlins unleash --workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT) \
 	    --tags mutate -E '^storetest/' -o bin/mutate/$$p.json $(MUTATE_ARGS) ./$$p > bin/mutate/$$p.log 2>&1 || { cat bin/mutate/$$p.log; exit 1; }; \
 	  grep -E '^ *(LIVED|TIMED OUT) ' bin/mutate/$$p.log | sed 's/^ */  /' || true; \

@@ -91,22 +91,10 @@ func (c *Config) defaults() {
 	}
 }
 
-// Runner is a started set of workers. Stop it before the store closes.
-type Runner struct {
-	jobs store.Jobs
-}
-
-// Start configures River's client in jobs (the store) with the turn worker and the housekeeping
-// job and starts it.
-func Start(ctx context.Context, jobs store.Jobs, cfg Config) (*Runner, error) {
-	cfg.defaults()
-	if cfg.Turn == nil {
-		return nil, errors.New("background: Config.Turn is required")
-	}
-	m, err := newMetrics(cfg.Meter)
-	if err != nil {
-		return nil, err
-	}
+// riverConfig is the River configuration Start hands the store (cfg with its defaults): the turn
+// worker on the default queue with cfg.Workers slots and cfg.Timeout per run, and the housekeeping
+// job every cfg.HousekeepingInterval, run at start, when cfg.Housekeeping is set.
+func riverConfig(cfg Config, m *metrics) (*river.Config, error) {
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &turnWorker{cfg: cfg, m: m}); err != nil {
 		return nil, fmt.Errorf("background: %w", err)
@@ -128,6 +116,29 @@ func Start(ctx context.Context, jobs store.Jobs, cfg Config) (*Runner, error) {
 		rc.PeriodicJobs = []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.HousekeepingInterval),
 			func() (river.JobArgs, *river.InsertOpts) { return housekeepingArgs{}, nil },
 			&river.PeriodicJobOpts{ID: housekeepingKind, RunOnStart: true})}
+	}
+	return rc, nil
+}
+
+// Runner is a started set of workers. Stop it before the store closes.
+type Runner struct {
+	jobs store.Jobs
+}
+
+// Start configures River's client in jobs (the store) with the turn worker and the housekeeping
+// job and starts it.
+func Start(ctx context.Context, jobs store.Jobs, cfg Config) (*Runner, error) {
+	cfg.defaults()
+	if cfg.Turn == nil {
+		return nil, errors.New("background: Config.Turn is required")
+	}
+	m, err := newMetrics(cfg.Meter)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := riverConfig(cfg, m)
+	if err != nil {
+		return nil, err
 	}
 	if err := jobs.JobsStart(ctx, rc); err != nil {
 		return nil, fmt.Errorf("background: %w", err)

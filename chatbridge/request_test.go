@@ -108,6 +108,7 @@ func TestUntranslatableMembersAreA400NamingThem(t *testing.T) {
 		{`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio"}]}]}`, "messages[0].content[0].type"},
 		{`{"model":"m","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id"},
 		{`{"model":"m","messages":[{"role":"user"}]}`, "messages[0].content"},
+		{`{"model":"m","messages":[{"role":"user","content":42}]}`, "messages[0].content"},
 		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom"}]}]}`, "messages[0].tool_calls[0]"},
 		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}},{"id":"c","type":"function","function":{"name":"g"}}]}]}`, "messages[0].tool_calls[1].id"},
 		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]},{"role":"tool","tool_call_id":"c","content":"o"},{"role":"assistant","tool_calls":[{"id":"d","type":"function","function":{"name":"f"}},{"id":"c","type":"function","function":{"name":"f"}}]}]}`, "messages[2].tool_calls[1].id"},

@@ -227,11 +227,11 @@ func HandoffMessage(prompt string) wire.Item {
 type Opener func(id, encrypted string) (*Payload, error)
 
 // Expand returns items with every compaction item replaced by its summary message, and the items
-// it replaced (by id) left out; the summary takes the place of the first replaced item present,
-// else the compaction item's own place. drop lists more ids to leave out (those a compaction item
-// of a later part of the request replaced). It returns items itself when there is no compaction
-// item and nothing to drop. replaced is every id the compaction items of items replaced. An item
-// that does not open is an *ItemError naming its index.
+// it replaced (by id) left out; the summary takes the place of the first replaced item present
+// before the compaction item, else the compaction item's own place. drop lists more ids to leave
+// out (those a compaction item of a later part of the request replaced). It returns items itself
+// when there is no compaction item and nothing to drop. replaced is every id the compaction items
+// of items replaced. An item that does not open is an *ItemError naming its index.
 func Expand(items []wire.Item, open Opener, drop map[string]bool) (out []wire.Item, replaced map[string]bool, err error) {
 	found := len(drop) > 0
 	for _, it := range items {
@@ -280,8 +280,11 @@ func Expand(items []wire.Item, open Opener, drop map[string]bool) (out []wire.It
 				break
 			}
 		}
+		// Two summaries for one place: keep both, in order. A pushed summary never passes its
+		// own item's index: the summaries placed before it sit at or before their own items,
+		// which come earlier, so every summary has a place among items.
 		for _, taken := at[pos]; taken; _, taken = at[pos] {
-			pos++ // two summaries for one place: keep both, in order
+			pos++
 		}
 		at[pos] = op.msg
 	}
@@ -294,13 +297,6 @@ func Expand(items []wire.Item, open Opener, drop map[string]bool) (out []wire.It
 			continue
 		}
 		out = append(out, it)
-	}
-	for i := len(items); ; i++ { // summaries pushed past the end
-		m, ok := at[i]
-		if !ok {
-			break
-		}
-		out = append(out, m)
 	}
 	return out, replaced, nil
 }

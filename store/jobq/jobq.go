@@ -147,18 +147,7 @@ func (j *Client[TTx]) Start(ctx context.Context, cfg *river.Config) error {
 	if j.working {
 		return store.ErrJobsStarted
 	}
-	c := *cfg
-	c.Schema = j.schema
-	if c.FetchPollInterval <= 0 && !j.driver.SupportsListener() {
-		// No notifier: polling is how a worker learns of a new job, so poll often.
-		c.FetchPollInterval = pollWithoutNotifier
-	}
-	if c.FetchCooldown <= 0 {
-		c.FetchCooldown = fetchCooldown
-		if c.FetchPollInterval > 0 {
-			c.FetchCooldown = min(c.FetchCooldown, c.FetchPollInterval)
-		}
-	}
+	c := workerConfig(cfg, j.schema, j.driver.SupportsListener())
 	client, err := river.NewClient(j.driver, &c)
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
@@ -168,6 +157,25 @@ func (j *Client[TTx]) Start(ctx context.Context, cfg *river.Config) error {
 	}
 	j.client, j.working = client, true
 	return nil
+}
+
+// workerConfig is cfg as Start builds its client from it: River's schema set, and where River has
+// no notifier (listener false) a short fetch poll unless cfg sets one; a set poll gets a fetch
+// cooldown no longer than itself unless cfg sets one. cfg itself is not changed.
+func workerConfig(cfg *river.Config, schema string, listener bool) river.Config {
+	c := *cfg
+	c.Schema = schema
+	if c.FetchPollInterval <= 0 && !listener {
+		// No notifier (SQLite): polling is how a worker learns of a new job, so poll often.
+		c.FetchPollInterval = pollWithoutNotifier
+	}
+	if c.FetchCooldown <= 0 {
+		c.FetchCooldown = fetchCooldown
+		if c.FetchPollInterval > 0 {
+			c.FetchCooldown = min(c.FetchCooldown, c.FetchPollInterval)
+		}
+	}
+	return c
 }
 
 // Stop stops the working client: running jobs may finish until ctx ends, then their contexts

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
@@ -157,4 +158,113 @@ func TestStartWorksQueuedJobsOnceAndStopEnds(t *testing.T) {
 		t.Fatalf("Start changed the caller's config: %+v", cfg)
 	}
 	stop()
+}
+
+// blockingWorker holds each job until its context ends, reporting when it starts and ends.
+type blockingWorker struct {
+	river.WorkerDefaults[store.BackgroundJobArgs]
+	started, ended chan int64
+}
+
+func (w *blockingWorker) Work(ctx context.Context, job *river.Job[store.BackgroundJobArgs]) error {
+	w.started <- job.ID
+	<-ctx.Done()
+	w.ended <- job.ID
+	return ctx.Err()
+}
+
+// A job a worker holds is stranded as of any time after it was fetched, not before; a job not
+// running is never stranded. Notify of a running job succeeds and ends its worker's context.
+func TestStrandedNamesRunningJobsFetchedBeforeAndNotifyCancelsThem(t *testing.T) {
+	c, db := newClient(t)
+	w := &blockingWorker{started: make(chan int64, 1), ended: make(chan int64, 1)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	if err := c.Start(t.Context(), &river.Config{Workers: workers, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(context.WithoutCancel(t.Context())); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	before := time.Now().Add(-time.Hour)
+	insert := func() int64 {
+		return inTx(t, db, func(tx *sql.Tx) int64 {
+			id, err := c.InsertTx(t.Context(), tx, store.BackgroundJobArgs{Tenant: "t", ResponseID: "resp_s"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		})
+	}
+	running := insert()
+	select {
+	case got := <-w.started:
+		if got != running {
+			t.Fatalf("worker started %d, want %d", got, running)
+		}
+	case <-t.Context().Done():
+		t.Fatal("the job never started")
+	}
+	queued := insert() // the only worker is busy: it stays available
+	got, err := c.Stranded(t.Context(), []int64{running, queued, 987654}, time.Now().Add(time.Hour))
+	if err != nil || len(got) != 1 || !got[running] {
+		t.Fatalf("Stranded as of later = %v, %v; want only the running job %d", got, err, running)
+	}
+	if got, err := c.Stranded(t.Context(), []int64{running, queued}, before); err != nil || len(got) != 0 {
+		t.Fatalf("Stranded as of before its fetch = %v, %v; want none", got, err)
+	}
+	// Cancelled while the only worker is busy, the queued job never runs (so Stop need not wait).
+	if st := inTx(t, db, func(tx *sql.Tx) rivertype.JobState { st, _ := c.CancelTx(t.Context(), tx, queued); return st }); st != rivertype.JobStateCancelled {
+		t.Fatalf("the queued job cancelled: %s", st)
+	}
+	if err := c.Notify(t.Context(), running); err != nil {
+		t.Fatalf("Notify of a running job: %v", err)
+	}
+	select {
+	case got := <-w.ended:
+		if got != running {
+			t.Fatalf("worker ended %d, want %d", got, running)
+		}
+	case <-t.Context().Done():
+		t.Fatal("Notify did not end the running job")
+	}
+}
+
+// Stop with its deadline already passed cancels the running job and returns only once the job
+// has returned, without an error.
+func TestStopPastItsDeadlineCancelsRunningJobsAndWaitsForThem(t *testing.T) {
+	c, db := newClient(t)
+	w := &blockingWorker{started: make(chan int64, 1), ended: make(chan int64, 1)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	if err := c.Start(t.Context(), &river.Config{Workers: workers, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	id := inTx(t, db, func(tx *sql.Tx) int64 {
+		id, err := c.InsertTx(t.Context(), tx, store.BackgroundJobArgs{Tenant: "t", ResponseID: "resp_stop"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	})
+	select {
+	case <-w.started:
+	case <-t.Context().Done():
+		t.Fatal("the job never started")
+	}
+	past, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.Stop(past); err != nil {
+		t.Fatalf("Stop past its deadline: %v", err)
+	}
+	select {
+	case got := <-w.ended:
+		if got != id {
+			t.Fatalf("ended %d, want %d", got, id)
+		}
+	default:
+		t.Fatal("Stop returned while its running job had not returned")
+	}
 }
