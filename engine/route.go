@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"encoding/json"
+
 	"github.com/respgate/respgate/upstream/fleet"
 	"github.com/respgate/respgate/wire"
 )
@@ -25,7 +27,28 @@ func routeKey(tn string, req *Spec, first *wire.Item) string {
 		}
 	}
 	if first != nil {
-		p.FirstInput = first.JSON
+		p.FirstInput = openingOf(first)
 	}
 	return fleet.Key(p)
+}
+
+// openingOf is the first item as the key hashes it: its members without "id". respgate gives
+// every turn's input items fresh ids, so two turns that open with the same message (two clients,
+// two respgate replicas, a client that resends its whole history) would otherwise get different
+// keys, and the replica holding that prefix would see only one of them (issue 39). An item that
+// does not parse keeps its raw JSON.
+func openingOf(it *wire.Item) []byte {
+	if it.ID == "" {
+		return it.JSON
+	}
+	fields, err := it.Fields()
+	if err != nil {
+		return it.JSON
+	}
+	delete(fields, "id")
+	b, err := json.Marshal(fields) // map keys in sorted order: a stable serialisation
+	if err != nil {
+		return it.JSON
+	}
+	return b
 }

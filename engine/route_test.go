@@ -93,3 +93,43 @@ func TestTheTurnsOfAChainShareTheirKeyAndPreferTheLastReplica(t *testing.T) {
 		t.Fatalf("the stored replica of the last turn: %v %+v", err, r)
 	}
 }
+
+// Two first turns with the same opening, sent apart (by two clients, to two respgate replicas, or
+// by a client that resends its whole history every turn), get the same key: the opening is its
+// content, not the item id respgate gives each turn's input, so every respgate replica routes it
+// to the replica whose cache holds that prefix (issue 39: the two replicas choose the same vLLM
+// replica). Kills: an opening key that hashes the first item with its generated id.
+func TestTheSameOpeningSentTwiceHasOneKey(t *testing.T) {
+	sim := httptest.NewServer(vllmsim.New(vllmsim.Options{}))
+	t.Cleanup(sim.Close)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	uc, err := upstream.New(upstream.Config{BaseURL: sim.URL + "/v1", Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &recordingCaller{Caller: upstream.Single(uc)}
+	e := newTestEngine(t, Config{}, newSQLite(t), rc)
+	for _, body := range []string{
+		`{"model":"openai/gpt-oss-sim","input":"same opening","instructions":"be brief"}`,
+		`{"model":"openai/gpt-oss-sim","input":"same opening","instructions":"be brief","stream":true}`,
+		`{"model":"openai/gpt-oss-sim","input":[{"type":"message","role":"user","content":"same opening"}],"instructions":"be brief","store":false}`,
+		`{"model":"openai/gpt-oss-sim","input":"another opening","instructions":"be brief"}`,
+	} {
+		if code, out := call(t, e, body); code != http.StatusOK {
+			t.Fatalf("turn: %d %s", code, out)
+		}
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.routes) != 4 {
+		t.Fatalf("%d upstream calls, want 4", len(rc.routes))
+	}
+	k := rc.routes[0].Key
+	if k == "" || rc.routes[1].Key != k || rc.routes[2].Key != k {
+		t.Errorf("keys %q, %q, %q: want one key for one opening", k, rc.routes[1].Key, rc.routes[2].Key)
+	}
+	if rc.routes[3].Key == k {
+		t.Error("another opening has the same key")
+	}
+}

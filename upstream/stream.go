@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,6 +180,85 @@ func (s *Stream) decode(ev sse.Event, err error, ok bool) (_ wire.Event, _ error
 		}
 	}
 	return wire.Event{Type: internType(typ), Data: s.buf}, nil, false
+}
+
+// Peek waits for the stream's first event, without consuming it: Events yields it, and all that
+// follows, as if Peek had not been called. It returns nil when the stream begins with an ordinary
+// event; the *Error an "error" event names (EventError) when it begins with one; and the failure
+// that ends the stream when the body breaks, ends or times out before any event (KindStreamBroken,
+// KindTimeout, KindCanceled as Events reports them; the stream is then released). A fleet peeks
+// before it hands a stream to the turn, so that a replica that answered 200 and then failed
+// before its first event is skipped while nothing has reached the client (issue 39;
+// docs/fleet.md, "Health and failover"). Call it at most once, before Events; the caller must
+// still Close the Stream.
+func (s *Stream) Peek() error {
+	s.mu.Lock()
+	if s.err != nil || s.pushing {
+		err := s.err
+		if err == nil {
+			err = ErrClosed
+		}
+		s.mu.Unlock()
+		return err
+	}
+	body := s.rd.r
+	s.mu.Unlock()
+	rd := &idleReader{r: body, cl: s.cl, d: s.cl.idleD}
+	var buf []byte
+	chunk := make([]byte, 4<<10)
+	for {
+		n, rerr := rd.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if data, typ, ok := firstEvent(buf, s.c.maxEventBytes); ok {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.err != nil {
+				return s.err
+			}
+			// The decoder reads the peeked bytes again, then the rest of the body.
+			s.rd.r = io.MultiReader(bytes.NewReader(buf), body)
+			if typ == string(wire.EventError) {
+				return s.EventError(data)
+			}
+			return nil
+		}
+		if rerr == nil && len(buf) > s.c.maxEventBytes {
+			rerr = &Error{Kind: KindEventTooLarge, Message: "first event exceeds " + strconv.Itoa(s.c.maxEventBytes) + " bytes"}
+		}
+		if rerr != nil {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.err != nil {
+				return s.err
+			}
+			if errors.Is(rerr, io.EOF) {
+				rerr = &Error{Kind: KindStreamBroken, Message: "the stream ended before its first event"}
+			} else if e := (*Error)(nil); !errors.As(rerr, &e) {
+				rerr = s.c.classify(s.cl.caller, s.cl.ctx, rerr, true)
+			}
+			_, err := s.fail(rerr)
+			return err
+		}
+	}
+}
+
+// firstEvent finds the first complete event with data in buf (an SSE prefix): its data and its
+// type (the event name, else the JSON's type, as decode reads it).
+func firstEvent(buf []byte, limit int) (data []byte, typ string, ok bool) {
+	for ev, err := range sse.Read(bytes.NewReader(buf), &sse.ReadConfig{MaxEventSize: limit}) {
+		if err != nil {
+			return nil, "", false
+		}
+		if ev.Data == "" {
+			continue
+		}
+		data = []byte(ev.Data)
+		if typ = ev.Type; typ == "" {
+			typ = typeOf(data)
+		}
+		return data, typ, true
+	}
+	return nil, "", false
 }
 
 // BeforeRead sets f to run before each read of the upstream body, on the goroutine that reads

@@ -46,6 +46,14 @@ type params struct {
 	NSDur       time.Duration `json:"nonstream_ns"`
 	NSConc      int           `json:"nonstream_c"`
 	AllocN      int           `json:"alloc_requests"`
+	// The fleet scenario: concurrent agent sessions of FleetTurns turns, each turn about
+	// FleetWords words of input and a FleetAnswer-token answer paced at FleetDecode a token.
+	FleetSessions int           `json:"fleet_sessions"`
+	FleetTurns    int           `json:"fleet_turns"`
+	FleetWords    int           `json:"fleet_words"`
+	FleetAnswer   int           `json:"fleet_answer_tokens"`
+	FleetDecode   time.Duration `json:"fleet_decode_ns"`
+	FleetSpread   time.Duration `json:"fleet_spread_ns"` // the sessions' starts are spread over it
 }
 
 func defaultParams(o *options) params {
@@ -56,12 +64,14 @@ func defaultParams(o *options) params {
 		Depths: []int{1, 10, 100, 1000}, ItemBytes: 1024, BigDepth: 10, BigItem: 100 << 10, ChainN: 15, ColdChains: 3,
 		AgentTurns: 150, ToolBytes: 2048, AgentProbes: 10,
 		NSDur: 2 * time.Second, NSConc: 16, AllocN: 16,
+		FleetSessions: 64, FleetTurns: 30, FleetWords: 185, FleetAnswer: 16, FleetDecode: 2 * time.Millisecond, FleetSpread: 2 * time.Second,
 	}
 	if o.quick {
 		p.ProbeDur, p.GapTokens, p.Tokens, p.Conc = 500*time.Millisecond, 32, 64, 64
 		p.RampTokens, p.RampSpread = 64, 500*time.Millisecond
 		p.Depths, p.ChainN, p.AgentTurns, p.AgentProbes, p.ColdChains = []int{1, 10, 100}, 5, 20, 3, 2
 		p.NSDur, p.AllocN = 500*time.Millisecond, 8
+		p.FleetSessions, p.FleetTurns = 16, 20
 	}
 	if len(o.depths) > 0 {
 		p.Depths = o.depths
@@ -141,6 +151,7 @@ func (b *bench) run(ctx context.Context) error {
 		{"chain", b.scenarioChain},
 		{"agent", b.scenarioAgent},
 		{"capacity", b.scenarioCapacity},
+		{"fleet", b.scenarioFleet}, // last: it stops the arms' respgate processes
 	} {
 		if !b.opt.want(s.name) {
 			continue
@@ -212,6 +223,9 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.sqliteDir = filepath.Join(b.logDir, "sqlite")
+	if b.fleetOnly(ctx) {
+		return nil
+	}
 
 	if b.sim, err = startChild(ctx, b.logDir, "sim", self, []string{"sim", "-listen", "ADDR"}, "/v1/models"); err != nil {
 		return err
@@ -270,6 +284,17 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.rep.Arms = b.arms
 	return nil
+}
+
+// fleetOnly reports a run of the fleet scenario alone, which starts its own processes: setup
+// then only reads the Postgres settings.
+func (b *bench) fleetOnly(ctx context.Context) bool {
+	if len(b.opt.only) != 1 || !b.opt.only["fleet"] {
+		return false
+	}
+	b.rep.Postgres = b.pgSettings(ctx)
+	b.pgConns = pgConnShare(b.rep.Postgres)
+	return true
 }
 
 // pgProcesses is how many respgate processes of a run may hold Postgres connections at once: C,

@@ -23,6 +23,9 @@
 //	chain      previous_response_id chains of depth 1…1,000 and a 2 MB history: added TTFB, raw query
 //	agent      a 150-turn agent session with tool outputs: TTFB at turn 150 over turn 1, bytes stored
 //	capacity   a ramp of concurrent streams at 25 tokens/s: the most held with no lost event
+//	fleet      64 agent sessions over four simulated vLLM replicas with prefix caches, behind two
+//	           respgate replicas: cache hits, time to first token and load per routing policy,
+//	           and one replica killed and restarted mid-run (fleet.go)
 //
 // Usage (make bench builds the binaries first):
 //
@@ -88,7 +91,7 @@ type options struct {
 
 func (o *options) want(s string) bool { return len(o.only) == 0 || o.only[s] }
 
-var scenarioNames = []string{"latency", "background", "c256", "allocs", "nonstream", "chain", "agent", "capacity"}
+var scenarioNames = []string{"latency", "background", "c256", "allocs", "nonstream", "chain", "agent", "capacity", "fleet"}
 
 func runBench(args []string) error {
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)

@@ -167,6 +167,7 @@ func (r *report) markdown() string {
 	r.chainMD(w)
 	r.agentMD(w)
 	r.capacityMD(w)
+	r.fleetMD(w)
 	r.profilesMD(w)
 	if len(r.Problems) > 0 {
 		w("## Failed requests\n\n")

@@ -52,6 +52,13 @@ func startChild(ctx context.Context, logDir, name, bin string, args []string, re
 	if err != nil {
 		return nil, err
 	}
+	return startChildAt(ctx, logDir, name, bin, args, readyPath, addr)
+}
+
+// startChildAt is startChild on a given listener address (a restart on the port a killed
+// child had, as the fleet scenario's simulator instance comes back).
+func startChildAt(ctx context.Context, logDir, name, bin string, args []string, readyPath, addr string) (*child, error) {
+	var err error
 	debugAddr := addr
 	full := make([]string, len(args))
 	for i, a := range args {
@@ -103,6 +110,12 @@ func startChild(ctx context.Context, logDir, name, bin string, args []string, re
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// kill ends the child at once (SIGKILL) and waits for it: a crash, not a shutdown.
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
 }
 
 // stop ends the child: SIGTERM, then SIGKILL after 10 s.

@@ -32,6 +32,7 @@ type report struct {
 	Chain      *chainResult       `json:"chain,omitempty"`
 	Agent      *agentResult       `json:"agent,omitempty"`
 	Capacity   *capResult         `json:"capacity,omitempty"`
+	Fleet      *fleetResult       `json:"fleet,omitempty"`
 	Targets    []target           `json:"targets"`
 	Problems   []string           `json:"problems,omitempty"`
 	// Profiles are the CPU profiles -profile took (profileTwin).
@@ -94,7 +95,7 @@ func (r *report) targets() []target {
 	var ts []target
 	for _, judge := range []func() []target{
 		r.chainShallowTargets, r.latencyTargets, r.backgroundTargets, r.c256Targets, r.allocsTargets,
-		r.capacityTargets, r.chainDeepTargets, r.agentTargets, r.nonStreamTargets,
+		r.capacityTargets, r.chainDeepTargets, r.agentTargets, r.nonStreamTargets, r.fleetTargets,
 	} {
 		ts = append(ts, judge()...)
 	}

@@ -504,7 +504,8 @@ func (f *Fleet) Create(ctx context.Context, rt upstream.Route, body []byte) ([]b
 }
 
 // StreamLent is upstream.Client.StreamLent on the replica the route picks, failing over while
-// no replica has answered with a stream (upstream.Caller). Every attempt lends body to its
+// no replica has answered with a stream that began with an ordinary event (Stream.Peek; the
+// turn opens the client's stream only once it has the Stream) (upstream.Caller). Every attempt lends body to its
 // transport; release is called exactly once, after the last attempt's transport let go of it.
 func (f *Fleet) StreamLent(ctx context.Context, rt upstream.Route, body []byte, release func()) (*upstream.Stream, string, error) {
 	var l *lender
@@ -521,6 +522,13 @@ func (f *Fleet) StreamLent(ctx context.Context, rt upstream.Route, body []byte, 
 		}
 		s, err := r.client.StreamLent(ctx, body, rel)
 		if err != nil {
+			return false, err
+		}
+		// Nothing reaches the client before the turn has the stream: a replica that answered
+		// 200 and then failed before its first event (an error event, a cut, a silence past the
+		// idle timeout) is a failure before the first byte too, and the call moves on.
+		if err := s.Peek(); err != nil {
+			_ = s.Close()
 			return false, err
 		}
 		s.OnRelease(func() { f.done(r) })

@@ -444,3 +444,78 @@ func TestTwoFleetsAgreeAndChainsHitTheCache(t *testing.T) {
 		}
 	}
 }
+
+// A replica that answers 200 and then fails before its first event (vLLM's generation-error
+// frame, a connection cut before or inside the first frame, a silence past the idle timeout)
+// has sent nothing the client could see: the stream goes to the key's next replica, and the
+// failed one is marked down. Kills: a fleet that hands the turn such a stream (no Peek), and a
+// Peek that consumes the first event (the stream that is handed on must be whole).
+func TestStreamFailingBeforeItsFirstEventFailsOver(t *testing.T) {
+	for _, fault := range []string{"error_after=0", "cut_after=0", "cut_inside=0", "stall=30s"} {
+		t.Run(fault, func(t *testing.T) {
+			bad, good := startSim(t, "127.0.0.1:0", 1, "--fault", fault), startSim(t, "127.0.0.1:0", 1)
+			urls := []string{bad.url(0), good.url(0)}
+			ids := []string{ReplicaID(urls[0]), ReplicaID(urls[1])}
+			ev := newHealthEvents()
+			f := newFleet(t, Topology{Pools: []Pool{{Name: "p", URLs: urls}}, Health: Health{Interval: time.Hour}}, func(c *Config) {
+				c.OnHealth = ev.on
+				c.Client.IdleTimeout = 300 * time.Millisecond
+			})
+			var released atomic.Int32
+			s, got, err := f.StreamLent(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel, Key: keyFirstOn(ids, 0)},
+				[]byte(streamBody), func() { released.Add(1) })
+			if err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			if got != ids[1] {
+				t.Errorf("served by %s, want the next replica %s", got, ids[1])
+			}
+			var types []string
+			for e, err := range s.Events() {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("the stream handed on: %v", err)
+				}
+				types = append(types, string(e.Type))
+			}
+			_ = s.Close()
+			if len(types) < 2 || types[0] != "response.created" || types[len(types)-1] != "response.completed" {
+				t.Errorf("events %v, want the whole stream from response.created to response.completed", types)
+			}
+			if n := released.Load(); n != 1 {
+				t.Errorf("release called %d times, want 1", n)
+			}
+			ev.wait(t, "down "+ids[0])
+		})
+	}
+}
+
+// A stream whose first event is an ordinary one is handed on whole, and one that fails after it
+// is not retried: the turn reads the failure in-band (bytes may have reached the client).
+func TestStreamFailingAfterItsFirstEventIsNotRetried(t *testing.T) {
+	bad, good := startSim(t, "127.0.0.1:0", 1, "--fault", "error_after=2"), startSim(t, "127.0.0.1:0", 1)
+	urls := []string{bad.url(0), good.url(0)}
+	ids := []string{ReplicaID(urls[0]), ReplicaID(urls[1])}
+	f := newFleet(t, Topology{Pools: []Pool{{Name: "p", URLs: urls}}, Health: Health{Interval: time.Hour}}, nil)
+	s, got, err := f.StreamLent(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel, Key: keyFirstOn(ids, 0)}, []byte(streamBody), nil)
+	if err != nil || got != ids[0] {
+		t.Fatalf("stream: %q, %v; want the first choice %s", got, err, ids[0])
+	}
+	defer s.Close()
+	n, sawError := 0, false
+	for e, err := range s.Events() {
+		if err != nil {
+			break
+		}
+		if e.Type == "error" {
+			sawError = s.EventError(e.Data).Status == http.StatusInternalServerError
+			break
+		}
+		n++
+	}
+	if n != 2 || !sawError {
+		t.Errorf("%d events, then the generation error: %v; want 2 events, then the error in-band", n, sawError)
+	}
+}

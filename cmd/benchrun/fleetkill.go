@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// fleetKill is the kill pass: one instance killed (SIGKILL) a third of the way through a
+// chain-affine pass and started again on its port at two thirds.
+type fleetKill struct {
+	Victim string `json:"victim"`
+	// Home is, per session, where its last turn before the kill ran; HomeOnVictim of them on
+	// the killed instance.
+	Sessions     int `json:"sessions"`
+	HomeOnVictim int `json:"home_on_victim"`
+	// MovedVictim and MovedOther: sessions whose first turn after the kill ran elsewhere than
+	// home, among those at home on the victim and the others.
+	MovedVictim int `json:"moved_victim"`
+	MovedOther  int `json:"moved_other"`
+	// FailedBefore: turns answered with an HTTP error (no stream started); Cut: streams that
+	// ended without a terminal event; FailedStream: streams that ended response.failed, and
+	// StoredFailed how many of those the store holds as failed.
+	FailedBefore int `json:"failed_before_stream"`
+	Cut          int `json:"cut_streams"`
+	FailedStream int `json:"failed_streams"`
+	StoredFailed int `json:"stored_failed"`
+	// Back: of the sessions at home on the victim that ran a turn after its return, how many
+	// ran their last turn on it again.
+	Back      int                `json:"back"`
+	BackOf    int                `json:"back_of"`
+	Spilled   float64            `json:"spilled"`
+	Failovers float64            `json:"failovers"`
+	Routed    map[string]float64 `json:"routed"`
+}
+
+// killPass runs the kill pass and judges it.
+func (fr *fleetRun) killPass(ctx context.Context) error {
+	total := fr.b.p.FleetSessions * fr.b.p.FleetTurns
+	const victim = 0
+	addr := fr.sims[victim].addr
+	k := &fleetKill{Victim: fr.sims[victim].baseURL(), Sessions: fr.b.p.FleetSessions}
+	fr.res.Kill = k
+	killNow, backNow := make(chan struct{}), make(chan struct{})
+	var once1, once2 sync.Once
+	hook := func(n int) {
+		if n >= total/3 {
+			once1.Do(func() { close(killNow) })
+		}
+		if n >= 2*total/3 {
+			once2.Do(func() { close(backNow) })
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	var killAt, backAt time.Time
+	var ctrlErr error
+	var ctrl sync.WaitGroup
+	ctrl.Go(func() {
+		select {
+		case <-killNow:
+		case <-cctx.Done():
+			return
+		}
+		killAt = time.Now()
+		fr.sims[victim].kill()
+		select {
+		case <-backNow:
+		case <-cctx.Done():
+			return
+		}
+		c, err := startChildAt(cctx, fr.b.logDir, "fleet-sim-0-again", fr.bin, fr.simArgs, "/health", addr)
+		if err != nil {
+			ctrlErr = err
+			return
+		}
+		fr.sims[victim] = c
+		backAt = time.Now()
+	})
+	pass, err := fr.pass(ctx, "kill", hook)
+	cancel()
+	ctrl.Wait()
+	if err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if ctrlErr != nil {
+		return fmt.Errorf("kill: restart the instance: %w", ctrlErr)
+	}
+	if killAt.IsZero() || backAt.IsZero() {
+		return fmt.Errorf("kill: the instance was not killed and restarted during the pass")
+	}
+	fr.res.Passes["kill"] = pass
+	k.Routed, k.Spilled, k.Failovers = pass.Routed, pass.Routed["spilled"], pass.Routed["failovers"]
+	if err := fr.judgeKill(ctx, k, pass.turns, killAt, backAt); err != nil {
+		return err
+	}
+	fr.b.log.Info("fleet kill pass judged", "home_on_victim", k.HomeOnVictim, "moved_other", k.MovedOther,
+		"failed_before_stream", k.FailedBefore, "failed_streams", k.FailedStream, "stored_failed", k.StoredFailed, "back", k.Back, "back_of", k.BackOf)
+	return nil
+}
+
+// settle is how long after the kill (and the return) turns are left out of the "after"
+// replica: the turns already running when it happened.
+const settle = time.Second
+
+// judgeKill fills k from the pass's turns.
+func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTurn, killAt, backAt time.Time) error {
+	bySession := map[int][]fleetTurn{}
+	var failedIDs []string
+	for _, t := range turns {
+		switch t.status {
+		case "completed":
+			bySession[t.session] = append(bySession[t.session], t)
+		case "":
+			k.FailedBefore++
+		case "cut":
+			k.Cut++
+		default:
+			k.FailedStream++
+			failedIDs = append(failedIDs, t.id)
+		}
+	}
+	for _, ts := range bySession {
+		slices.SortFunc(ts, func(a, b fleetTurn) int { return a.turn - b.turn })
+		home, during, last := "", "", ""
+		for _, t := range ts {
+			switch {
+			case t.end.Before(killAt):
+				home = t.replica
+			case during == "" && t.start.After(killAt.Add(settle)) && t.start.Before(backAt):
+				during = t.replica
+			}
+			if t.start.After(backAt.Add(settle)) {
+				last = t.replica
+			}
+		}
+		if home == "" || during == "" {
+			continue
+		}
+		if home == k.Victim {
+			k.HomeOnVictim++
+			if during != home {
+				k.MovedVictim++
+			}
+			if last != "" {
+				k.BackOf++
+				if last == k.Victim {
+					k.Back++
+				}
+			}
+		} else if during != home {
+			k.MovedOther++
+		}
+	}
+	if len(failedIDs) == 0 {
+		return nil
+	}
+	return fr.conn.QueryRow(ctx, "SELECT count(*) FROM responses WHERE id = ANY($1) AND status = 'failed'", failedIDs).Scan(&k.StoredFailed)
+}
+
+// agreement opens fresh chains, one request each on both respgate replicas with nothing else
+// running, and counts those the two sent to the same vLLM replica.
+func (fr *fleetRun) agreement(ctx context.Context) error {
+	var ids [][2]string
+	for i := range fr.b.p.FleetSessions {
+		var pair [2]string
+		for g, gw := range fr.gws {
+			body, _ := json.Marshal(map[string]any{"model": "openai/gpt-oss-sim?tokens=2&reasoning=0&quirks=none",
+				"input": fmt.Sprintf("Agreement probe %d: which replica takes this chain?", i)})
+			id, err := fr.create(ctx, gw, body)
+			if err != nil {
+				return fmt.Errorf("agreement probe: %w", err)
+			}
+			pair[g] = id
+		}
+		ids = append(ids, pair)
+	}
+	var turns []fleetTurn
+	for _, p := range ids {
+		turns = append(turns, fleetTurn{id: p[0]}, fleetTurn{id: p[1]})
+	}
+	if err := fr.replicas(ctx, turns); err != nil {
+		return err
+	}
+	for i := 0; i < len(turns); i += 2 {
+		fr.res.AgreeTotal++
+		if turns[i].replica != "" && turns[i].replica == turns[i+1].replica {
+			fr.res.AgreeSame++
+		}
+	}
+	return nil
+}
+
+// create sends a non-streamed turn and returns its response id.
+func (fr *fleetRun) create(ctx context.Context, gw *child, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.baseURL()+"/responses", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer bench")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := fr.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", gw.name, resp.Status)
+	}
+	var r struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || r.ID == "" {
+		return "", fmt.Errorf("%s: no response id", gw.name)
+	}
+	return r.ID, nil
+}
+
+// sampleInFlight reads both respgate replicas' in-flight gauges every 100 ms until ctx ends
+// and returns each vLLM replica's mean (summed over the respgate replicas).
+func (fr *fleetRun) sampleInFlight(ctx context.Context) map[string]float64 {
+	sum := map[string]float64{}
+	n := 0
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			out := map[string]float64{}
+			for k, v := range sum {
+				out[k] = v / float64(max(n, 1))
+			}
+			return out
+		case <-tick.C:
+		}
+		snap := map[string]float64{}
+		ok := true
+		for _, g := range fr.gws {
+			m, err := fr.metric(ctx, g, "respgate_upstream_replica_in_flight", "replica")
+			if err != nil {
+				ok = false
+				break
+			}
+			for k, v := range m {
+				snap[k] += v
+			}
+		}
+		if !ok {
+			continue
+		}
+		n++
+		for k, v := range snap {
+			sum[k] += v
+		}
+	}
+}
+
+// routed is respgate_upstream_pool_routed_total by outcome, and the failovers as "failovers",
+// summed over both respgate replicas.
+func (fr *fleetRun) routed(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for _, g := range fr.gws {
+		m, _ := fr.metric(ctx, g, "respgate_upstream_pool_routed_total", "outcome")
+		for k, v := range m {
+			out[k] += v
+		}
+		f, _ := fr.metric(ctx, g, "respgate_upstream_pool_failovers_total", "pool")
+		for _, v := range f {
+			out["failovers"] += v
+		}
+	}
+	return out
+}
+
+// metric reads one metric family from a respgate replica's /metrics, by the value of label
+// (series with the same label value are summed).
+func (fr *fleetRun) metric(ctx context.Context, g *child, name, label string) (map[string]float64, error) {
+	var body bytes.Buffer
+	if err := get(ctx, "http://"+g.addr+"/metrics", &body); err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(&body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		_, rest, ok := strings.Cut(line[:sp], label+`="`)
+		if !ok {
+			continue
+		}
+		val, _, _ := strings.Cut(rest, `"`)
+		out[val] += v
+	}
+	return out, sc.Err()
+}

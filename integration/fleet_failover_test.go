@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+var (
+	simBuildOnce sync.Once
+	simBinPath   string
+	simBuildErr  error
+)
+
+// simBinary builds cmd/vllm-sim once per test process.
+func simBinary(t *testing.T) string {
+	t.Helper()
+	simBuildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vllm-sim-bin-")
+		if err != nil {
+			simBuildErr = err
+			return
+		}
+		simBinPath = filepath.Join(dir, "vllm-sim")
+		out, err := exec.Command("go", "build", "-o", simBinPath, "github.com/respgate/respgate/cmd/vllm-sim").CombinedOutput()
+		if err != nil {
+			simBuildErr = fmt.Errorf("go build vllm-sim: %v\n%s", err, out)
+		}
+	})
+	if simBuildErr != nil {
+		t.Fatal(simBuildErr)
+	}
+	return simBinPath
+}
+
+// startSimProcess runs a vllm-sim process with args and returns its /v1 base URL once it answers
+// /health.
+func startSimProcess(t *testing.T, args ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(simBinary(t), append([]string{"--listen", addr}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, 30*time.Second, "vllm-sim /health", func() bool {
+		res, err := http.Get("http://" + addr + "/health")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+	return "http://" + addr + "/v1"
+}
+
+// A fleet replica that answers 200 and then fails before its first event (vLLM's generation-error
+// frame, or the connection cut) has sent the client nothing: respgate retries the turn on the
+// next replica, so every streamed turn completes and is stored completed, on both backends, with
+// real simulator processes behind a real respgate (docs/fleet.md, "Health and failover"). Kills:
+// a fleet that hands such a stream to the turn (the turns whose first choice is the bad replica
+// end response.failed).
+func TestFleetRetriesAStreamThatFailedBeforeItsFirstEvent(t *testing.T) {
+	for _, fault := range []string{"error_after=0", "cut_after=0"} {
+		for name, db := range dbURLs(t) {
+			t.Run(fault+"/"+name, func(t *testing.T) {
+				bad := startSimProcess(t, "--fault", fault)
+				good := startSimProcess(t)
+				file := filepath.Join(t.TempDir(), "upstreams.yaml")
+				yaml := "pools:\n  - name: sim\n    urls: [" + bad + ", " + good + "]\n    models: [\"openai/*\"]\n" +
+					"health:\n  interval: 100ms\n  min_backoff: 50ms\n  max_backoff: 100ms\n"
+				if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				p := startBinary(t, db, "--upstreams", file)
+				c := p.client()
+				for i := range 8 {
+					stream := c.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{
+						Model: harmony,
+						Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(fmt.Sprintf("opening number %d", i))},
+					})
+					var last responses.ResponseStreamEventUnion
+					for stream.Next() {
+						last = stream.Current()
+					}
+					if err := stream.Err(); err != nil {
+						t.Fatalf("turn %d: %v", i, err)
+					}
+					if last.Type != "response.completed" {
+						t.Fatalf("turn %d ended %s (%s), want response.completed", i, last.Type, last.Response.Error.Message)
+					}
+					got, err := c.Responses.Get(t.Context(), last.Response.ID, responses.ResponseGetParams{})
+					if err != nil || got.Status != responses.ResponseStatusCompleted {
+						t.Fatalf("turn %d stored: %v, %v", i, got.Status, err)
+					}
+				}
+				res, err := http.Get(p.url + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				metrics, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if !strings.Contains(string(metrics), "respgate_upstream_pool_failovers_total") {
+					t.Errorf("no failover counted: no turn met the bad replica first?\n%s", p.log())
+				}
+			})
+		}
+	}
+}
