@@ -8,40 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 )
-
-var (
-	simBuildOnce sync.Once
-	simBinPath   string
-	simBuildErr  error
-)
-
-// simBinary builds cmd/vllm-sim once per test process.
-func simBinary(t *testing.T) string {
-	t.Helper()
-	simBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vllm-sim-bin-")
-		if err != nil {
-			simBuildErr = err
-			return
-		}
-		simBinPath = filepath.Join(dir, "vllm-sim")
-		out, err := exec.Command("go", "build", "-o", simBinPath, "github.com/respgate/respgate/cmd/vllm-sim").CombinedOutput()
-		if err != nil {
-			simBuildErr = fmt.Errorf("go build vllm-sim: %v\n%s", err, out)
-		}
-	})
-	if simBuildErr != nil {
-		t.Fatal(simBuildErr)
-	}
-	return simBinPath
-}
 
 // startSimProcess runs a vllm-sim process with args and returns its /v1 base URL once it answers
 // /health.

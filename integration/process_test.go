@@ -23,32 +23,44 @@ import (
 	"github.com/respgate/respgate/internal/pgtest"
 )
 
+// goBinary is a command of this module built once per test process, on first use.
+type goBinary struct {
+	pkg, name string
+	once      sync.Once
+	path      string
+	err       error
+}
+
+func (b *goBinary) get(t *testing.T) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", b.name+"-bin-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, b.name)
+		out, err := exec.Command("go", "build", "-o", b.path, b.pkg).CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", b.name, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	respgateBin = &goBinary{pkg: "github.com/respgate/respgate/cmd/respgate", name: "respgate"}
+	simBin      = &goBinary{pkg: "github.com/respgate/respgate/cmd/vllm-sim", name: "vllm-sim"}
 )
 
 // binary builds cmd/respgate once per test process.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "respgate-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "respgate")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/respgate/respgate/cmd/respgate").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func binary(t *testing.T) string { return respgateBin.get(t) }
+
+// simBinary builds cmd/vllm-sim once per test process.
+func simBinary(t *testing.T) string { return simBin.get(t) }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
