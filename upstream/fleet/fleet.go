@@ -322,7 +322,7 @@ func (f *Fleet) retryAfter() string {
 func (f *Fleet) unavailable(model string) error {
 	msg := "No upstream replica is available; retry later."
 	if model != "" {
-		msg = "No upstream replica serving model " + strconv.Quote(model) + " is available; retry later."
+		msg = "No upstream replica serving model `" + model + "` is available; retry later."
 	}
 	return &upstream.Error{Kind: upstream.KindHTTP, Status: http.StatusServiceUnavailable, Message: msg,
 		RetryAfter: f.retryAfter()}
