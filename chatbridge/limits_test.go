@@ -3,7 +3,6 @@ package chatbridge
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/respgate/respgate/wire"
@@ -108,17 +107,6 @@ func TestEnvelopeWithoutCallsHasNoToolCalls(t *testing.T) {
 	}
 	if _, ok := m["tool_calls"]; ok || string(m["content"]) != `"hi"` {
 		t.Fatalf("envelope %s, want the text and no tool_calls", env)
-	}
-}
-
-// An id echoed in an error message is kept up to 64 bytes and cut (marked "…") past that.
-func TestClipIDKeepsUpTo64Bytes(t *testing.T) {
-	at, past := strings.Repeat("a", 64), strings.Repeat("a", 65)
-	if got := clipID(at); got != at {
-		t.Fatalf("clipID(64 bytes) = %q", got)
-	}
-	if got := clipID(past); got != at+"…" {
-		t.Fatalf("clipID(65 bytes) = %q", got)
 	}
 }
 

@@ -351,7 +351,7 @@ func uniqueToolCallIDs(msgs []Message) error {
 			if seen[tc.ID] {
 				return wire.Invalid(fmt.Sprintf("messages[%d].tool_calls[%d].id", i, j), "tool_call_id_conflict",
 					"Tool call id '%s' in 'messages[%d].tool_calls[%d]' is the id of an earlier tool call; each tool call needs its own id.",
-					clipID(tc.ID), i, j)
+					wire.Clip(tc.ID), i, j)
 			}
 			seen[tc.ID] = true
 		}
@@ -359,13 +359,6 @@ func uniqueToolCallIDs(msgs []Message) error {
 	return nil
 }
 
-// clipID bounds an id echoed in an error message.
-func clipID(id string) string {
-	if len(id) > 64 {
-		return strings.ToValidUTF8(id[:64], "") + "…"
-	}
-	return id
-}
 
 // MessageParam rewrites a param about the translated input ("input[3].content") to the message
 // it came from ("messages[2]"), so a 400 from the Responses path names what the client sent.

@@ -118,7 +118,7 @@ func TestLeaseKeeperStopWaitsAndTheReleasedConversationIsFree(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.rec.ConversationID = conv.ID
-	if err := e.acquireConversation(t.Context(), tr); err != nil {
+	if err := e.acquireConversation(t.Context(), tr, nil); err != nil {
 		t.Fatal(err)
 	}
 	tr.keeper = e.startKeeper(tr)

@@ -265,11 +265,23 @@ func (e *Engine) prepareTurn(ctx context.Context, tn string, req *Spec, local *S
 		t.routeKey = routeKey(tn, req, nil)
 	}
 	if req.ConversationID != "" && req.Store {
-		if err := e.acquireConversation(ctx, t); err != nil {
+		if err := e.acquireConversation(ctx, t, clientItems(res.Input, src.clientIDs)); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// clientItems is the items of input whose id the client gave (ids), which a conversation's turn
+// lease keeps (store.ConversationTurnAcquireParams.Items): minted ids cannot collide.
+func clientItems(input []wire.Item, ids map[string]bool) []wire.Item {
+	var out []wire.Item
+	for _, it := range input {
+		if ids[it.ID] {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // turnSources is what a turn (or a compaction) is built from: the request's parsed input, the
@@ -280,6 +292,8 @@ type turnSources struct {
 	lookup  rehydrate.MapLookup
 	param   string // the member that named the history: previous_response_id or conversation
 	ex      *expanded
+	// clientIDs are the ids the request's input items carry (a conversation turn's only).
+	clientIDs map[string]bool
 }
 
 // loadSources parses and bounds the input, loads the history and the referenced items, and
@@ -295,6 +309,14 @@ func (e *Engine) loadSources(ctx context.Context, tn string, req *Spec, local *S
 	src := &turnSources{param: "previous_response_id"}
 	if req.ConversationID != "" {
 		src.param = "conversation"
+		for _, it := range input {
+			if it.ID != "" {
+				if src.clientIDs == nil {
+					src.clientIDs = make(map[string]bool)
+				}
+				src.clientIDs[it.ID] = true
+			}
+		}
 	}
 	if src.history, src.info, err = e.loadHistory(ctx, tn, req, local); err != nil {
 		return nil, err
@@ -457,12 +479,21 @@ func (e *Engine) resolveReferences(ctx context.Context, tn string, input []wire.
 	return rehydrate.MapLookup(found), err
 }
 
-// acquireConversation takes the conversation's turn lease for t (409 while another turn holds it).
-func (e *Engine) acquireConversation(ctx context.Context, t *Turn) error {
+// acquireConversation takes the conversation's turn lease for t (409 while another turn holds it),
+// keeping items, the input items that carry the client's ids: an item added to the conversation
+// since the turn read it with one of their ids and other content is a 400, as rehydration's
+// check of the history read is, and none can be added while the lease is held.
+func (e *Engine) acquireConversation(ctx context.Context, t *Turn, items []wire.Item) error {
 	id := t.rec.ConversationID
 	err := e.store.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{
-		Tenant: t.rec.Tenant, ConversationID: id, ResponseID: t.rec.ID, ExpiresAt: time.Now().Add(e.cfg.LeaseTTL)})
+		Tenant: t.rec.Tenant, ConversationID: id, ResponseID: t.rec.ID, ExpiresAt: time.Now().Add(e.cfg.LeaseTTL), Items: items})
+	var ce *store.ItemIDConflictError
 	switch {
+	case errors.As(err, &ce) && ce.Index < len(items):
+		e.tel.IdConflicts.Add(ctx, 1)
+		return wire.Invalid("input", rehydrate.CodeItemIDConflict,
+			"Item '%s' in 'input' has the same id as an item of conversation '%s' but different content; an id must always name the same item.",
+			wire.Clip(items[ce.Index].ID), id)
 	case errors.Is(err, store.ErrConflict):
 		return wire.Conflict("conversation", "conversation_locked",
 			"Another response is in progress for conversation '%s'; retry when it has finished.", id)

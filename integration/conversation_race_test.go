@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -130,4 +131,124 @@ func post(ctx context.Context, url, body string) (a postAnswer) {
 	b, _ := io.ReadAll(res.Body)
 	a.status, a.body = res.StatusCode, string(b)
 	return a
+}
+
+// turnGateStore is a real store that holds the first conversation turn at one step (gate:
+// "acquire", before ConversationTurnAcquire; "commit", before ResponseCommit) until the test
+// lets it go: reached is closed when the turn arrives, and the turn waits for proceed.
+type turnGateStore struct {
+	store.Store
+	store.Jobs
+
+	gate             string
+	once             sync.Once
+	reached, proceed chan struct{}
+}
+
+func (s *turnGateStore) hold(ctx context.Context, step string) error {
+	if step != s.gate {
+		return nil
+	}
+	held := false
+	s.once.Do(func() { held = true })
+	if !held {
+		return nil
+	}
+	close(s.reached)
+	select {
+	case <-s.proceed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *turnGateStore) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
+	if err := s.hold(ctx, "acquire"); err != nil {
+		return err
+	}
+	return s.Store.ConversationTurnAcquire(ctx, p)
+}
+
+func (s *turnGateStore) ResponseCommit(ctx context.Context, p *store.ResponseCommitParams) error {
+	if err := s.hold(ctx, "commit"); err != nil {
+		return err
+	}
+	return s.Store.ResponseCommit(ctx, p)
+}
+
+// A POST …/items of an id that a running conversation turn's input carries, with other content,
+// leaves the conversation with one item of that id (issue 38 item 3, the race with a turn): added
+// after the turn read the conversation but before it took the lease, the turn is refused (400
+// item_id_conflict naming input) and the added item stays; added while the turn runs (held at its
+// commit), the add is refused (400 item_id_conflict naming items[0]) and the turn stores its
+// input. The gates are store calls held open, not timing. Before, both were stored.
+func TestAnItemsAddRacingATurnLeavesOneItemOfTheID(t *testing.T) {
+	for _, gate := range []string{"acquire", "commit"} {
+		t.Run(gate, func(t *testing.T) {
+			backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
+				st := newStore(t)
+				if st == nil {
+					sq, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "respgate.db"))
+					if err != nil {
+						t.Fatalf("open sqlite: %v", err)
+					}
+					t.Cleanup(func() { _ = sq.Close() })
+					st = sq
+				}
+				gs := &turnGateStore{Store: st, Jobs: st.(store.Jobs), gate: gate, reached: make(chan struct{}), proceed: make(chan struct{})}
+				g := newGateway(t, gs)
+				conv := newConversation(t, g, `{}`)
+				turnBody := fmt.Sprintf(`{"model":%q,"conversation":%q,"input":[{"type":"message","id":%q,"role":"user","content":"the turn's"}]}`,
+					harmony, conv, raceID)
+				turn := make(chan postAnswer, 1)
+				go func() { turn <- post(t.Context(), g.URL+"/responses", turnBody) }()
+				select {
+				case <-gs.reached:
+				case a := <-turn:
+					t.Fatalf("the turn ended before its %s: %d %s", gate, a.status, a.body)
+				}
+				add := post(t.Context(), g.URL+"/conversations/"+conv+"/items",
+					`{"items":[{"type":"message","id":"`+raceID+`","role":"user","content":"the add's"}]}`)
+				close(gs.proceed)
+				done := <-turn
+
+				want := "the add's"
+				switch gate {
+				case "acquire":
+					if add.status != http.StatusOK {
+						t.Fatalf("add before the lease: %d %s, want 200", add.status, add.body)
+					}
+					if _, code, param, _ := envelope(t, []byte(done.body)); done.status != http.StatusBadRequest || code != "item_id_conflict" || param != "input" {
+						t.Fatalf("turn: %d %s, want 400 item_id_conflict naming input", done.status, done.body)
+					}
+				case "commit":
+					if _, code, param, msg := envelope(t, []byte(add.body)); add.status != http.StatusBadRequest || code != "item_id_conflict" ||
+						param != "items[0]" || !strings.Contains(msg, "in progress") {
+						t.Fatalf("add during the turn: %d %s, want 400 item_id_conflict naming items[0] and the response in progress", add.status, add.body)
+					}
+					if done.status != http.StatusOK {
+						t.Fatalf("turn: %d %s, want 200", done.status, done.body)
+					}
+					want = "the turn's"
+				}
+				var n int
+				for _, it := range allItems(t, g, conv, "asc") {
+					if it.ID == raceID {
+						n++
+						if !strings.Contains(it.RawJSON(), want) {
+							t.Errorf("%s holds %s, want %q", raceID, it.RawJSON(), want)
+						}
+					}
+				}
+				if n != 1 {
+					t.Fatalf("the conversation holds %d items %s, want 1", n, raceID)
+				}
+				// The conversation is free: a next turn on it runs.
+				if a := post(t.Context(), g.URL+"/responses", fmt.Sprintf(`{"model":%q,"conversation":%q,"input":"next"}`, harmony, conv)); a.status != http.StatusOK {
+					t.Fatalf("next turn: %d %s", a.status, a.body)
+				}
+			})
+		})
+	}
 }

@@ -372,7 +372,7 @@ func (bd *builder) addReference(v *view, w where, i int, res *Result) error {
 		}
 	}
 	return wire.Invalid(w.param(""), CodeReferenceNotFound,
-		"Item '%s' referenced by %s was not found.", clip(id), w.name(""))
+		"Item '%s' referenced by %s was not found.", wire.Clip(id), w.name(""))
 }
 
 // addStoredReasoning handles a reasoning item replayed without its plaintext (only
@@ -514,7 +514,7 @@ func (bd *builder) add(v *view, w where, id string) (dup bool, err error) {
 				}
 				return false, wire.Invalid(w.param(""), CodeItemIDConflict,
 					"Item '%s' %s has the same id as an earlier item but different content; an id must always name the same item.",
-					clip(id), where)
+					wire.Clip(id), where)
 			}
 			// Two stored items with one id and different content: the store holds both, so
 			// both are replayed, in order.

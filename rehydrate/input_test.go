@@ -198,16 +198,6 @@ func TestScanItemRefusesEveryTruncation(t *testing.T) {
 	}
 }
 
-// clip quotes a value of up to 64 bytes whole, and cuts a longer one at a rune boundary.
-func TestClipKeepsUpTo64Bytes(t *testing.T) {
-	x64 := strings.Repeat("x", 64)
-	for in, want := range map[string]string{x64: x64, x64 + "y": x64 + "…", strings.Repeat("x", 63) + "é": strings.Repeat("x", 63) + "…"} {
-		if got := clip(in); got != want {
-			t.Errorf("clip(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // A sealed reasoning payload that is empty or only whitespace is refused, not read past its end.
 func TestScanSealedRefusesAnEmptyPayload(t *testing.T) {
 	for _, in := range []string{"", "  "} {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/respgate/respgate/internal/jsonscan"
 	"github.com/respgate/respgate/wire"
@@ -388,22 +387,11 @@ func checkRole(v *view, w where) (string, error) {
 	default:
 		return "", wire.Invalid(w.param(".role"), CodeInvalidValue,
 			"Invalid value for %s: '%s'. Supported values are: 'user', 'assistant', 'system' and 'developer'.",
-			w.name(".role"), clip(r))
+			w.name(".role"), wire.Clip(r))
 	}
 	return r, nil
 }
 
-// clip shortens a client-sent value quoted back in an error message.
-func clip(s string) string {
-	n := 64
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
 
 // checkContent validates that a message has content that is a string or an array.
 func checkContent(v *view, w where) error {

@@ -99,7 +99,7 @@ func stringMember(b []byte, sp jsonscan.Span, w where, field string, j int, sub 
 
 func unsupportedPart(w where, path, typ, allowed string) error {
 	return wire.Invalid(w.param(path), CodeUnsupportedContent,
-		"Content part type '%s' in %s is not supported: vLLM accepts %s here.", clip(typ), w.name(path), allowed)
+		"Content part type '%s' in %s is not supported: vLLM accepts %s here.", wire.Clip(typ), w.name(path), allowed)
 }
 
 // project appends the vLLM-bound form of an item (already classified) to bd.buf; it appends nothing
@@ -128,7 +128,7 @@ func unsupportedItem(v *view, w where) error {
 		accepted = storedSupportedItemList // an item_reference is resolved only in a request's input
 	}
 	return wire.Invalid(w.param(""), CodeUnsupportedItemType,
-		"Item type '%s' in %s is not supported: vLLM accepts only %s items.", clip(t), w.name(""), accepted)
+		"Item type '%s' in %s is not supported: vLLM accepts only %s items.", wire.Clip(t), w.name(""), accepted)
 }
 
 func (bd *builder) message(v *view, w where) (itemStats, error) {
@@ -494,7 +494,7 @@ func (bd *builder) functionCallOutput(v *view, w where) (itemStats, error) {
 	if !known {
 		return itemStats{}, wire.Invalid(w.param(""), CodeOutputWithoutCall,
 			"The function_call_output %s has call_id '%s', but no function_call with that call_id comes before it; send the function_call item first (or continue the response that made it).",
-			w.name(""), clip(str(b, v.callID)))
+			w.name(""), wire.Clip(str(b, v.callID)))
 	}
 	if v.output.Absent(b) {
 		return itemStats{}, w.missing(".output")

@@ -80,7 +80,7 @@ type toolWriter struct {
 func (tw *toolWriter) add(name, from string) error {
 	if prev, dup := tw.names[name]; dup {
 		return wire.Invalid("tools", CodeToolNameConflict,
-			"%s and %s both reach the model as function '%s'; rename one of them.", prev, from, clip(name))
+			"%s and %s both reach the model as function '%s'; rename one of them.", prev, from, wire.Clip(name))
 	}
 	tw.names[name] = from
 	if tw.kept == 0 {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -155,21 +154,29 @@ func (s *conversations) dedupeItems(ctx context.Context, tn, conversationID stri
 func itemIDConflict(id string, i int) error {
 	return wire.Invalid("items["+strconv.Itoa(i)+"]", rehydrate.CodeItemIDConflict,
 		"Item '%s' in 'items[%d]' has the same id as an item of the conversation (or an earlier item of 'items') but different content; an id must always name the same item.",
-		clipID(id), i)
+		wire.Clip(id), i)
 }
 
 // appendConflict is the 400 of the store's refusal of kept[ce.Index] (the items dedupeItems
-// kept of sent): another call added that id with other content between dedupeItems' look-up
-// and this append (issue 38 item 3), and the answer is the one the look-up would have given,
-// naming the item's index in the request.
+// kept of sent), naming the item's index in the request: another call added that id with other
+// content between dedupeItems' look-up and this append (issue 38 item 3), and the answer is the
+// one the look-up would have given; or the id is in the input of the turn in progress, whose
+// commit will add its own item of that id (ce.InTurn).
 func appendConflict(ce *store.ItemIDConflictError, sent, kept []wire.Item) error {
 	id := kept[ce.Index].ID
+	at := ce.Index
 	for i, it := range sent {
 		if it.ID == id {
-			return itemIDConflict(id, i)
+			at = i
+			break
 		}
 	}
-	return itemIDConflict(id, ce.Index)
+	if ce.InTurn {
+		return wire.Invalid("items["+strconv.Itoa(at)+"]", rehydrate.CodeItemIDConflict,
+			"Item '%s' in 'items[%d]' has the same id as an input item of the response in progress on this conversation but different content; an id must always name the same item.",
+			wire.Clip(id), at)
+	}
+	return itemIDConflict(id, at)
 }
 
 func compactJSON(raw []byte) []byte {
@@ -180,13 +187,6 @@ func compactJSON(raw []byte) []byte {
 	return b.Bytes()
 }
 
-// clipID bounds an id quoted in an error message.
-func clipID(id string) string {
-	if len(id) > 64 {
-		return strings.ToValidUTF8(id[:64], "") + "…"
-	}
-	return id
-}
 
 func (s *conversations) createConversation(c echo.Context) error {
 	body, err := s.readJSONBody(c)

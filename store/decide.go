@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -22,9 +24,15 @@ var (
 // the id could not tell apart (issue 38 item 3). It matches ErrConflict with errors.Is.
 type ItemIDConflictError struct {
 	Index int
+	// InTurn: the id is in the input of the turn that holds the conversation's lease, which its
+	// commit will append (TurnItemConflict); otherwise the conversation lists it, or Items does.
+	InTurn bool
 }
 
 func (e *ItemIDConflictError) Error() string {
+	if e.InTurn {
+		return fmt.Sprintf("store: item %d has the id of an item of the turn in progress with other content", e.Index)
+	}
 	return fmt.Sprintf("store: item %d has the id of an item with other content", e.Index)
 }
 
@@ -138,4 +146,51 @@ func TurnAcquireDecision(r TurnAcquireResult) error {
 // sweepError is the error object ResponseSweep stores on a response it fails.
 func sweepError(message string) (json.RawMessage, error) {
 	return json.Marshal(wire.ErrorObject{Code: wire.ErrServer, Message: message})
+}
+
+// TurnItems is what a conversation's turn lease keeps of its turn's input
+// (ConversationTurnAcquireParams.Items), as JSON text: each item's id and the SHA-256 of its
+// compact JSON. "" when there is none. The turn's commit appends that input to the conversation,
+// so while the lease is live ConversationItemAppend refuses an item with one of these ids and
+// other content (TurnItemConflict), as it refuses one the conversation already lists.
+func TurnItems(items []wire.Item) string {
+	if len(items) == 0 {
+		return ""
+	}
+	held := make([][2]string, len(items))
+	for i, it := range items {
+		held[i] = [2]string{it.ID, contentSum(it.JSON)}
+	}
+	b, _ := json.Marshal(held) // strings only: cannot fail
+	return string(b)
+}
+
+// TurnItemConflict is ConversationItemAppend's check against the live turn's input: turn is the
+// lease's TurnItems. An item with the id of one of them and other content is an
+// *ItemIDConflictError with InTurn set. A turn that cannot be read refuses nothing (it was
+// written by TurnItems).
+func TurnItemConflict(turn string, items []wire.Item) error {
+	if turn == "" {
+		return nil
+	}
+	var held [][2]string
+	if json.Unmarshal([]byte(turn), &held) != nil {
+		return nil
+	}
+	sums := make(map[string]string, len(held))
+	for _, h := range held {
+		sums[h[0]] = h[1]
+	}
+	for i, it := range items {
+		if sum, ok := sums[it.ID]; ok && sum != contentSum(it.JSON) {
+			return &ItemIDConflictError{Index: i, InTurn: true}
+		}
+	}
+	return nil
+}
+
+// contentSum is the hex SHA-256 of raw as compact JSON.
+func contentSum(raw []byte) string {
+	sum := sha256.Sum256(compactJSON(raw))
+	return hex.EncodeToString(sum[:])
 }

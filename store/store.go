@@ -208,7 +208,9 @@ type Store interface {
 	// runs inside the appending transaction, under the conversation's lock, so of two concurrent
 	// calls adding one id with different content the second sees the first's item (issue 38
 	// item 3). An item equal to the one listed is not a conflict and is appended again (callers
-	// drop exact repeats first: server/conversations.go dedupeItems).
+	// drop exact repeats first: server/conversations.go dedupeItems). While a turn holds the
+	// conversation's lease (live), an item with the id of one of that turn's input items
+	// (ConversationTurnAcquireParams.Items) and other content is refused the same way, InTurn set.
 	ConversationItemAppend(ctx context.Context, p *ConversationItemAppendParams) error
 	// ConversationItemList pages through a conversation's items by seq.
 	ConversationItemList(ctx context.Context, p *ConversationItemListParams) (*ItemPage, error)
@@ -219,7 +221,11 @@ type Store interface {
 	// ConversationItemDelete removes an item from the conversation.
 	ConversationItemDelete(ctx context.Context, p *ConversationItemDeleteParams) error
 	// ConversationTurnAcquire takes the conversation's active-turn lease for ResponseID. It is
-	// ErrConflict while another unexpired lease is held, ErrNotFound for an unknown conversation.
+	// ErrConflict while another unexpired lease is held, ErrNotFound for an unknown conversation,
+	// and an *ItemIDConflictError (nothing taken) when the conversation lists an item with the
+	// id of one of Items and other content: checked under the conversation's lock, so an item
+	// added after the turn read the conversation is seen here, and one added after the lease is
+	// taken is refused by ConversationItemAppend (issue 38 item 3).
 	ConversationTurnAcquire(ctx context.Context, p *ConversationTurnAcquireParams) error
 	// ConversationTurnExtend moves the turn lease forward only if ResponseID holds it; it never
 	// takes a free or expired-and-retaken lease. ErrNotFound if ResponseID does not hold it.
@@ -457,6 +463,11 @@ type ConversationTurnAcquireParams struct {
 	ConversationID string
 	ResponseID     string
 	ExpiresAt      time.Time
+	// Items, for ConversationTurnAcquire, are the turn's input items that carry a client's id:
+	// the lease is not taken when the conversation lists one of their ids with other content
+	// (*ItemIDConflictError), and while it is held ConversationItemAppend refuses their ids with
+	// other content (TurnItems). ConversationTurnExtend ignores them.
+	Items []wire.Item
 }
 
 type ConversationTurnReleaseParams struct {

@@ -67,3 +67,16 @@ func ValidID(id string) bool {
 	}
 	return true
 }
+
+// Clip bounds a client-sent string (an id, a type, a name) echoed in an error message: up to 64
+// bytes whole, a longer one cut at a rune boundary and marked "…".
+func Clip(s string) string {
+	n := 64
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

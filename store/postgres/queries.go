@@ -203,7 +203,8 @@ RETURNING 1`
 	lockConversationReleaseTurnSQL = `
 UPDATE conversations SET
     turn_response_id = CASE WHEN turn_response_id = $3 THEN NULL ELSE turn_response_id END,
-    turn_expires_at  = CASE WHEN turn_response_id = $3 THEN NULL ELSE turn_expires_at END
+    turn_expires_at  = CASE WHEN turn_response_id = $3 THEN NULL ELSE turn_expires_at END,
+    turn_items       = CASE WHEN turn_response_id = $3 THEN NULL ELSE turn_items END
 WHERE tenant = $1 AND id = $2
 RETURNING 1`
 
@@ -249,7 +250,7 @@ WHERE tenant = $1 AND response_id = $2 AND ` + responseLeaseUnheldSQL + `
 	// queued background turn holds it until its worker stores it (docs/background.md), and a
 	// deleted one never will. It runs before responseDeleteSQL and only when that one deletes.
 	responseReleaseTurnSQL = `
-UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL
+UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL, turn_items = NULL
 WHERE tenant = $1 AND turn_response_id = $2
   AND id = (SELECT conversation_id FROM responses WHERE tenant = $1 AND id = $2 AND NOT coalesce(` + responseLeaseHeldSQL + `, false))`
 	// responseBumpGenerationSQL counts the deletion in the tenant's lineage generation (caches of
@@ -296,7 +297,10 @@ SELECT count(*) FROM gone`
 
 // Conversations.
 const (
-	conversationLockSQL = `SELECT 1 FROM conversations WHERE tenant = $1 AND id = $2 FOR UPDATE`
+	// conversationLockSQL locks conversation $2's row and reads what its live turn (at $3) keeps
+	// of its input (store.TurnItems; '' when no turn holds it).
+	conversationLockSQL = `SELECT CASE WHEN turn_response_id IS NOT NULL AND turn_expires_at > $3 THEN coalesce(turn_items, '') ELSE '' END
+FROM conversations WHERE tenant = $1 AND id = $2 FOR UPDATE`
 
 	// conversationItemsByIDSQL lists every item conversation $2 holds under one of the ids $3
 	// (ConversationItemAppend's conflict check; json as its text, byte for byte).
@@ -328,11 +332,12 @@ WITH gone AS (
 )
 SELECT count(*) FROM gone`
 
-	// turnAcquireSQL takes the lease if it is free, expired at $5, or already $3's, and reports
-	// whether the conversation exists and whether the lease was taken.
+	// turnAcquireSQL takes the lease if it is free, expired at $5, or already $3's, keeping the
+	// turn's input digests $6 (store.TurnItems), and reports whether the conversation exists and
+	// whether the lease was taken.
 	turnAcquireSQL = `
 WITH took AS (
-    UPDATE conversations SET turn_response_id = $3, turn_expires_at = $4
+    UPDATE conversations SET turn_response_id = $3, turn_expires_at = $4, turn_items = $6
     WHERE tenant = $1 AND id = $2
       AND (turn_response_id IS NULL OR turn_response_id = $3 OR turn_expires_at <= $5)
     RETURNING 1

@@ -245,17 +245,21 @@ func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDel
 }
 
 // ConversationItemAppend appends items at max(seq)+1… in one transaction: it locks the
-// conversation's row, reads the items it lists under the ids of items, refuses an id that names
-// other content (store.ItemIDConflict: a concurrent append of the same id waits for the lock and
-// then sees this one's item), and inserts.
+// conversation's row, refuses an id of the live turn's input with other content
+// (store.TurnItemConflict), reads the items it lists under the ids of items, refuses an id that
+// names other content (store.ItemIDConflict: a concurrent append of the same id waits for the
+// lock and then sees this one's item), and inserts.
 func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var one int
-		if err := tx.QueryRow(ctx, conversationLockSQL, p.Tenant, p.ConversationID).Scan(&one); err != nil {
+		var turn string
+		if err := tx.QueryRow(ctx, conversationLockSQL, p.Tenant, p.ConversationID, time.Now().UTC()).Scan(&turn); err != nil {
 			return interpretError(err)
 		}
 		if len(p.Items) == 0 {
 			return nil
+		}
+		if err := store.TurnItemConflict(turn, p.Items); err != nil {
+			return err
 		}
 		held, err := heldItems(ctx, tx, p.Tenant, p.ConversationID, store.ItemIDs(p.Items))
 		if err != nil {
@@ -274,6 +278,22 @@ func (s *Store) ConversationItemAppend(ctx context.Context, p *store.Conversatio
 		return fmt.Errorf("append conversation items: %w", err)
 	}
 	return nil
+}
+
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// turnAcquire runs turnAcquireSQL on q and decides.
+func turnAcquire(ctx context.Context, q rowQuerier, p *store.ConversationTurnAcquireParams) error {
+	var exists, taken bool
+	err := q.QueryRow(ctx, turnAcquireSQL, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UTC(), time.Now().UTC(),
+		store.NullString(store.TurnItems(p.Items))).Scan(&exists, &taken)
+	if err != nil {
+		return interpretError(err)
+	}
+	return store.TurnAcquireDecision(store.TurnAcquireResult{Exists: exists, Taken: taken})
 }
 
 // heldItems is every item conversation lists under one of ids (each occurrence).
@@ -311,12 +331,26 @@ func (s *Store) ConversationItemDelete(ctx context.Context, p *store.Conversatio
 }
 
 // ConversationTurnAcquire takes the turn lease if it is free, expired, or already ResponseID's,
-// in one statement that also reports whether the conversation exists.
+// in one statement that also reports whether the conversation exists; with Items, in a
+// transaction that then refuses an id the conversation lists with other content.
 func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
-	var exists, taken bool
-	err := s.pool.QueryRow(ctx, turnAcquireSQL, p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UTC(), time.Now().UTC()).Scan(&exists, &taken)
-	if err == nil {
-		err = store.TurnAcquireDecision(store.TurnAcquireResult{Exists: exists, Taken: taken})
+	var err error
+	if len(p.Items) == 0 {
+		err = turnAcquire(ctx, s.pool, p)
+	} else {
+		// The lease and the check in one transaction: the acquire's update holds the row lock
+		// that ConversationItemAppend takes, so the items read next include every append that
+		// committed first, and a later append sees this turn's items.
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := turnAcquire(ctx, tx, p); err != nil {
+				return err
+			}
+			held, err := heldItems(ctx, tx, p.Tenant, p.ConversationID, store.ItemIDs(p.Items))
+			if err != nil {
+				return err
+			}
+			return store.ItemIDConflict(held, p.Items)
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("acquire conversation turn: %w", interpretError(err))

@@ -146,7 +146,8 @@ WHERE tenant = ?1 AND id = ?2`
 	releaseTurnSQL = `
 UPDATE conversations SET
     turn_response_id = CASE WHEN turn_response_id = ?3 THEN NULL ELSE turn_response_id END,
-    turn_expires_at  = CASE WHEN turn_response_id = ?3 THEN NULL ELSE turn_expires_at END
+    turn_expires_at  = CASE WHEN turn_response_id = ?3 THEN NULL ELSE turn_expires_at END,
+    turn_items       = CASE WHEN turn_response_id = ?3 THEN NULL ELSE turn_items END
 WHERE tenant = ?1 AND id = ?2`
 
 	// appendStoredInputSQL appends response ?2's stored input items to conversation ?3 in
@@ -175,7 +176,7 @@ WHERE tenant = ?1 AND response_id = ?2
 	// queued background turn holds it until its worker stores it (docs/background.md), and a
 	// deleted one never will. It runs before responseDeleteSQL.
 	responseReleaseTurnSQL = `
-UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL
+UPDATE conversations SET turn_response_id = NULL, turn_expires_at = NULL, turn_items = NULL
 WHERE tenant = ?1 AND turn_response_id = ?2
   AND id = (SELECT conversation_id FROM responses WHERE tenant = ?1 AND id = ?2)`
 	// responseBumpGenerationSQL counts a deletion in the tenant's lineage generation (store.Store
@@ -206,6 +207,10 @@ WHERE (tenant, response_id) IN (` + purgeVictims + `)
 // Conversations.
 const (
 	conversationExistsSQL = `SELECT 1 FROM conversations WHERE tenant = ?1 AND id = ?2`
+	// conversationTurnItemsSQL reads what conversation ?2's live turn (at ?3) keeps of its input
+	// (store.TurnItems; '' when no turn holds it).
+	conversationTurnItemsSQL = `SELECT CASE WHEN turn_response_id IS NOT NULL AND turn_expires_at > ?3 THEN coalesce(turn_items, '') ELSE '' END
+FROM conversations WHERE tenant = ?1 AND id = ?2`
 
 	// conversationItemsByIDSQL lists every item conversation ?2 holds under one of the ids ?3 (a
 	// JSON array): ConversationItemAppend's conflict check.
@@ -232,9 +237,10 @@ DELETE FROM items WHERE tenant = ?1 AND response_id IS NULL AND id = ?3
 DELETE FROM conversation_items WHERE tenant = ?1 AND conversation_id = ?2
   AND item_pk IN (SELECT pk FROM items WHERE tenant = ?1 AND id = ?3)`
 
-	// turnAcquireSQL takes the lease if it is free, expired at ?5, or already ?3's.
+	// turnAcquireSQL takes the lease if it is free, expired at ?5, or already ?3's, keeping the
+	// turn's input digests ?6 (store.TurnItems).
 	turnAcquireSQL = `
-UPDATE conversations SET turn_response_id = ?3, turn_expires_at = ?4
+UPDATE conversations SET turn_response_id = ?3, turn_expires_at = ?4, turn_items = ?6
 WHERE tenant = ?1 AND id = ?2
   AND (turn_response_id IS NULL OR turn_response_id = ?3 OR turn_expires_at <= ?5)`
 )

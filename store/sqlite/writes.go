@@ -320,12 +320,17 @@ func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDel
 }
 
 // ConversationItemAppend appends items at max(seq)+1… in one transaction (the database's write
-// lock, taken at BEGIN IMMEDIATE), after refusing an id the conversation lists with other
-// content (store.ItemIDConflict: a concurrent append waits for the lock and then sees this one's
-// item).
+// lock, taken at BEGIN IMMEDIATE), after refusing an id of the live turn's input with other
+// content (store.TurnItemConflict) and an id the conversation lists with other content
+// (store.ItemIDConflict: a concurrent append waits for the lock and then sees this one's item).
 func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := exists(ctx, tx, conversationExistsSQL, p.Tenant, p.ConversationID); err != nil {
+		var turn string
+		err := tx.QueryRowContext(ctx, conversationTurnItemsSQL, p.Tenant, p.ConversationID, time.Now().UnixMicro()).Scan(&turn)
+		if err != nil {
+			return interpretError(err)
+		}
+		if err := store.TurnItemConflict(turn, p.Items); err != nil {
 			return err
 		}
 		held, err := heldItems(ctx, tx, p.Tenant, p.ConversationID, store.ItemIDs(p.Items))
@@ -407,11 +412,13 @@ func (s *Store) ConversationItemDelete(ctx context.Context, p *store.Conversatio
 
 // ConversationTurnAcquire takes the turn lease if it is free, expired, or already ResponseID's,
 // in one transaction; when it cannot, whether the conversation exists tells ErrNotFound from
-// ErrConflict.
+// ErrConflict. With Items, the same transaction refuses an id the conversation lists with other
+// content.
 func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, turnAcquireSQL,
-			p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UnixMicro(), time.Now().UnixMicro())
+			p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UnixMicro(), time.Now().UnixMicro(),
+			store.NullString(store.TurnItems(p.Items)))
 		if err != nil {
 			return interpretError(err)
 		}
@@ -427,7 +434,14 @@ func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.Conversati
 				return err
 			}
 		}
-		return store.TurnAcquireDecision(store.TurnAcquireResult{Exists: found, Taken: n > 0})
+		if err := store.TurnAcquireDecision(store.TurnAcquireResult{Exists: found, Taken: n > 0}); err != nil {
+			return err
+		}
+		held, err := heldItems(ctx, tx, p.Tenant, p.ConversationID, store.ItemIDs(p.Items))
+		if err != nil {
+			return err
+		}
+		return store.ItemIDConflict(held, p.Items) // rolls the lease back
 	})
 	if err != nil {
 		return fmt.Errorf("acquire conversation turn: %w", err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -17,12 +18,20 @@ func appendItems(t *testing.T, s store.Store, conv string, items ...wire.Item) e
 	return s.ConversationItemAppend(t.Context(), &store.ConversationItemAppendParams{Tenant: tenantA, ConversationID: conv, Items: items})
 }
 
-// isItemIDConflict checks that err is ConversationItemAppend's refusal of items[index].
+// isItemIDConflict checks that err is ConversationItemAppend's refusal of items[index] for an
+// item the conversation lists (or an earlier item of the call).
 func isItemIDConflict(t *testing.T, what string, err error, index int) {
 	t.Helper()
+	isConflictOf(t, what, err, index, false)
+}
+
+// isConflictOf checks that err is an ItemIDConflictError of items[index], that is ErrConflict,
+// with InTurn as given.
+func isConflictOf(t *testing.T, what string, err error, index int, inTurn bool) {
+	t.Helper()
 	var ce *store.ItemIDConflictError
-	if !errors.As(err, &ce) || ce.Index != index || !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("%s: %v, want an ItemIDConflictError for item %d that is ErrConflict", what, err, index)
+	if !errors.As(err, &ce) || ce.Index != index || ce.InTurn != inTurn || !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("%s: %v, want an ItemIDConflictError for item %d (InTurn %v) that is ErrConflict", what, err, index, inTurn)
 	}
 }
 
@@ -96,4 +105,46 @@ func testConcurrentAppendsOfOneID(t *testing.T, s store.Store) {
 	if stored != 1 || len(all) != 1 {
 		t.Fatalf("%d calls succeeded and the conversation holds %v, want exactly one item", stored, ids(all))
 	}
+}
+
+// A conversation's turn lease keeps the turn's input items that carry client ids, which its
+// commit will append (issue 38 item 3, an items add racing a running turn). Acquiring refuses an
+// id the conversation lists with other content (an add since the turn read the conversation) and
+// takes nothing; while the lease is live an append of one of the turn's ids with other content
+// is refused (InTurn); the same content, other ids, a released or expired lease refuse nothing.
+func testTurnItemsGuardTheConversation(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	createConversation(t, s, tenantA, "conv_1", msgs(t, "i", 1))
+	hour := now().Add(time.Hour)
+	acquire := func(resp string, exp time.Time, items ...wire.Item) error {
+		return s.ConversationTurnAcquire(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1",
+			ResponseID: resp, ExpiresAt: exp, Items: items})
+	}
+	release := func(resp string) {
+		t.Helper()
+		noErr(t, "release "+resp, s.ConversationTurnRelease(ctx, &store.ConversationTurnReleaseParams{Tenant: tenantA, ConversationID: "conv_1", ResponseID: resp}))
+	}
+	isItemIDConflict(t, "acquire with a listed id and other content",
+		acquire("resp_1", hour, msg(t, "x", "x"), msg(t, "i_0", "changed")), 1)
+	noErr(t, "another turn acquires: the refused acquire took no lease", acquire("resp_2", hour))
+	release("resp_2")
+
+	noErr(t, "acquire with a listed item as listed", acquire("resp_1", hour, msgs(t, "i", 1)[0], msg(t, "turn", "the turn's"), msg(t, "t2", "the turn's")))
+	isConflictOf(t, "append of the turn's id with other content",
+		appendItems(t, s, "conv_1", msg(t, "new", "n"), msg(t, "t2", "other")), 1, true)
+	noErr(t, "append of the turn's item as the turn holds it", appendItems(t, s, "conv_1", msg(t, "turn", "the turn's")))
+	noErr(t, "append of another id", appendItems(t, s, "conv_1", msg(t, "new", "n")))
+	checkItems(t, "while the turn runs", conversationItems(t, s, tenantA, "conv_1"),
+		[]wire.Item{msgs(t, "i", 1)[0], msg(t, "turn", "the turn's"), msg(t, "new", "n")})
+
+	release("resp_1")
+	noErr(t, "append of the released turn's id", appendItems(t, s, "conv_1", msg(t, "t2", "other")))
+	noErr(t, "acquire with a lease that has expired", acquire("resp_3", now().Add(-time.Millisecond), msg(t, "t3", "the turn's")))
+	noErr(t, "append of the expired turn's id", appendItems(t, s, "conv_1", msg(t, "t3", "other")))
+	// The next holder's lease keeps its own items only.
+	noErr(t, "acquire by the next turn", acquire("resp_4", hour, msg(t, "t4", "the turn's")))
+	noErr(t, "append of the former turn's id", appendItems(t, s, "conv_1", msg(t, "t5", "other")))
+	isConflictOf(t, "append of the holder's id", appendItems(t, s, "conv_1", msg(t, "t4", "other")), 0, true)
+	noErr(t, "extend keeps the items", s.ConversationTurnExtend(ctx, &store.ConversationTurnAcquireParams{Tenant: tenantA, ConversationID: "conv_1", ResponseID: "resp_4", ExpiresAt: hour}))
+	isConflictOf(t, "append of the holder's id after extend", appendItems(t, s, "conv_1", msg(t, "t4", "other")), 0, true)
 }

@@ -64,6 +64,7 @@ var cases = []storeCase{
 	{"concurrent commits and appends keep a conversation in order without loss", testConcurrentConversation},
 	{"an append refuses an id the conversation lists with other content", testAppendRefusesAnIDWithOtherContent},
 	{"of concurrent appends of one id with different content exactly one is stored", testConcurrentAppendsOfOneID},
+	{"a turn's lease keeps its client-id input from being added with other content", testTurnItemsGuardTheConversation},
 	{"turn lease conflicts until released or expired", testTurnLease},
 	{"commit releases the conversation turn lease", testCommitReleasesTurn},
 	{"response delete keeps items a conversation lists", testResponseDelete},
