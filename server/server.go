@@ -266,7 +266,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller) (*
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	if err := tel.InstrumentUpstream(up); err != nil {
+	if err := tel.Instrument(up, st); err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	eng, err := engine.New(ctx, cfg.engineConfig(), st, up, tel)

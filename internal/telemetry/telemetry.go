@@ -181,17 +181,21 @@ func (t *Set) Rehydrated(ctx context.Context, st rehydrate.Stats, dropped []stri
 	}
 }
 
-// instrumentedUpstream is an upstream.Caller with instruments of its own (upstream/fleet: per
-// replica in-flight calls, health, failovers, cached tokens), registered on the meter behind
-// /metrics.
-type instrumentedUpstream interface {
+// instrumented is a part with instruments of its own, registered on the meter behind /metrics:
+// an upstream.Caller (upstream/fleet: per replica in-flight calls, health, failovers, cached
+// tokens) or a store (store/postgres: its connection pool and statements).
+type instrumented interface {
 	Instrument(metric.Meter) error
 }
 
-// InstrumentUpstream registers up's instruments when it has any.
-func (t *Set) InstrumentUpstream(up any) error {
-	if in, ok := up.(instrumentedUpstream); ok {
-		return in.Instrument(t.Meter)
+// Instrument registers the instruments of each part that has any.
+func (t *Set) Instrument(parts ...any) error {
+	for _, p := range parts {
+		if in, ok := p.(instrumented); ok {
+			if err := in.Instrument(t.Meter); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -40,6 +40,8 @@ type Store struct {
 	// channel is the store's notification channel.
 	watch   *watcher
 	channel string
+	// tracer counts the connections' statements and times pool acquires (metrics.go).
+	tracer *tracer
 }
 
 var (
@@ -95,9 +97,8 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
 	}
-	if o.roundTrips != nil {
-		cfg.ConnConfig.Tracer = roundTripTracer{o.roundTrips}
-	}
+	tr := newTracer(o.roundTrips)
+	cfg.ConnConfig.Tracer = tr
 	if err := migrate(cfg.ConnConfig); err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	channel := channelFor(schema)
 	return &Store{Base: store.Base{Driver: driver{pool}, Queries: &queries}, pool: pool, jobs: jobs,
-		watch: newWatcher(pool.Config().ConnConfig, channel, o.log), channel: channel}, nil
+		watch: newWatcher(pool.Config().ConnConfig, channel, o.log), channel: channel, tracer: tr}, nil
 }
 
 // migrate applies the embedded migrations over a dedicated database/sql connection, which is
@@ -260,21 +261,3 @@ func eventArrays(events []store.Event) (seqs []int64, types []string, data [][]b
 	}
 	return seqs, types, data
 }
-
-// roundTripTracer counts round trips (WithRoundTrips): a query outside a batch, or a batch.
-type roundTripTracer struct{ n *atomic.Int64 }
-
-func (t roundTripTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	t.n.Add(1)
-	return ctx
-}
-
-func (roundTripTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (t roundTripTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	t.n.Add(1)
-	return ctx
-}
-
-func (roundTripTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (roundTripTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
