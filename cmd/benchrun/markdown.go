@@ -257,6 +257,13 @@ func (r *report) c256MD(w writer) {
 			fmtStat(t.stat(a, "rss_kib_per_stream_from_idle"), "%.1f")+" / "+fmtStat(t.stat(a, "rss_kib_per_stream"), "%.1f"), fmtStat(t.stat(a, "rss_peak_mib"), "%.0f"), c.Failed[a])
 	}
 	w("\nRSS per stream: (peak RSS during the wave − the process's RSS right after it started) / streams, and (peak − RSS just before the wave) / streams; the second undercounts, since a Go process keeps the heap it grew in earlier waves. A stream accumulates %.1f KiB of output text.\n", c.PerRound.stat("D", "output_bytes").Median/1024)
+	w("\nThe Postgres pool during the wave (the respgate's /metrics before and after it: statements sent, including the background queue's polling, over the wave's %d turns; the wait of each store call for a connection, as the upper bound of its histogram bucket):\n\n| arm | statements per turn | pool wait p50 | pool wait p99 |\n|---|---|---|---|\n", p.Conc)
+	for _, x := range r.Arms {
+		if a := x.Name; postgresArms[a] {
+			w("| %s | %s | %s | %s |\n", a, fmtStat(c.PerRound.stat(a, "statements_per_turn"), "%.2f"),
+				fmtStatUS(c.PerRound.stat(a, "pool_wait_p50_us")), fmtStatUS(c.PerRound.stat(a, "pool_wait_p99_us")))
+		}
+	}
 	w("\n")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -97,6 +98,46 @@ func (b *bench) scenarioLatency(ctx context.Context) error {
 	return nil
 }
 
+// postgresArms are the arms whose respgate stores in Postgres: the c=256 scenario reads their
+// pool's counters around each wave (pool.go).
+var postgresArms = map[string]bool{"D": true, "D*": true}
+
+// poolBefore reads a Postgres arm's pool counters before a wave (ok false for the other arms, or
+// when /metrics could not be read: the figures are then missing, a problem of the report).
+func (b *bench) poolBefore(ctx context.Context, a *arm) (poolCounters, bool) {
+	if !postgresArms[a.Name] || a.proc == nil {
+		return poolCounters{}, false
+	}
+	pc, err := scrapePool(ctx, a.proc.addr)
+	if err != nil {
+		b.log.Warn("pool counters", "arm", a.Name, "err", err)
+		return poolCounters{}, false
+	}
+	return pc, true
+}
+
+// poolAfter adds the wave's statements per turn and its pool acquire wait p50 and p99 (µs, the
+// upper bound of the histogram bucket) to t.
+func (b *bench) poolAfter(ctx context.Context, a *arm, before poolCounters, t table, turns int) {
+	after, err := scrapePool(ctx, a.proc.addr)
+	if err != nil {
+		b.log.Warn("pool counters", "arm", a.Name, "err", err)
+		return
+	}
+	t.add(a.Name, "statements_per_turn", (after.statements-before.statements)/float64(max(turns, 1)))
+	for _, q := range []struct {
+		metric string
+		q      float64
+	}{{"pool_wait_p50_us", 0.5}, {"pool_wait_p99_us", 0.99}} {
+		// No acquire (NaN) or one past the last finite bound (+Inf) has no figure: JSON has neither.
+		if v := waitQuantile(before, after, q.q); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			t.add(a.Name, q.metric, v*1e6)
+		} else {
+			b.log.Warn("pool wait quantile out of the histogram", "arm", a.Name, "q", q.q, "value", v)
+		}
+	}
+}
+
 // profileSeconds is how long -profile samples each load but c=256's.
 const profileSeconds = 10
 
@@ -114,6 +155,7 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 	b.rep.C256 = res
 	for r := range b.opt.rounds {
 		for _, a := range rotate(b.arms, r) {
+			pool, poolOK := b.poolBefore(ctx, a)
 			rs, rl, err := b.measureStamped(ctx, a, model(p.PaceMS, p.Tokens, ""),
 				loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread})
 			if err != nil {
@@ -121,6 +163,9 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 			}
 			s := rs.Summary
 			t := res.PerRound
+			if poolOK {
+				b.poolAfter(ctx, a, pool, t, p.Conc)
+			}
 			t.addLatency(a.Name, &s, &s, rl)
 			t.add(a.Name, "max_gap", s.MaxGap.Max)
 			if s.Events > 0 {
