@@ -190,10 +190,12 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 		res.CPURatio[a.Name] = res.PerRound.ratio(a.Name, "B", "cpu_us_per_event")
 	}
 	if b.opt.profile {
-		b.profileTwin(ctx, "twin-pg-c256", fmt.Sprintf("%d concurrent streams of %d tokens (CPU per relayed event)", p.Conc, p.Tokens),
-			int(p.Spread.Seconds())+p.Tokens*p.PaceMS/1000, false,
-			loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
-				Body: constBody((&arm{}).body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
+		for _, twin := range []string{"pg", "sqlite"} {
+			b.profileTwinOf(ctx, twin, "twin-"+twin+"-c256", fmt.Sprintf("%d concurrent streams of %d tokens (CPU per relayed event)", p.Conc, p.Tokens),
+				int(p.Spread.Seconds())+p.Tokens*p.PaceMS/1000, false,
+				loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
+					Body: constBody((&arm{}).body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
+		}
 	}
 	return nil
 }
@@ -207,8 +209,14 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 // With traced, it also saves a 2-second execution trace taken at the start (name.trace), whose
 // blocking profiles (`go tool trace -pprof=net|sync|syscall|sched`) show where a turn waits.
 func (b *bench) profileTwin(ctx context.Context, name, what string, secs int, traced bool, cfg loadgen.Config) {
-	tw := b.twins["pg"]
-	a := &arm{Name: "D-twin", URL: tw.baseURL(), proc: tw, done: true}
+	b.profileTwinOf(ctx, "pg", name, what, secs, traced, cfg)
+}
+
+// profileTwinOf is profileTwin of the twin named twin ("pg" or "sqlite", the SQLite twin: its
+// profile holds the database's own work too, which runs in the gateway's process).
+func (b *bench) profileTwinOf(ctx context.Context, twin, name, what string, secs int, traced bool, cfg loadgen.Config) {
+	tw := b.twins[twin]
+	a := &arm{Name: twin + "-twin", URL: tw.baseURL(), proc: tw, done: true}
 	path := filepath.Join(b.logDir, name+".cpu.pprof")
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()

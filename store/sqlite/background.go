@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/riverqueue/river"
@@ -42,7 +41,7 @@ func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
 // transaction; see store.Store.
 func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.ResponseEnqueueBackgroundParams) error {
 	r := &p.Response
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		return store.EnqueueBackgroundTx(s.backgroundTx(ctx, tx), s.Driver, p, func() error {
 			l, err := lineage(ctx, tx, r.Tenant, r.PreviousResponseID)
 			if err != nil {
@@ -62,8 +61,8 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 
 // backgroundTx is tx as the shared background transactions run it (store.BackgroundTx); Exec's
 // errors are interpreted.
-func (s *Store) backgroundTx(ctx context.Context, tx *sql.Tx) store.BackgroundTx {
-	return s.jobs.BackgroundTx(ctx, tx,
+func (s *Store) backgroundTx(ctx context.Context, tx *txn) store.BackgroundTx {
+	return s.jobs.BackgroundTx(ctx, tx.Tx,
 		func(q string, args ...any) store.Row { return tx.QueryRowContext(ctx, q, args...) },
 		func(q string, args ...any) error {
 			_, err := tx.ExecContext(ctx, q, args...)
@@ -75,7 +74,7 @@ func (s *Store) backgroundTx(ctx context.Context, tx *sql.Tx) store.BackgroundTx
 func (s *Store) ResponseCancelBackground(ctx context.Context, p *store.ResponseCancelBackgroundParams) (store.CancelOutcome, error) {
 	var out store.CancelOutcome
 	var jobID int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
 		out, jobID, err = store.CancelBackgroundTx(s.backgroundTx(ctx, tx), &queries, p)
 		return err
@@ -95,6 +94,6 @@ WHERE r.tenant = ?1 AND r.id = ?2 AND r.status = 'queued' AND b.job_id = ?3`
 func (s *Store) ResponseBackgroundRequeue(ctx context.Context, p *store.ResponseBackgroundRequeueParams) (int, error) {
 	return store.RequeueBackground(ctx, s.Driver, p, bgQueuedCountSQL, s.jobs.Stranded,
 		func(ctx context.Context, f func(store.BackgroundTx) error) error {
-			return s.inTx(ctx, func(tx *sql.Tx) error { return f(s.backgroundTx(ctx, tx)) })
+			return s.inTx(ctx, func(tx *txn) error { return f(s.backgroundTx(ctx, tx)) })
 		})
 }

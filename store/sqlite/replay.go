@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"github.com/respgate/respgate/store"
@@ -39,7 +38,7 @@ func (s *Store) ReplayRecordSave(ctx context.Context, p *store.ReplayRecordSaveP
 	if err != nil {
 		return fmt.Errorf("save replay record: %w", err)
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *txn) error {
 		for _, st := range stmts {
 			if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
 				return interpretError(err)

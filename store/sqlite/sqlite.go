@@ -48,6 +48,7 @@ const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate"
 type Store struct {
 	store.Base
 	db      *sql.DB
+	stmts   *stmtCache            // prepared statements of the one connection (stmts.go)
 	commits committer             // groups concurrent ResponseCommits (group.go)
 	jobs    *jobq.Client[*sql.Tx] // River, in this database (background.go)
 }
@@ -80,7 +81,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{Base: store.Base{Driver: driver{db}, Queries: &queries}, db: db}
+	stmts := newStmtCache(db)
+	s := &Store{Base: store.Base{Driver: driver{db, stmts}, Queries: &queries}, db: db, stmts: stmts}
 	if err := s.openJobs(ctx); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -171,6 +173,7 @@ func (s *Store) Close() error {
 	defer cancel()
 	_ = s.jobs.Stop(ctx)
 	_, _ = s.db.Exec(`PRAGMA optimize`)
+	s.stmts.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close sqlite: %w", err)
 	}
@@ -194,7 +197,10 @@ func interpretError(err error) error {
 }
 
 // driver adapts the database to store.Driver.
-type driver struct{ db *sql.DB }
+type driver struct {
+	db    *sql.DB
+	stmts *stmtCache
+}
 
 // rows adapts *sql.Rows to store.Rows.
 type rows struct{ *sql.Rows }
@@ -209,7 +215,13 @@ func (d driver) Ping(ctx context.Context) error {
 }
 
 func (d driver) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
-	r, err := d.db.QueryContext(ctx, q, args...)
+	var r *sql.Rows
+	var err error
+	if st := d.stmts.get(ctx, q); st != nil {
+		r, err = st.QueryContext(ctx, args...)
+	} else {
+		r, err = d.db.QueryContext(ctx, q, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -217,11 +229,20 @@ func (d driver) Query(ctx context.Context, q string, args ...any) (store.Rows, e
 }
 
 func (d driver) QueryRow(ctx context.Context, q string, args ...any) store.Row {
+	if st := d.stmts.get(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
 	return d.db.QueryRowContext(ctx, q, args...)
 }
 
 func (d driver) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := d.db.ExecContext(ctx, q, args...)
+	var res sql.Result
+	var err error
+	if st := d.stmts.get(ctx, q); st != nil {
+		res, err = st.ExecContext(ctx, args...)
+	} else {
+		res, err = d.db.ExecContext(ctx, q, args...)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -248,11 +269,13 @@ func (driver) Strings(s []string) (any, error) {
 }
 
 // inTx runs fn in a transaction, committing if it returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
+	s.stmts.warm(ctx)
+	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	tx := &txn{Tx: sqlTx, stmts: s.stmts}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return err
@@ -266,7 +289,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // insertItems inserts items for a response (role input/output, positions 0…) or, with role
 // empty, directly for a conversation; when conv is set it appends each to conv at *seq, *seq+1….
 // The caller runs it inside a transaction.
-func insertItems(ctx context.Context, tx *sql.Tx, tenant string, responseID any, role string, items []wire.Item, conv string, seq *int64) error {
+func insertItems(ctx context.Context, tx *txn, tenant string, responseID any, role string, items []wire.Item, conv string, seq *int64) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -308,7 +331,7 @@ func insertItems(ctx context.Context, tx *sql.Tx, tenant string, responseID any,
 
 // nextSeq returns the conversation's next seq. The caller holds the write lock (every
 // transaction here does: _txlock=immediate and a single connection).
-func nextSeq(ctx context.Context, tx *sql.Tx, tenant, conv string) (int64, error) {
+func nextSeq(ctx context.Context, tx *txn, tenant, conv string) (int64, error) {
 	var n int64
 	if err := tx.QueryRowContext(ctx, nextSeqSQL, tenant, conv).Scan(&n); err != nil {
 		return 0, fmt.Errorf("next seq: %w", err)
@@ -318,7 +341,7 @@ func nextSeq(ctx context.Context, tx *sql.Tx, tenant, conv string) (int64, error
 
 // exists checks, inside a transaction, that the row a (tenant, id) query finds exists
 // (ErrNotFound if not).
-func exists(ctx context.Context, tx *sql.Tx, q, tenant, id string) error {
+func exists(ctx context.Context, tx *txn, q, tenant, id string) error {
 	var one int
 	return interpretError(tx.QueryRowContext(ctx, q, tenant, id).Scan(&one))
 }
@@ -326,7 +349,7 @@ func exists(ctx context.Context, tx *sql.Tx, q, tenant, id string) error {
 // guardedDelete runs, in one transaction, guard on (tenant, id, at), which reports whether a
 // guard holds (then nothing changes and the error is held), then the statements on (tenant, id).
 func (s *Store) guardedDelete(ctx context.Context, tenant, id string, at any, held error, guard string, stmts ...string) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *txn) error {
 		var h bool
 		if err := tx.QueryRowContext(ctx, guard, tenant, id, at).Scan(&h); err != nil {
 			return interpretError(err)

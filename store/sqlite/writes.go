@@ -22,7 +22,7 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	if err != nil {
 		return err
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *txn) error {
 		l, err := lineage(ctx, tx, p.Response.Tenant, p.Response.PreviousResponseID)
 		if err != nil {
 			return err
@@ -43,7 +43,7 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 // response forks a new branch from its branch; a response whose previous one does not exist
 // starts a branch at depth 0. The transaction holds SQLite's only write lock, so two
 // continuations of one head cannot both extend it.
-func lineage(ctx context.Context, tx *sql.Tx, tenant, prev string) ([]any, error) {
+func lineage(ctx context.Context, tx *txn, tenant, prev string) ([]any, error) {
 	var branch, depth int64
 	if prev != "" {
 		err := tx.QueryRowContext(ctx, continueHeadSQL, tenant, prev).Scan(&branch, &depth)
@@ -94,7 +94,7 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 
 // commitOne is one commit inside a group's transaction: it reads the stored status and lets
 // store.CommitDecision say whether to insert, update or do nothing (errNoop).
-func (s *Store) commitOne(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
+func (s *Store) commitOne(ctx context.Context, tx *txn, p *store.ResponseCommitParams) error {
 	r := &p.Response
 	var stored wire.Status
 	err := interpretError(tx.QueryRowContext(ctx, store.ResponseStatusSQL, r.Tenant, r.ID).Scan(&stored))
@@ -133,11 +133,13 @@ func (s *Store) commitGroup(group []*pendingCommit) {
 			c.err = err
 		}
 	}
-	tx, err := s.db.BeginTx(context.Background(), nil)
+	s.stmts.warm(context.Background())
+	sqlTx, err := s.db.BeginTx(context.Background(), nil)
 	if err != nil {
 		fail(fmt.Errorf("begin: %w", err))
 		return
 	}
+	tx := &txn{Tx: sqlTx, stmts: s.stmts}
 	for _, c := range group {
 		if _, err := tx.ExecContext(context.Background(), "SAVEPOINT c"); err != nil {
 			c.err = err
@@ -167,7 +169,7 @@ func (s *Store) commitGroup(group []*pendingCommit) {
 
 // commitItems writes the rest of a commit after the record: the conversation's turn release and
 // append, the items not yet stored, and the events.
-func (s *Store) commitItems(ctx context.Context, tx *sql.Tx, p *store.ResponseCommitParams) error {
+func (s *Store) commitItems(ctx context.Context, tx *txn, p *store.ResponseCommitParams) error {
 	r := &p.Response
 	var seq int64
 	if p.ConversationID == "" && p.ReleaseTurn != "" {
@@ -204,7 +206,7 @@ func (s *Store) commitItems(ctx context.Context, tx *sql.Tx, p *store.ResponseCo
 
 // appendStoredInput appends the response's stored input items to conv (if set) in position
 // order at *seq, *seq+1…, advancing *seq. The caller runs it inside a transaction.
-func appendStoredInput(ctx context.Context, tx *sql.Tx, tenant, responseID, conv string, seq *int64) error {
+func appendStoredInput(ctx context.Context, tx *txn, tenant, responseID, conv string, seq *int64) error {
 	if conv == "" {
 		return nil
 	}
@@ -223,7 +225,7 @@ func appendStoredInput(ctx context.Context, tx *sql.Tx, tenant, responseID, conv
 // insertEvents logs events of a response, leaving an already logged seq as it is. The caller
 // runs it inside a transaction and has checked that the response exists. No prepared statement:
 // the server appends one event row per flush (store.Event), so there is nothing to reuse it for.
-func insertEvents(ctx context.Context, tx *sql.Tx, tenant, responseID string, events []store.Event) error {
+func insertEvents(ctx context.Context, tx *txn, tenant, responseID string, events []store.Event) error {
 	for _, e := range events {
 		data := e.Data
 		if data == nil {
@@ -239,7 +241,7 @@ func insertEvents(ctx context.Context, tx *sql.Tx, tenant, responseID string, ev
 // ResponseEventAppend logs events of an existing response, idempotently by seq, in one
 // transaction.
 func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		if err := exists(ctx, tx, store.ResponseExistsSQL, p.Tenant, p.ResponseID); err != nil {
 			return err
 		}
@@ -270,7 +272,7 @@ func (s *Store) ResponseDelete(ctx context.Context, p *store.ResponseDeleteParam
 func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams) (int, error) {
 	var n int64
 	before := s.Driver.Time(store.NowOr(p.Before))
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		for _, q := range []string{purgeBumpSQL, purgeDetachSQL, purgeItemsSQL} {
 			if _, err := tx.ExecContext(ctx, q, before, p.Limit); err != nil {
 				return interpretError(err)
@@ -293,7 +295,7 @@ func (s *Store) ResponsePurge(ctx context.Context, p *store.ResponsePurgeParams)
 // transaction.
 func (s *Store) ConversationCreate(ctx context.Context, p *store.ConversationCreateParams) error {
 	c := &p.Conversation
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		if _, err := tx.ExecContext(ctx, store.ConversationInsertSQL,
 			c.Tenant, c.ID, s.Driver.JSON(store.ObjectJSON(c.Metadata)), s.Driver.Time(store.NowOr(c.CreatedAt))); err != nil {
 			return interpretError(err)
@@ -324,7 +326,7 @@ func (s *Store) ConversationDelete(ctx context.Context, p *store.ConversationDel
 // content (store.TurnItemConflict) and an id the conversation lists with other content
 // (store.ItemIDConflict: a concurrent append waits for the lock and then sees this one's item).
 func (s *Store) ConversationItemAppend(ctx context.Context, p *store.ConversationItemAppendParams) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		var turn string
 		err := tx.QueryRowContext(ctx, conversationTurnItemsSQL, p.Tenant, p.ConversationID, time.Now().UnixMicro()).Scan(&turn)
 		if err != nil {
@@ -353,7 +355,7 @@ func (s *Store) ConversationItemAppend(ctx context.Context, p *store.Conversatio
 }
 
 // heldItems is every item conversation lists under one of ids (each occurrence).
-func heldItems(ctx context.Context, tx *sql.Tx, tenant, conversation string, ids []string) ([]wire.Item, error) {
+func heldItems(ctx context.Context, tx *txn, tenant, conversation string, ids []string) ([]wire.Item, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -383,7 +385,7 @@ func heldItems(ctx context.Context, tx *sql.Tx, tenant, conversation string, ids
 // transaction. Items created directly in the conversation are deleted; a response's items stay
 // with the response.
 func (s *Store) ConversationItemDelete(ctx context.Context, p *store.ConversationItemDeleteParams) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		if _, err := tx.ExecContext(ctx, conversationItemDeleteDirectSQL, p.Tenant, p.ConversationID, p.ItemID); err != nil {
 			return interpretError(err)
 		}
@@ -415,7 +417,7 @@ func (s *Store) ConversationItemDelete(ctx context.Context, p *store.Conversatio
 // ErrConflict. With Items, the same transaction refuses an id the conversation lists with other
 // content.
 func (s *Store) ConversationTurnAcquire(ctx context.Context, p *store.ConversationTurnAcquireParams) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, turnAcquireSQL,
 			p.Tenant, p.ConversationID, p.ResponseID, p.ExpiresAt.UnixMicro(), time.Now().UnixMicro(),
 			store.NullString(store.TurnItems(p.Items)))
