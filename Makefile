@@ -129,7 +129,9 @@ mutate: ## mutation testing (gremlins) of accumulator, rehydrate, store and serv
 # the Prometheus PromQL parser): deploy/opstest is its own module, so they stay out of go.mod and
 # out of the race-enabled build of ./... (`make test` runs this target after it). It renders and
 # lints the Helm chart and checks the dashboard's and alert rules' PromQL against a live respgate
-# (the binary, with a fleet of two simulated vLLM replicas). The first run downloads and builds
+# (the binary, with a fleet of two simulated vLLM replicas), and evaluates every alert rule over
+# synthetic series that must make it fire and series under which it must stay silent (seconds;
+# the same evaluation as `promtool test rules`). The first run downloads and builds
 # them (a few minutes on 2 cores). No -race: it checks files, and respgate's own code is
 # race-tested by the step before.
 .PHONY: deploy-test

@@ -172,11 +172,22 @@ func (e *Engine) connect(ctx, uctx context.Context, t *Turn, answered func()) (*
 		return up, nil
 	}
 	if ctx.Err() != nil {
-		_ = e.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,
-			Error: goneError(ctx, "The client closed the request.")})
+		_ = e.finish(ctx, t, endedBeforeAnswer(ctx))
 		return nil, ctx.Err()
 	}
 	return nil, e.failBeforeStream(ctx, t, upErr)
+}
+
+// endedBeforeAnswer is the record of a turn whose context ended while it waited for upstream's
+// answer: failed with the true reason when shutdown (River's hard stop of a background turn, cause
+// ErrShutdown) or a background time limit cut it, as a cut mid-stream is (endStream); cancelled
+// otherwise, with no error for a cancel and client_disconnected for a client that left. Nobody
+// cancelled a turn cut by shutdown: it is not stored cancelled (docs/background.md, "Shutdown").
+func endedBeforeAnswer(ctx context.Context) *accumulator.Result {
+	if errors.Is(context.Cause(ctx), ErrShutdown) {
+		return &accumulator.Result{Status: wire.StatusFailed, Error: &wire.ErrorObject{Code: "server_error", Message: cutMessage(ctx)}}
+	}
+	return &accumulator.Result{Status: wire.StatusCancelled, Error: goneError(ctx, "The client closed the request.")}
 }
 
 // failOpenStream answers a turn whose client stream opened (upstream had answered) before its

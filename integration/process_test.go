@@ -83,7 +83,9 @@ type proc struct {
 func startBinary(t *testing.T, dbURL string, extra ...string) *proc {
 	t.Helper()
 	addr := freeAddr(t)
-	args := append([]string{"--listen", addr, "--database-url", dbURL, "--lease-ttl", "2s", "--write-timeout", "1s", "--sweep-interval", "300ms"}, extra...)
+	// respgate refuses a --commit-timeout not less than --lease-ttl (docs/configuration.md).
+	args := append([]string{"--listen", addr, "--database-url", dbURL, "--lease-ttl", "2s", "--write-timeout", "1s", "--commit-timeout", "1500ms",
+		"--sweep-interval", "300ms"}, extra...)
 	cmd := exec.Command(binary(t), args...)
 	cmd.Env = append(os.Environ(), "RESPGATE_UPSTREAM_URL=")
 	stderr, _ := cmd.StderrPipe()

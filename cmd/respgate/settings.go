@@ -132,7 +132,7 @@ var settings = []setting{
 		bind: func(c *config) any { return &c.upstream.IdleTimeout }},
 	{flag: "sync-timeout", def: durDef(serverDefaults.SyncTimeout), help: "longest wait for vLLM's answer to a non-streamed request (vLLM sends it only once generation ends); beyond it 504",
 		bind: func(c *config) any { return &c.server.SyncTimeout }},
-	{flag: "commit-timeout", def: durDef(serverDefaults.CommitTimeout), help: "longest time to store a finished turn; beyond it the response is `failed`",
+	{flag: "commit-timeout", def: durDef(serverDefaults.CommitTimeout), help: "longest time to store a finished turn; beyond it the response is `failed`; must be less than `--lease-ttl`",
 		bind: func(c *config) any { return &c.server.CommitTimeout }},
 	{flag: "write-timeout", def: durDef(serverDefaults.WriteTimeout), help: "longest time one event may take to reach a client; a client that stops reading is dropped",
 		bind: func(c *config) any { return &c.server.WriteTimeout }},
@@ -431,6 +431,13 @@ func (c *config) check() error {
 	if c.server.LeaseTTL > 0 && c.server.LeaseTTL <= c.server.WriteTimeout {
 		errs = append(errs, fmt.Errorf("--lease-ttl (%s) must be longer than --write-timeout (%s): a lease must outlive a blocked client write",
 			c.server.LeaseTTL, c.server.WriteTimeout))
+	}
+	// A commit (and a background claim) may take up to --commit-timeout while no keeper renews
+	// the lease; one allowed as long as the lease can find it expired and the response swept
+	// (failed) under a turn that then commits.
+	if c.server.CommitTimeout > 0 && c.server.LeaseTTL > 0 && c.server.CommitTimeout >= c.server.LeaseTTL {
+		errs = append(errs, fmt.Errorf("--commit-timeout (RESPGATE_COMMIT_TIMEOUT) is %s but must be less than --lease-ttl (RESPGATE_LEASE_TTL), %s: lower the first or raise the second, so a commit cannot outlast its lease and find its response swept",
+			c.server.CommitTimeout, c.server.LeaseTTL))
 	}
 	if c.upstreamsFile != "" && c.upstream.BaseURL != "" {
 		errs = append(errs, errors.New("set --upstreams (RESPGATE_UPSTREAMS) or --upstream-url (RESPGATE_UPSTREAM_URL), not both"))

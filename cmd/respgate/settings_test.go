@@ -222,6 +222,35 @@ func TestLeaseMustOutliveTheWriteTimeout(t *testing.T) {
 	mustParse(t, []string{"--lease-ttl", "31s", "--write-timeout", "30s"}, nil)
 }
 
+func TestCommitMustEndBeforeTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // the whole error; "" accepted
+	}{
+		{name: "defaults (15s under 1m)"},
+		{name: "just under", args: []string{"--commit-timeout", "59s"}},
+		{name: "a short lease with a shorter commit", args: []string{"--lease-ttl", "10s", "--write-timeout", "5s", "--commit-timeout", "9s"}},
+		{name: "equal to the default lease", args: []string{"--commit-timeout", "1m"},
+			want: "--commit-timeout (RESPGATE_COMMIT_TIMEOUT) is 1m0s but must be less than --lease-ttl (RESPGATE_LEASE_TTL), 1m0s: lower the first or raise the second, so a commit cannot outlast its lease and find its response swept"},
+		{name: "longer, from the environment", env: map[string]string{"RESPGATE_COMMIT_TIMEOUT": "2m", "RESPGATE_LEASE_TTL": "90s"},
+			want: "--commit-timeout (RESPGATE_COMMIT_TIMEOUT) is 2m0s but must be less than --lease-ttl (RESPGATE_LEASE_TTL), 1m30s: lower the first or raise the second, so a commit cannot outlast its lease and find its response swept"},
+		{name: "a lease lowered under the default commit", args: []string{"--lease-ttl", "10s", "--write-timeout", "5s"},
+			want: "--commit-timeout (RESPGATE_COMMIT_TIMEOUT) is 15s but must be less than --lease-ttl (RESPGATE_LEASE_TTL), 10s: lower the first or raise the second, so a commit cannot outlast its lease and find its response swept"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(tc.args, env(tc.env), io.Discard)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%v %v: %v, want accepted", tc.args, tc.env, err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Errorf("%v %v: error %v\nwant %s", tc.args, tc.env, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestStartupLogListsEverySettingWithoutSecrets(t *testing.T) {
 	const secret = "sk-CANARY-7f3a"
 	c := mustParse(t, nil, map[string]string{

@@ -74,6 +74,20 @@ func exported(t *testing.T) series {
 	return have
 }
 
+// exportedCache holds what exported returned, for the tests that need it after the first.
+var exportedCache series
+
+// exportedOnce is exported, run once per test binary: the series are the same for every test, and
+// starting respgate and driving its turns is the slow part. The respgate it started stops with
+// the test that first called it.
+func exportedOnce(t *testing.T) series {
+	t.Helper()
+	if exportedCache == nil {
+		exportedCache = exported(t)
+	}
+	return exportedCache
+}
+
 // fleetFile writes an --upstreams file naming two simulated replicas in one chain-affine pool:
 // one healthy, one answering its probes but failing every generation with a 503.
 func fleetFile(t *testing.T) string {
@@ -372,7 +386,7 @@ func ruleExprs(t *testing.T, path string) map[string]string {
 // kind and checks every expression of the dashboard and the alert rules against what it exported,
 // so neither can drift from the code.
 func TestDashboardAndAlertsNameOnlyExportedSeries(t *testing.T) {
-	have := exported(t)
+	have := exportedOnce(t)
 	for file, exprs := range map[string]map[string]string{
 		"../grafana/respgate.json": dashboardExprs(t, "../grafana/respgate.json"),
 		"../prometheus/alerts.yml": ruleExprs(t, "../prometheus/alerts.yml"),
@@ -426,8 +440,9 @@ func names(expr string) map[string]bool {
 	return out
 }
 
-// TestCheckCatchesDrift keeps the check honest: a renamed series, a label it lacks, a route
-// respgate does not serve, a misspelt routing outcome and a syntax error are each reported.
+// TestCheckCatchesDrift keeps the checks honest: a renamed series, a label it lacks, a route
+// respgate does not serve, a misspelt routing outcome and a syntax error are each reported, in an
+// expression (check) and in a synthetic series (checkSeries).
 func TestCheckCatchesDrift(t *testing.T) {
 	have := series{
 		"respgate_http_requests_total":        {"route": {"/v1/responses": true}, "status": {"200": true}},
@@ -446,5 +461,21 @@ func TestCheckCatchesDrift(t *testing.T) {
 	}
 	if errs := check(`sum by (route) (rate(respgate_http_requests_total{job="x",route=~"/v1/.*",status=~"5.."}[5m]))`, have); len(errs) > 0 {
 		t.Errorf("a valid expression: %v", errs)
+	}
+	// The same for the synthetic series alerts_test.go feeds the rules.
+	p := parser.NewParser(parser.Options{})
+	for _, line := range []string{
+		`respgate_http_request_total{route="/v1/responses"} 0+1x10`,
+		`respgate_http_requests_total{code="500"} 0+1x10`,
+		`respgate_http_requests_total{route="/responses"} 0+1x10`,
+		`respgate_upstream_pool_routed_total{outcome="first-choice"} 0+1x10`,
+		`respgate_http_requests_total{route="/v1/responses" 0+1x10`,
+	} {
+		if errs := checkSeries(p, line, have); len(errs) == 0 {
+			t.Errorf("%s: no error", line)
+		}
+	}
+	if errs := checkSeries(p, `respgate_http_requests_total{job="x",instance="y",route="/v1/responses",status="502"} 0x5 1+1x5`, have); len(errs) > 0 {
+		t.Errorf("a valid series: %v", errs)
 	}
 }

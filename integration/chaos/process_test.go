@@ -114,6 +114,8 @@ func (e *env) startProcessEnv(environ []string, extra ...string) *proc {
 	}
 	args := append([]string{"--listen", addr, "--database-url", db, "--lease-ttl", leaseTTL.String(),
 		"--write-timeout", "300ms", "--sweep-interval", sweepInterval.String(), "--upstream-idle-timeout", "10s",
+		// respgate refuses a --commit-timeout not less than --lease-ttl (docs/configuration.md).
+		"--commit-timeout", (leaseTTL * 3 / 4).String(),
 		"--upstream-connect-timeout", "10s",
 		// A pool of 4 like the in-process gateways' (pgxpool's default on 2 cores): at the default
 		// of 32, the matrix's parallel processes passed Postgres's max_connections (100 in CI)
@@ -232,7 +234,8 @@ func processScenarios() []scenario {
 		// drain deadline cuts streams.
 		// The lease is production-like here: 200 streams renewing a 2 s lease every 667 ms
 		// through a 4-connection pool starve on two loaded cores, and the test is about the drain.
-		p := e.startProcess("--shutdown-timeout", "3s", "--upstream-connect-timeout", "30s", "--upstream-idle-timeout", "30s", "--lease-ttl", "30s")
+		p := e.startProcess("--shutdown-timeout", "3s", "--upstream-connect-timeout", "30s", "--upstream-idle-timeout", "30s", "--lease-ttl", "30s",
+			"--commit-timeout", "15s") // the default: the cut streams' commits queue for the pool
 		e.gwURL = p.url
 		// Most end within the drain deadline; one in ten runs past it and is cut, each of those
 		// then committing its failed record at once (through pgx's default pool of 4).
