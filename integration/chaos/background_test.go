@@ -103,7 +103,10 @@ func bgKillBeforeClaim(cancel bool) func(e *env, rng *rand.Rand) {
 			stop(b)
 			return
 		}
-		b, up := e.replace(a, "--lease-ttl", requeueLease.String())
+		// Its --commit-timeout, which bounds the requeue pass (engine/engine.go requeueStranded),
+		// keeps the harness's ratio to the lease: at the harness's 1.5 s a loaded machine's
+		// requeue pass could time out every sweep.
+		b, up := e.replace(a, "--lease-ttl", requeueLease.String(), "--commit-timeout", (requeueLease * 3 / 4).String())
 		tr.bg.want, tr.bg.runs = "completed", 1
 		// docs/background.md: the worst case from the fetch to the re-run is --lease-ttl +
 		// --sweep-interval, counted from when a replica is up: the fetch, or the replacement's
