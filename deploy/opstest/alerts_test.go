@@ -63,6 +63,7 @@ func alertCases() []alertCase {
 	commit := sA + `,op="response_commit"`
 	begin := sA + `,op="response_begin"`
 	storeLE := []string{"0.25", "0.5", "1", "2.5", "+Inf"}
+	poolLE := []string{"0.001", "0.1", "0.25", "0.5", "+Inf"}
 	waitLE := []string{"30", "60", "300", "1800", "+Inf"}
 	build := func(s, values string) string {
 		return `respgate_build_info{` + s + `,version="1.4.0",revision="abc123",goversion="go1.26.7"} ` + values
@@ -109,6 +110,15 @@ func alertCases() []alertCase {
 			series: slices.Concat(
 				buckets("respgate_store_latency_seconds", commit, storeLE, []int{30, 0, 0, 0, 0}),
 				buckets("respgate_store_latency_seconds", begin, storeLE, []int{0, 0, 0, 30, 0}))},
+
+		// p99 wait for a pool connection over 100 ms for 10m, per replica.
+		{alert: "RespgateStorePoolSaturated", name: "store calls wait 250 to 500 ms for a connection from minute 11",
+			series:  slowPool(sA, poolLE),
+			firesAt: 21 * time.Minute, labels: []map[string]string{warn("job", "respgate", "instance", "10.0.0.1:8080")}},
+		{alert: "RespgateStorePoolSaturated", name: "store calls get a connection within 1 ms",
+			series: buckets("respgate_store_pool_acquire_wait_seconds", sA, poolLE, []int{30, 0, 0, 0, 0})},
+		{alert: "RespgateStorePoolSaturated", name: "one replica waits 10 to 100 ms, under the threshold",
+			series: buckets("respgate_store_pool_acquire_wait_seconds", sB, poolLE, []int{0, 30, 0, 0, 0})},
 
 		// Queued > 0 and no job started in 10m, for 5m.
 		{alert: "RespgateBackgroundQueueStalled", name: "responses queued and no replica ever started a job (no wait series at all)",
@@ -204,6 +214,21 @@ func slowCommits(lbls string, les []string) []string {
 			out = append(out, name+" 0+30x10 300x50")
 		} else {
 			out = append(out, name+" 0+30x10 330+30x49")
+		}
+	}
+	return out
+}
+
+// slowPool are pool acquire wait buckets with 30 acquires a minute within 1 ms for 10 minutes,
+// then, from minute 11, 30 a minute that waited 250 to 500 ms.
+func slowPool(lbls string, les []string) []string {
+	var out []string
+	for _, le := range les {
+		name := `respgate_store_pool_acquire_wait_seconds_bucket{` + lbls + `,le="` + le + `"}`
+		if le == "0.5" || le == "+Inf" {
+			out = append(out, name+" 0+30x10 330+30x49")
+		} else {
+			out = append(out, name+" 0+30x10 300x50")
 		}
 	}
 	return out

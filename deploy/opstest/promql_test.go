@@ -20,13 +20,14 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
+	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/upstream/vllmsim"
 )
 
 // series is what /metrics exported: each sample name with its label names and their values.
 type series map[string]map[string]map[string]bool
 
-// exported runs respgate as an operator does (the binary built from this checkout, on SQLite, its
+// exported runs respgate as an operator does (the binary built from this checkout, on Postgres, its
 // upstreams a fleet of two simulated vLLM replicas named in an --upstreams file), drives a few
 // turns of every kind the dashboard watches, and returns the series its /metrics then exports:
 // each sample name (histograms' _bucket, _sum and _count included) with its label names.
@@ -114,8 +115,8 @@ func fleetFile(t *testing.T) string {
 }
 
 // startRespgate builds cmd/respgate from this checkout (the repository's own module, not this
-// one's dependency versions), starts it on a loopback port with SQLite in the test's temp
-// directory and --upstreams upstreams, and returns its base URL (without /v1). It is stopped with
+// one's dependency versions), starts it on a loopback port with a Postgres schema of its own
+// (internal/pgtest) and --upstreams upstreams, and returns its base URL (without /v1). It is stopped with
 // SIGTERM and waited for in t.Cleanup.
 func startRespgate(t *testing.T, upstreams string) string {
 	t.Helper()
@@ -127,7 +128,9 @@ func startRespgate(t *testing.T, upstreams string) string {
 		t.Fatalf("go build ./cmd/respgate: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--upstreams", upstreams)
-	cmd.Env = append(os.Environ(), "RESPGATE_DATABASE_URL=sqlite:"+filepath.Join(dir, "respgate.db"))
+	// Postgres, not SQLite: the Postgres store exports series SQLite has no use for (its
+	// connection pool), which the dashboard and the alert rules use.
+	cmd.Env = append(os.Environ(), "RESPGATE_DATABASE_URL="+pgtest.DSN(t))
 	logs, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
