@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/server"
 	"github.com/respgate/respgate/store"
-	"github.com/respgate/respgate/store/sqlite"
 )
 
 // The races of a background run's first moments (issue 38 items 1 and 2), made deterministic: a
@@ -46,15 +44,7 @@ type raceStore struct {
 
 func newRaceStore(t *testing.T, newStore func(t *testing.T) store.Store) *raceStore {
 	t.Helper()
-	st := newStore(t)
-	if st == nil {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "respgate.db"))
-		if err != nil {
-			t.Fatalf("open sqlite: %v", err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		st = s
-	}
+	st := realStore(t, newStore)
 	return &raceStore{Store: st, Jobs: st.(store.Jobs), fetched: make(chan struct{}), proceed: make(chan struct{}),
 		claimed: make(chan struct{}), cancelled: make(chan struct{}), claims: make(chan error, 8)}
 }

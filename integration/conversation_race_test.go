@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/respgate/respgate/store"
-	"github.com/respgate/respgate/store/sqlite"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -60,15 +58,7 @@ func (s *lookupBarrierStore) ConversationItemAppend(ctx context.Context, p *stor
 // is, and GET of the id answers the stored one (issue 38 item 3). Before, both were stored.
 func TestConcurrentItemAddsOfOneIDStoreOne(t *testing.T) {
 	backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
-		st := newStore(t)
-		if st == nil {
-			sq, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "respgate.db"))
-			if err != nil {
-				t.Fatalf("open sqlite: %v", err)
-			}
-			t.Cleanup(func() { _ = sq.Close() })
-			st = sq
-		}
+		st := realStore(t, newStore)
 		g := newGateway(t, &lookupBarrierStore{Store: st, Jobs: st.(store.Jobs), both: make(chan struct{})})
 		conv := newConversation(t, g, `{}`)
 		texts := []string{"the first caller's", "the second caller's"}
@@ -187,15 +177,7 @@ func TestAnItemsAddRacingATurnLeavesOneItemOfTheID(t *testing.T) {
 	for _, gate := range []string{"acquire", "commit"} {
 		t.Run(gate, func(t *testing.T) {
 			backends(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
-				st := newStore(t)
-				if st == nil {
-					sq, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "respgate.db"))
-					if err != nil {
-						t.Fatalf("open sqlite: %v", err)
-					}
-					t.Cleanup(func() { _ = sq.Close() })
-					st = sq
-				}
+				st := realStore(t, newStore)
 				gs := &turnGateStore{Store: st, Jobs: st.(store.Jobs), gate: gate, reached: make(chan struct{}), proceed: make(chan struct{})}
 				g := newGateway(t, gs)
 				conv := newConversation(t, g, `{}`)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/respgate/respgate/respgatetest"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/postgres"
+	"github.com/respgate/respgate/store/sqlite"
 )
 
 const (
@@ -46,6 +48,21 @@ func backends(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) sto
 		t.Parallel()
 		f(t, func(t *testing.T) store.Store { return nil }) // respgatetest's default: SQLite in t.TempDir()
 	})
+}
+
+// realStore is newStore's store, or, for the SQLite backend (whose newStore leaves the store to
+// respgatetest), a SQLite store of its own in t.TempDir(): for a test that wraps the store.
+func realStore(t *testing.T, newStore func(t *testing.T) store.Store) store.Store {
+	t.Helper()
+	if st := newStore(t); st != nil {
+		return st
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "respgate.db"))
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 type gw struct {

@@ -242,34 +242,10 @@ func TestShutdownDrainsARunningBackgroundTurnWithoutAHardStop(t *testing.T) {
 	}))
 	defer up.Close()
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "r.db")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--upstream-url", up.URL + "/v1", "--shutdown-timeout", "30s"},
-			env(map[string]string{"RESPGATE_DATABASE_URL": dsn}), &out)
-	}()
-	addr := logged(t, &out, done, "respgate listening")
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/responses",
-		strings.NewReader(`{"model":"`+vllmsim.HarmonyModel+`","input":"hi","background":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var queued struct{ ID string }
-	err = json.NewDecoder(resp.Body).Decode(&queued)
-	_ = resp.Body.Close()
-	if err != nil || queued.ID == "" {
-		t.Fatalf("background POST: %d, %v", resp.StatusCode, err)
-	}
+	id, done, out, cancel := runQueued(t, []string{"--upstream-url", up.URL + "/v1", "--shutdown-timeout", "30s"}, dsn, "hi")
 	<-held // a worker is running the turn
 	cancel()
-	logged(t, &out, done, "shutting down: draining in-flight requests")
+	logged(t, out, done, "shutting down: draining in-flight requests")
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -295,7 +271,7 @@ func TestShutdownDrainsARunningBackgroundTurnWithoutAHardStop(t *testing.T) {
 		t.Errorf("shutdown log:\n%s", strings.Join(lines[max(0, len(lines)-6):], "\n"))
 	}
 	var view struct{ Status string }
-	if err := json.Unmarshal([]byte(mustAdmin(t, dsn, "inspect", queued.ID)), &view); err != nil || view.Status != "completed" {
+	if err := json.Unmarshal([]byte(mustAdmin(t, dsn, "inspect", id)), &view); err != nil || view.Status != "completed" {
 		t.Errorf("the background turn running at the signal is %q (%v), want completed", view.Status, err)
 	}
 }

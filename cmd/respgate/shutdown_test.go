@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -66,17 +67,47 @@ func testShutdownCutsBackgroundTurn(t *testing.T, dsn string, midStream bool) {
 	}))
 	defer up.Close()
 	defer close(over)
+	id, done, out, cancel := runQueued(t, []string{"--upstream-url", up.URL + "/v1", "--shutdown-timeout", "300ms"}, dsn, "write a long story")
+	select {
+	case <-running: // a worker runs the turn: upstream has it (and, mid-stream, has sent events)
+	case err := <-done:
+		t.Fatalf("run returned %v before the turn ran:\n%s", err, out.Bytes())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, out.Bytes())
+	}
+	if !bytes.Contains(out.Bytes(), []byte("Hard stop")) {
+		t.Errorf("the turn ended before the drain deadline: no hard stop was logged:\n%s", out.Bytes())
+	}
+	r := storedResponse(t, dsn, id)
+	var stored struct{ Code, Message string }
+	if len(r.Error) > 0 {
+		if err := json.Unmarshal(r.Error, &stored); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const msg = "The gateway shut down before the response finished; retry it."
+	if r.Status != wire.StatusFailed || stored.Code != "server_error" || stored.Message != msg {
+		t.Errorf("the background turn cut by shutdown is stored %q with error %s, want failed, server_error, %q\n%s", r.Status, r.Error, msg, out.Bytes())
+	}
+}
+
+// runQueued runs respgate (run) on a loopback port with args and RESPGATE_DATABASE_URL dsn and,
+// once it listens, creates a background response with input. It returns the response's id, the
+// run's result, its log, and cancel, which stops it as a signal does (also at the test's end).
+func runQueued(t *testing.T, args []string, dsn, input string) (id string, done <-chan error, out *syncBuffer, cancel context.CancelFunc) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var out syncBuffer
-	done := make(chan error, 1)
+	t.Cleanup(cancel)
+	out = new(syncBuffer)
+	result := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--upstream-url", up.URL + "/v1", "--shutdown-timeout", "300ms"},
-			env(map[string]string{"RESPGATE_DATABASE_URL": dsn}), &out)
+		result <- run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), env(map[string]string{"RESPGATE_DATABASE_URL": dsn}), out)
 	}()
-	addr := logged(t, &out, done, "respgate listening")
+	addr := logged(t, out, result, "respgate listening")
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/v1/responses",
-		strings.NewReader(`{"model":"`+vllmsim.HarmonyModel+`","input":"write a long story","background":true}`))
+		strings.NewReader(`{"model":"`+vllmsim.HarmonyModel+`","input":`+strconv.Quote(input)+`,"background":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,29 +122,7 @@ func testShutdownCutsBackgroundTurn(t *testing.T, dsn string, midStream bool) {
 	if err != nil || queued.ID == "" {
 		t.Fatalf("background POST: %d, %v", resp.StatusCode, err)
 	}
-	select {
-	case <-running: // a worker runs the turn: upstream has it (and, mid-stream, has sent events)
-	case err := <-done:
-		t.Fatalf("run returned %v before the turn ran:\n%s", err, out.Bytes())
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v\n%s", err, out.Bytes())
-	}
-	if !bytes.Contains(out.Bytes(), []byte("Hard stop")) {
-		t.Errorf("the turn ended before the drain deadline: no hard stop was logged:\n%s", out.Bytes())
-	}
-	r := storedResponse(t, dsn, queued.ID)
-	var stored struct{ Code, Message string }
-	if len(r.Error) > 0 {
-		if err := json.Unmarshal(r.Error, &stored); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const msg = "The gateway shut down before the response finished; retry it."
-	if r.Status != wire.StatusFailed || stored.Code != "server_error" || stored.Message != msg {
-		t.Errorf("the background turn cut by shutdown is stored %q with error %s, want failed, server_error, %q\n%s", r.Status, r.Error, msg, out.Bytes())
-	}
+	return queued.ID, result, out, cancel
 }
 
 // storedResponse reads response id (of any tenant) from the store at dsn.

@@ -102,7 +102,7 @@ func alertCases() []alertCase {
 
 		// p99 of response_commit over 1s for 10m.
 		{alert: "RespgateStoreSlow", name: "commits take 1 to 2.5 s from minute 11",
-			series:  slowCommits(commit, storeLE),
+			series:  slowBuckets("respgate_store_latency_seconds", commit, storeLE, 30, "2.5"), // 1 to 2.5 s
 			firesAt: 21 * time.Minute, labels: []map[string]string{warn("job", "respgate")}},
 		{alert: "RespgateStoreSlow", name: "commits take under 0.25 s",
 			series: buckets("respgate_store_latency_seconds", commit, storeLE, []int{30, 0, 0, 0, 0})},
@@ -113,7 +113,7 @@ func alertCases() []alertCase {
 
 		// p99 wait for a pool connection over 100 ms for 10m, per replica.
 		{alert: "RespgateStorePoolSaturated", name: "store calls wait 250 to 500 ms for a connection from minute 11",
-			series:  slowPool(sA, poolLE),
+			series:  slowBuckets("respgate_store_pool_acquire_wait_seconds", sA, poolLE, 30, "0.5"), // 250 to 500 ms
 			firesAt: 21 * time.Minute, labels: []map[string]string{warn("job", "respgate", "instance", "10.0.0.1:8080")}},
 		{alert: "RespgateStorePoolSaturated", name: "store calls get a connection within 1 ms",
 			series: buckets("respgate_store_pool_acquire_wait_seconds", sA, poolLE, []int{30, 0, 0, 0, 0})},
@@ -146,7 +146,7 @@ func alertCases() []alertCase {
 
 		// p95 of the queue wait over 300s for 10m.
 		{alert: "RespgateBackgroundQueueOld", name: "jobs wait 5 to 30 minutes from minute 11",
-			series:  slowWaits(waitLE),
+			series:  slowBuckets("respgate_background_job_wait_seconds", sA, waitLE, 5, "1800"), // 5 to 30 minutes
 			firesAt: 21 * time.Minute, labels: []map[string]string{warn("job", "respgate")}},
 		{alert: "RespgateBackgroundQueueOld", name: "jobs wait under 30 s",
 			series: buckets("respgate_background_job_wait_seconds", sA, waitLE, []int{5, 0, 0, 0, 0})},
@@ -204,46 +204,20 @@ func alertCases() []alertCase {
 	}
 }
 
-// slowCommits are response_commit buckets with 30 commits a minute under 0.25 s for 10 minutes,
-// then, from minute 11, 30 commits a minute of 1 to 2.5 s.
-func slowCommits(lbls string, les []string) []string {
+// slowBuckets are the cumulative buckets (les, upper bounds in order) of the histogram name with
+// lbls: per observations a minute in the first bucket for 10 minutes, then, from minute 11, per a
+// minute in the bucket whose upper bound is from (so that bucket and the ones above it keep
+// growing, and the ones below stay flat).
+func slowBuckets(name, lbls string, les []string, per int, from string) []string {
 	var out []string
+	slow := false
 	for _, le := range les {
-		name := `respgate_store_latency_seconds_bucket{` + lbls + `,le="` + le + `"}`
-		if le == "1" || le == "0.25" || le == "0.5" {
-			out = append(out, name+" 0+30x10 300x50")
+		slow = slow || le == from
+		series := name + `_bucket{` + lbls + `,le="` + le + `"}`
+		if slow {
+			out = append(out, fmt.Sprintf("%s 0+%dx10 %d+%dx49", series, per, 11*per, per))
 		} else {
-			out = append(out, name+" 0+30x10 330+30x49")
-		}
-	}
-	return out
-}
-
-// slowPool are pool acquire wait buckets with 30 acquires a minute within 1 ms for 10 minutes,
-// then, from minute 11, 30 a minute that waited 250 to 500 ms.
-func slowPool(lbls string, les []string) []string {
-	var out []string
-	for _, le := range les {
-		name := `respgate_store_pool_acquire_wait_seconds_bucket{` + lbls + `,le="` + le + `"}`
-		if le == "0.5" || le == "+Inf" {
-			out = append(out, name+" 0+30x10 330+30x49")
-		} else {
-			out = append(out, name+" 0+30x10 300x50")
-		}
-	}
-	return out
-}
-
-// slowWaits are job_wait buckets with 5 waits a minute under 30 s for 10 minutes, then, from
-// minute 11, 5 jobs a minute that waited 5 to 30 minutes.
-func slowWaits(les []string) []string {
-	var out []string
-	for _, le := range les {
-		name := `respgate_background_job_wait_seconds_bucket{` + sA + `,le="` + le + `"}`
-		if le == "1800" || le == "+Inf" {
-			out = append(out, name+" 0+5x10 55+5x49")
-		} else {
-			out = append(out, name+" 0+5x10 50x50")
+			out = append(out, fmt.Sprintf("%s 0+%dx10 %dx50", series, per, 10*per))
 		}
 	}
 	return out
