@@ -110,6 +110,34 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// The bound is the capacity of consistent hashing with bounded loads (Mirrokni, Thorup and
+// Zadimoghaddam): with m calls in flight on n replicas, a replica takes the new call when its load
+// with the call is within ⌈(1+ε)(m+1)/n⌉, the new call counted in m+1. Exhaustively over small
+// loads, where rounding matters most, the key's first choice takes the call exactly then.
+func TestChainAffineBoundIsThePapersCapacity(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	first := Rendezvous("k", ids)[0]
+	for l0 := range 7 {
+		for l1 := range 7 {
+			for l2 := range 7 {
+				loads := []int{l0, l1, l2}
+				c := make([]Candidate, len(ids))
+				m := 0
+				for i, id := range ids {
+					c[i] = Candidate{ID: id, Healthy: true, InFlight: loads[i]}
+					m += loads[i]
+				}
+				// ⌈(1+1/4)(m+1)/n⌉ in integers: ⌈5(m+1) / 4n⌉.
+				capacity := (5*(m+1) + 4*len(ids) - 1) / (4 * len(ids))
+				takes := ChainAffine(Affinity{Key: "k", Epsilon: 0.25}, c).Outcome == FirstChoice
+				if want := loads[first]+1 <= capacity; takes != want {
+					t.Fatalf("loads %v (first choice %s): first choice takes the call %v, want %v (capacity %d)", loads, ids[first], takes, want, capacity)
+				}
+			}
+		}
+	}
+}
+
 func TestChainAffine(t *testing.T) {
 	ids := []string{"a", "b", "c", "d"}
 	order := Rendezvous("k", ids)
