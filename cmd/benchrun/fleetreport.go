@@ -30,7 +30,7 @@ func (r *report) fleetTargets() []target {
 			Note: fmt.Sprintf("under load, %.1f%% of chain-affine continuations (each sent through the other respgate replica) ran on the replica of the turn before", 100*ca.Sticky)},
 	}
 	if k := f.Kill; k != nil {
-		allowance := float64(f.Sessions) / float64(f.Instances) * 0.25
+		allowance := float64(f.Sessions) / float64(f.Instances) * r.Params.FleetEpsilon
 		ts = append(ts,
 			target{Name: "Fleet kill: failed turns among those not streaming yet", Limit: "0", Figure: fmt.Sprint(k.FailedBefore), Met: boolp(k.FailedBefore == 0),
 				Note: fmt.Sprintf("%.0f failovers before the first byte", k.Failovers)},
@@ -69,8 +69,8 @@ func (r *report) fleetMD(w writer) {
 	}
 	p := r.Params
 	w("## Fleet: routing by chain over simulated vLLM replicas\n\n")
-	w("%d agent sessions of %d turns (each turn about %d words of input, a user message asking for a tool call or the tool's output, and a %d-token answer at %s a token) run concurrently through two respgate replicas on one Postgres schema, alternating replicas turn by turn; %d `vllm-sim` instances, one process each, cache %d blocks of 16 tokens each (a quarter of the sessions' final prompts × 1.25, the load bound's slack), prefill %d µs per uncached token. The passes run one after the other; the policy is switched by SIGHUP. The floor is the same sessions against one more instance whose cache never evicts.\n\n",
-		f.Sessions, f.Turns, p.FleetWords, p.FleetAnswer, p.FleetDecode, f.Instances, f.CacheBlocks, f.PrefillUS)
+	w("%d agent sessions of %d turns (each turn about %d words of input, a user message asking for a tool call or the tool's output, and a %d-token answer at %s a token) run concurrently through two respgate replicas on one Postgres schema, alternating replicas turn by turn; %d `vllm-sim` instances, one process each, cache %d blocks of 16 tokens each (a quarter of the sessions' final prompts × 1.25, the load bound's slack), prefill %d µs per uncached token; chain-affine's ε is %g. The passes run one after the other; the policy is switched by SIGHUP. The floor is the same sessions against one more instance whose cache never evicts.\n\n",
+		f.Sessions, f.Turns, p.FleetWords, p.FleetAnswer, p.FleetDecode, f.Instances, f.CacheBlocks, f.PrefillUS, p.FleetEpsilon)
 	w("| pass | hit ratio (continuations) | TTFT turns 20–30 p50 / p99 | × floor p50 | load max ÷ mean | same replica as the turn before | routed | failed turns | wall |\n|---|---|---|---|---|---|---|---|---|\n")
 	floor := 0.0
 	if fl := f.Passes["floor"]; fl != nil {
