@@ -40,7 +40,8 @@ func (r *report) fleetTargets() []target {
 				Figure: fmt.Sprintf("%d of %d chains at home on it moved; %d others moved", k.MovedVictim, k.HomeOnVictim, k.MovedOther),
 				Met:    boolp(k.MovedVictim == k.HomeOnVictim && float64(k.MovedOther) <= allowance), Note: fmt.Sprintf("%.0f spilled routes in the pass", k.Spilled)},
 			target{Name: "Fleet kill: the instance's return brings its chains back", Limit: "all", Figure: fmt.Sprintf("%d of %d", k.Back, k.BackOf),
-				Met: boolp(k.BackOf > 0 && k.Back == k.BackOf)},
+				Met:  boolp(k.BackOf > 0 && k.Back == k.BackOf),
+				Note: fmt.Sprintf("its chains: the sessions whose key's first choice it is (%d); of the %d sessions at home on it at the kill, %d", k.FirstOnVictim, k.HomeBackOf, k.HomeBack)},
 		)
 	}
 	return ts
@@ -87,8 +88,8 @@ func (r *report) fleetMD(w writer) {
 	}
 	w("\n")
 	if k := f.Kill; k != nil {
-		w("Kill pass: %s was killed (SIGKILL) after a third of the turns and started again on its port after two thirds. Of %d sessions, %d were at home on it; %d of those moved, and %d others moved. %d turns failed before a stream started; %d streams ended response.failed (%d stored as failed) and %d were cut without a terminal event. After its return %d of the %d sessions that had lived on it ran their last turn there again.\n\n",
-			k.Victim, k.Sessions, k.HomeOnVictim, k.MovedVictim, k.MovedOther, k.FailedBefore, k.FailedStream, k.StoredFailed, k.Cut, k.Back, k.BackOf)
+		w("Kill pass: %s was killed (SIGKILL) after a third of the turns and started again on its port after two thirds. Of %d sessions, %d were at home on it; %d of those moved, and %d others moved. %d turns failed before a stream started; %d streams ended response.failed (%d stored as failed) and %d were cut without a terminal event. After its return %d of the %d sessions whose key's first choice it is ran their last turn there again (%d of the %d that had lived on it at the kill).\n\n",
+			k.Victim, k.Sessions, k.HomeOnVictim, k.MovedVictim, k.MovedOther, k.FailedBefore, k.FailedStream, k.StoredFailed, k.Cut, k.Back, k.BackOf, k.HomeBack, k.HomeBackOf)
 	}
 }
 
