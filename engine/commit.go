@@ -67,7 +67,7 @@ func (e *Engine) finish(ctx context.Context, t *Turn, r *accumulator.Result) err
 			// Its continuation replays this history: keep it (chainCache), right while the
 			// generation the turn's history was read at holds.
 			e.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), p.Response.Status, t.input, p.Output),
-				historyInfo{usage: p.Response.Usage, prep: t.projected, replica: p.Response.Replica})
+				historyInfo{usage: p.Response.Usage, prep: t.projected, replica: p.Response.Replica, at: p.Response.CreatedAt})
 		}
 		if t.claimed {
 			e.bgWake.wake(t.rec.ID)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
@@ -91,6 +92,24 @@ func TestTheTurnsOfAChainShareTheirKeyAndPreferTheLastReplica(t *testing.T) {
 	r, _, err := st.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: testTenant, ID: other})
 	if err != nil || r.Replica != "replica-6" {
 		t.Fatalf("the stored replica of the last turn: %v %+v", err, r)
+	}
+	// Each continuation carries when the turn it continues was created (upstream.Route.
+	// PreviousAt), from the store or the chain cache: the fleet tells a chain that left a replica
+	// that was down from one that spilled by it.
+	for i, prev := range []string{"", first, second, first} {
+		if prev == "" {
+			if !routes[i].PreviousAt.IsZero() {
+				t.Errorf("turn %d: PreviousAt %s on a first turn", i+1, routes[i].PreviousAt)
+			}
+			continue
+		}
+		r, _, err := st.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: testTenant, ID: prev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := routes[i].PreviousAt.Sub(r.CreatedAt).Abs(); d > time.Millisecond {
+			t.Errorf("turn %d: PreviousAt %s, want the created_at of %s, %s", i+1, routes[i].PreviousAt, prev, r.CreatedAt)
+		}
 	}
 }
 

@@ -141,8 +141,10 @@ type Turn struct {
 	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
 	truncated int
 	// routeKey keeps the turns of one chain on one upstream replica (upstream.Route.Key), and
-	// prefer names the replica that served the previous turn (upstream.Route.Prefer).
+	// prefer names the replica that served the previous turn (upstream.Route.Prefer), created at
+	// preferAt (upstream.Route.PreviousAt).
 	routeKey, prefer string
+	preferAt         time.Time
 	// prepend leads the output: the compaction item of automatic compaction (context.go),
 	// streamed before the model's items and stored as the first output item.
 	prepend []wire.Item
@@ -255,7 +257,7 @@ func (e *Engine) prepareTurn(ctx context.Context, tn string, req *Spec, local *S
 			CreatedAt:          time.Now(),
 			Echo:               req.Echo,
 		}}
-	t.prefer = gen.replica
+	t.prefer, t.preferAt = gen.replica, gen.at
 	switch {
 	case len(history) > 0:
 		t.routeKey = routeKey(tn, req, &history[0])
@@ -397,7 +399,7 @@ func (e *Engine) loadHistory(ctx context.Context, tn string, req *Spec, local *S
 	if err != nil {
 		return nil, historyInfo{}, err
 	}
-	e.chains.put(tn, req.PreviousResponseID, info.gen, history, historyInfo{usage: info.usage, replica: info.replica})
+	e.chains.put(tn, req.PreviousResponseID, info.gen, history, historyInfo{usage: info.usage, replica: info.replica, at: info.at})
 	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
 	return history, info, nil
 }
@@ -413,8 +415,10 @@ type historyInfo struct {
 	// prep is the projection of a prefix of the history, from the chain cache (chainEntry.prep).
 	prep *rehydrate.History
 	// replica is the upstream replica that served the previous response: its prefix cache holds
-	// the chain (upstream.Route.Prefer).
+	// the chain (upstream.Route.Prefer); at is when that response was created
+	// (upstream.Route.PreviousAt).
 	replica string
+	at      time.Time
 }
 
 // loadChain loads the history a continuation of id replays from the store, with the lineage
@@ -437,7 +441,8 @@ func (e *Engine) loadChain(ctx context.Context, tn, id string) ([]wire.Item, his
 	}
 	info := historyInfo{gen: chain.Generation, ok: true}
 	if n := len(chain.Turns); n > 0 {
-		info.usage, info.replica = chain.Turns[n-1].Response.Usage, chain.Turns[n-1].Response.Replica
+		last := &chain.Turns[n-1].Response
+		info.usage, info.replica, info.at = last.Usage, last.Replica, last.CreatedAt
 	}
 	return chainHistory(chain), info, nil
 }
@@ -541,7 +546,7 @@ var errStoreStalled = &wire.APIError{Status: http.StatusServiceUnavailable, Type
 
 // route is what the upstream is told of t's call (upstream.Route).
 func (e *Engine) route(t *Turn) upstream.Route {
-	return upstream.Route{Model: t.rec.Model, Key: t.routeKey, Prefer: t.prefer}
+	return upstream.Route{Model: t.rec.Model, Key: t.routeKey, Prefer: t.prefer, PreviousAt: t.preferAt}
 }
 
 func (e *Engine) accOptions(t *Turn) accumulator.Options {

@@ -1,16 +1,23 @@
 package upstream
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Route is what a turn tells the upstream about one call, so that a fleet of vLLM servers can
 // pick the replica (docs/design.md §10): the model picks the pool, the key keeps a chain on one
 // replica (its lineage root, its conversation, the client's prompt_cache_key, or a digest of the
 // turn's opening), and Prefer names the replica that served the chain's previous turn, whose
-// prefix cache is the freshest. The zero Route is a call with no affinity.
+// prefix cache is the freshest, and PreviousAt when that turn was created (zero: unknown), which
+// tells a chain that left its first choice because it was down (it goes back once it is healthy
+// again) from one that left it because of the load bound (it stays). The zero Route is a call
+// with no affinity.
 type Route struct {
-	Model  string
-	Key    string
-	Prefer string
+	Model      string
+	Key        string
+	Prefer     string
+	PreviousAt time.Time
 }
 
 // Caller is the upstream as the turn engine calls it: one vLLM server (Single) or a fleet of

@@ -18,6 +18,7 @@ import (
 
 	"github.com/respgate/respgate/bench/loadgen"
 	"github.com/respgate/respgate/bench/stats"
+	"github.com/respgate/respgate/upstream/fleet"
 )
 
 // params are the scenario sizes. defaultParams keeps the whole run under ten minutes on a shared
@@ -54,6 +55,7 @@ type params struct {
 	FleetAnswer   int           `json:"fleet_answer_tokens"`
 	FleetDecode   time.Duration `json:"fleet_decode_ns"`
 	FleetSpread   time.Duration `json:"fleet_spread_ns"` // the sessions' starts are spread over it
+	FleetEpsilon  float64       `json:"fleet_epsilon"`   // chain-affine's ε (-fleet-epsilon)
 }
 
 func defaultParams(o *options) params {
@@ -75,6 +77,10 @@ func defaultParams(o *options) params {
 	}
 	if len(o.depths) > 0 {
 		p.Depths = o.depths
+	}
+	p.FleetEpsilon = fleet.DefaultEpsilon
+	if o.fleetEpsilon > 0 {
+		p.FleetEpsilon = o.fleetEpsilon
 	}
 	return p
 }

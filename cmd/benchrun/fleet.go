@@ -229,7 +229,7 @@ func (fr *fleetRun) close(ctx context.Context) {
 // on a loaded machine a probe can wait long for a core, and a false "down" would move chains.
 func (fr *fleetRun) writeTopology(policy string, urls []string) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "pools:\n  - name: sim\n    models: [\"*\"]\n    policy: %s\n    urls:\n", policy)
+	fmt.Fprintf(&sb, "pools:\n  - name: sim\n    models: [\"*\"]\n    policy: %s\n    epsilon: %g\n    urls:\n", policy, fr.b.p.FleetEpsilon)
 	for _, u := range urls {
 		fmt.Fprintf(&sb, "      - %s\n", u)
 	}

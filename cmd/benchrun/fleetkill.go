@@ -34,13 +34,19 @@ type fleetKill struct {
 	Cut          int `json:"cut_streams"`
 	FailedStream int `json:"failed_streams"`
 	StoredFailed int `json:"stored_failed"`
-	// Back: of the sessions at home on the victim that ran a turn after its return, how many
-	// ran their last turn on it again.
-	Back      int                `json:"back"`
-	BackOf    int                `json:"back_of"`
-	Spilled   float64            `json:"spilled"`
-	Failovers float64            `json:"failovers"`
-	Routed    map[string]float64 `json:"routed"`
+	// Back: of the sessions whose key's first choice is the victim (its chains: FirstOnVictim)
+	// that ran a turn after its return, how many ran their last turn on it again. HomeBack and
+	// HomeBackOf count the same among the sessions at home on it before the kill, some of which
+	// lived there only after a spill (its own first choice is elsewhere) and have no reason to
+	// come back.
+	FirstOnVictim int                `json:"first_on_victim"`
+	Back          int                `json:"back"`
+	BackOf        int                `json:"back_of"`
+	HomeBack      int                `json:"home_back"`
+	HomeBackOf    int                `json:"home_back_of"`
+	Spilled       float64            `json:"spilled"`
+	Failovers     float64            `json:"failovers"`
+	Routed        map[string]float64 `json:"routed"`
 }
 
 // killPass runs the kill pass and judges it.
@@ -99,20 +105,54 @@ func (fr *fleetRun) killPass(ctx context.Context) error {
 	}
 	fr.res.Passes["kill"] = pass
 	k.Routed, k.Spilled, k.Failovers = pass.Routed, pass.Routed["spilled"], pass.Routed["failovers"]
-	if err := fr.judgeKill(ctx, k, pass.turns, killAt, backAt); err != nil {
+	first, err := fr.firstChoices(ctx, "kill")
+	if err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if err := fr.judgeKill(ctx, k, pass.turns, first, killAt, backAt); err != nil {
 		return err
 	}
 	fr.b.log.Info("fleet kill pass judged", "home_on_victim", k.HomeOnVictim, "moved_other", k.MovedOther,
-		"failed_before_stream", k.FailedBefore, "failed_streams", k.FailedStream, "stored_failed", k.StoredFailed, "back", k.Back, "back_of", k.BackOf)
+		"failed_before_stream", k.FailedBefore, "failed_streams", k.FailedStream, "stored_failed", k.StoredFailed, "back", k.Back, "back_of", k.BackOf,
+		"home_back", k.HomeBack, "home_back_of", k.HomeBackOf)
 	return nil
+}
+
+// firstChoices finds each session's first choice, the vLLM replica its key goes to when every
+// replica is healthy and nothing is in flight: it sends the session's first turn again, alone, to
+// one respgate replica (the same opening has the same key, docs/fleet.md "The routing key"; both
+// replicas pick alike, the agreement target) and reads back where it ran.
+func (fr *fleetRun) firstChoices(ctx context.Context, pass string) (map[int]string, error) {
+	turns := make([]fleetTurn, fr.b.p.FleetSessions)
+	for s := range turns {
+		var m map[string]any
+		if err := json.Unmarshal(fr.body(pass, s, 1, "", ""), &m); err != nil {
+			return nil, err
+		}
+		m["stream"] = false
+		body, _ := json.Marshal(m)
+		id, err := fr.create(ctx, fr.gws[0], body)
+		if err != nil {
+			return nil, fmt.Errorf("first-choice probe: %w", err)
+		}
+		turns[s] = fleetTurn{session: s, id: id}
+	}
+	if err := fr.replicas(ctx, turns); err != nil {
+		return nil, err
+	}
+	out := map[int]string{}
+	for _, t := range turns {
+		out[t.session] = t.replica
+	}
+	return out, nil
 }
 
 // settle is how long after the kill (and the return) turns are left out of the "after"
 // replica: the turns already running when it happened.
 const settle = time.Second
 
-// judgeKill fills k from the pass's turns.
-func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTurn, killAt, backAt time.Time) error {
+// judgeKill fills k from the pass's turns; first is each session's first choice (firstChoices).
+func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTurn, first map[int]string, killAt, backAt time.Time) error {
 	bySession := map[int][]fleetTurn{}
 	var failedIDs []string
 	for _, t := range turns {
@@ -128,7 +168,7 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 			failedIDs = append(failedIDs, t.id)
 		}
 	}
-	for _, ts := range bySession {
+	for s, ts := range bySession {
 		slices.SortFunc(ts, func(a, b fleetTurn) int { return a.turn - b.turn })
 		home, during, last := "", "", ""
 		for _, t := range ts {
@@ -142,6 +182,15 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 				last = t.replica
 			}
 		}
+		if first[s] == k.Victim {
+			k.FirstOnVictim++
+			if last != "" {
+				k.BackOf++
+				if last == k.Victim {
+					k.Back++
+				}
+			}
+		}
 		if home == "" || during == "" {
 			continue
 		}
@@ -151,9 +200,9 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 				k.MovedVictim++
 			}
 			if last != "" {
-				k.BackOf++
+				k.HomeBackOf++
 				if last == k.Victim {
-					k.Back++
+					k.HomeBack++
 				}
 			}
 		} else if during != home {

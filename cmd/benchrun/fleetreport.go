@@ -30,7 +30,7 @@ func (r *report) fleetTargets() []target {
 			Note: fmt.Sprintf("under load, %.1f%% of chain-affine continuations (each sent through the other respgate replica) ran on the replica of the turn before", 100*ca.Sticky)},
 	}
 	if k := f.Kill; k != nil {
-		allowance := float64(f.Sessions) / float64(f.Instances) * 0.25
+		allowance := float64(f.Sessions) / float64(f.Instances) * r.Params.FleetEpsilon
 		ts = append(ts,
 			target{Name: "Fleet kill: failed turns among those not streaming yet", Limit: "0", Figure: fmt.Sprint(k.FailedBefore), Met: boolp(k.FailedBefore == 0),
 				Note: fmt.Sprintf("%.0f failovers before the first byte", k.Failovers)},
@@ -40,7 +40,8 @@ func (r *report) fleetTargets() []target {
 				Figure: fmt.Sprintf("%d of %d chains at home on it moved; %d others moved", k.MovedVictim, k.HomeOnVictim, k.MovedOther),
 				Met:    boolp(k.MovedVictim == k.HomeOnVictim && float64(k.MovedOther) <= allowance), Note: fmt.Sprintf("%.0f spilled routes in the pass", k.Spilled)},
 			target{Name: "Fleet kill: the instance's return brings its chains back", Limit: "all", Figure: fmt.Sprintf("%d of %d", k.Back, k.BackOf),
-				Met: boolp(k.BackOf > 0 && k.Back == k.BackOf)},
+				Met:  boolp(k.BackOf > 0 && k.Back == k.BackOf),
+				Note: fmt.Sprintf("its chains: the sessions whose key's first choice it is (%d); of the %d sessions at home on it at the kill, %d", k.FirstOnVictim, k.HomeBackOf, k.HomeBack)},
 		)
 	}
 	return ts
@@ -69,8 +70,8 @@ func (r *report) fleetMD(w writer) {
 	}
 	p := r.Params
 	w("## Fleet: routing by chain over simulated vLLM replicas\n\n")
-	w("%d agent sessions of %d turns (each turn about %d words of input, a user message asking for a tool call or the tool's output, and a %d-token answer at %s a token) run concurrently through two respgate replicas on one Postgres schema, alternating replicas turn by turn; %d `vllm-sim` instances, one process each, cache %d blocks of 16 tokens each (a quarter of the sessions' final prompts × 1.25, the load bound's slack), prefill %d µs per uncached token. The passes run one after the other; the policy is switched by SIGHUP. The floor is the same sessions against one more instance whose cache never evicts.\n\n",
-		f.Sessions, f.Turns, p.FleetWords, p.FleetAnswer, p.FleetDecode, f.Instances, f.CacheBlocks, f.PrefillUS)
+	w("%d agent sessions of %d turns (each turn about %d words of input, a user message asking for a tool call or the tool's output, and a %d-token answer at %s a token) run concurrently through two respgate replicas on one Postgres schema, alternating replicas turn by turn; %d `vllm-sim` instances, one process each, cache %d blocks of 16 tokens each (a quarter of the sessions' final prompts × 1.25, the load bound's slack), prefill %d µs per uncached token; chain-affine's ε is %g. The passes run one after the other; the policy is switched by SIGHUP. The floor is the same sessions against one more instance whose cache never evicts.\n\n",
+		f.Sessions, f.Turns, p.FleetWords, p.FleetAnswer, p.FleetDecode, f.Instances, f.CacheBlocks, f.PrefillUS, p.FleetEpsilon)
 	w("| pass | hit ratio (continuations) | TTFT turns 20–30 p50 / p99 | × floor p50 | load max ÷ mean | same replica as the turn before | routed | failed turns | wall |\n|---|---|---|---|---|---|---|---|---|\n")
 	floor := 0.0
 	if fl := f.Passes["floor"]; fl != nil {
@@ -87,8 +88,8 @@ func (r *report) fleetMD(w writer) {
 	}
 	w("\n")
 	if k := f.Kill; k != nil {
-		w("Kill pass: %s was killed (SIGKILL) after a third of the turns and started again on its port after two thirds. Of %d sessions, %d were at home on it; %d of those moved, and %d others moved. %d turns failed before a stream started; %d streams ended response.failed (%d stored as failed) and %d were cut without a terminal event. After its return %d of the %d sessions that had lived on it ran their last turn there again.\n\n",
-			k.Victim, k.Sessions, k.HomeOnVictim, k.MovedVictim, k.MovedOther, k.FailedBefore, k.FailedStream, k.StoredFailed, k.Cut, k.Back, k.BackOf)
+		w("Kill pass: %s was killed (SIGKILL) after a third of the turns and started again on its port after two thirds. Of %d sessions, %d were at home on it; %d of those moved, and %d others moved. %d turns failed before a stream started; %d streams ended response.failed (%d stored as failed) and %d were cut without a terminal event. After its return %d of the %d sessions whose key's first choice it is ran their last turn there again (%d of the %d that had lived on it at the kill).\n\n",
+			k.Victim, k.Sessions, k.HomeOnVictim, k.MovedVictim, k.MovedOther, k.FailedBefore, k.FailedStream, k.StoredFailed, k.Cut, k.Back, k.BackOf, k.HomeBack, k.HomeBackOf)
 	}
 }
 

@@ -87,6 +87,8 @@ type options struct {
 	depths   []int
 	profile  bool
 	keepLogs bool
+	// fleetEpsilon is the chain-affine pools' ε in the fleet scenario (0: the default).
+	fleetEpsilon float64
 }
 
 func (o *options) want(s string) bool { return len(o.only) == 0 || o.only[s] }
@@ -111,6 +113,7 @@ func runBench(args []string) error {
 	depths := fs.String("depths", "", "chain depths of the chain scenario (default 1,10,100,1000; -quick 1,10,100)")
 	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles of the gateway twin (c=1, c=256, non-streamed, the deepest warm chain) in the log folder")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs even when the run succeeds")
+	fs.Float64Var(&o.fleetEpsilon, "fleet-epsilon", 0, "the fleet scenario's chain-affine ε (default: respgate's default; docs/fleet.md \"Sizing ε\")")
 	_ = fs.Parse(args)
 	if *only != "" {
 		o.only = map[string]bool{}

@@ -74,6 +74,9 @@ type replica struct {
 
 	inFlight atomic.Int64
 	healthy  atomic.Bool
+	// upSince is when this fleet last saw the replica come back healthy after being down, in
+	// Unix nanoseconds (0: never): Candidate.UpSince. It is set before healthy turns true.
+	upSince  atomic.Int64
 	draining atomic.Bool
 	models   atomic.Pointer[[]modelEntry] // what its /v1/models said last; nil: never asked
 
@@ -295,12 +298,15 @@ func (p *pool) candidates() []Candidate {
 	c := make([]Candidate, len(p.replicas))
 	for i, r := range p.replicas {
 		c[i] = Candidate{ID: r.id, Healthy: r.healthy.Load(), InFlight: int(r.inFlight.Load())}
+		if ns := r.upSince.Load(); ns != 0 {
+			c[i].UpSince = time.Unix(0, ns)
+		}
 	}
 	return c
 }
 
-// pick applies p's policy to rt.
-func (p *pool) pick(rt upstream.Route) Pick {
+// pick applies p's policy to rt; lag is Fleet.returnLag.
+func (p *pool) pick(rt upstream.Route, lag time.Duration) Pick {
 	cands := p.candidates()
 	switch p.cfg.Policy {
 	case PolicyLeastLoaded:
@@ -308,8 +314,15 @@ func (p *pool) pick(rt upstream.Route) Pick {
 	case PolicyRoundRobin:
 		return RoundRobin(p.turn.Add(1)-1, cands)
 	default:
-		return ChainAffine(rt.Key, rt.Prefer, cands, p.cfg.Epsilon)
+		return ChainAffine(Affinity{Key: rt.Key, Prefer: rt.Prefer, PreviousAt: rt.PreviousAt, Epsilon: p.cfg.Epsilon, Lag: lag}, cands)
 	}
+}
+
+// returnLag is Affinity.Lag: how much later than this fleet another respgate replica, probing
+// with the same health settings, may see a replica come back: a down replica's next probe is at
+// most MaxBackoff away, and the probe may take Timeout.
+func (f *Fleet) returnLag() time.Duration {
+	return f.health.MaxBackoff + f.health.Timeout
 }
 
 // retryAfter is the Retry-After of a 503 for a model whose replicas are all down: the next
@@ -382,7 +395,7 @@ func (f *Fleet) route(ctx context.Context, rt upstream.Route) (*pool, []*replica
 		}
 		return nil, nil, notFound(rt.Model)
 	}
-	pk := p.pick(rt)
+	pk := p.pick(rt, f.returnLag())
 	f.met.Load().routed(ctx, p.cfg.Name, pk.Outcome)
 	if len(pk.Order) == 0 {
 		return p, nil, f.unavailable(rt.Model)

@@ -230,16 +230,24 @@ func TestFailoverBeforeTheFirstByteAndRecovery(t *testing.T) {
 	}
 	ev.wait(t, "down "+ids[0])
 
-	// While it is down, calls skip it without trying.
+	// While it is down, calls skip it without trying, also the chain's next turn, which
+	// prefers the replica of its last turn.
+	downTurn := time.Now()
 	if _, got, err = f.Create(t.Context(), rt, []byte(createBody)); err != nil || got != ids[order[1]] {
 		t.Errorf("create while down: %q, %v", got, err)
 	}
 
-	// It comes back at the same address: the probes see it, and the key returns to it.
+	// It comes back at the same address: the probes see it, and the key returns to it, also a
+	// turn preferring the replica of its last turn, which was served while the first choice was
+	// down (the chain left it for that, not for the load bound).
 	procs[0] = startSim(t, procs[0].addrs[0], 1)
 	ev.wait(t, "up "+ids[0])
 	if _, got, err = f.Create(t.Context(), rt, []byte(createBody)); err != nil || got != ids[0] {
 		t.Errorf("after recovery: %q, %v; want %s", got, err, ids[0])
+	}
+	cont := upstream.Route{Model: vllmsim.HarmonyModel, Key: key, Prefer: ids[order[1]], PreviousAt: downTurn}
+	if _, got, err = f.Create(t.Context(), cont, []byte(createBody)); err != nil || got != ids[0] {
+		t.Errorf("the continuation of a turn served while it was down: %q, %v; want %s", got, err, ids[0])
 	}
 }
 

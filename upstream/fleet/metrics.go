@@ -35,7 +35,7 @@ func (f *Fleet) Instrument(meter metric.Meter) error {
 	}{
 		{&m.requests, "respgate.upstream.replica.requests", "calls sent to an upstream replica, by pool and replica"},
 		{&m.failures, "respgate.upstream.replica.failures", "calls an upstream replica failed before answering, by pool, replica and kind"},
-		{&m.routes, "respgate.upstream.pool.routed", "calls routed, by pool and outcome (first_choice: affinity hit; preferred: the chain's last replica; spilled: bounded-load walk; balanced; none)"},
+		{&m.routes, "respgate.upstream.pool.routed", "calls routed, by pool and outcome (first_choice: affinity hit; preferred: the chain's last replica; spilled: bounded-load walk; returned: the first choice again after it came back; balanced; none)"},
 		{&m.failovers, "respgate.upstream.pool.failovers", "calls moved to the next replica after a failure before the first byte, by pool"},
 		{&m.input, "respgate.upstream.input_tokens", "input tokens upstream reported, by pool and replica"},
 		{&m.cached, "respgate.upstream.cached_tokens", "input tokens upstream served from its prefix cache, by pool and replica"},

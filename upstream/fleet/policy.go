@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Policy is how a pool picks the replica of a call.
@@ -14,8 +15,9 @@ type Policy int
 // Policies.
 const (
 	// PolicyChainAffine (the default) keeps every turn of a chain on one replica: the route's Prefer
-	// replica when it is healthy and within the load bound, else the first replica of the key's
-	// rendezvous order within the bound (ChainAffine).
+	// replica when it is healthy and within the load bound (unless the key's first choice came
+	// back after the chain's previous turn), else the first replica of the key's rendezvous order
+	// within the bound (ChainAffine).
 	PolicyChainAffine Policy = iota
 	// PolicyLeastLoaded picks the replica with the fewest calls in flight.
 	PolicyLeastLoaded
@@ -51,11 +53,14 @@ func ParsePolicy(s string) (Policy, error) {
 const DefaultEpsilon = 0.25
 
 // Candidate is a replica as a policy sees it: its identity (the same string on every respgate
-// replica: the pool's configuration gives it), whether it is healthy, and its calls in flight.
+// replica: the pool's configuration gives it), whether it is healthy, its calls in flight, and
+// when this fleet last saw it come back healthy after being down (zero: never, since the fleet
+// started or the replica joined).
 type Candidate struct {
 	ID       string
 	Healthy  bool
 	InFlight int
+	UpSince  time.Time
 }
 
 // Outcome says how a policy chose.
@@ -72,11 +77,15 @@ const (
 	Preferred
 	// Spilled: the first choice was over the load bound, and the walk went on.
 	Spilled
+	// Returned: the key's first choice, over the route's Prefer, because the first choice came
+	// back healthy after the chain's previous turn: the chain had left it because it was down,
+	// not because of the bound (ChainAffine).
+	Returned
 	// Balanced: a policy without affinity chose (LeastLoaded, RoundRobin).
 	Balanced
 )
 
-var outcomeNames = [...]string{NoReplica: "none", FirstChoice: "first_choice", Preferred: "preferred", Spilled: "spilled", Balanced: "balanced"}
+var outcomeNames = [...]string{NoReplica: "none", FirstChoice: "first_choice", Preferred: "preferred", Spilled: "spilled", Returned: "returned", Balanced: "balanced"}
 
 // String is the outcome's metric label.
 func (o Outcome) String() string {
@@ -161,20 +170,51 @@ func ceilDiv(a, b float64) float64 {
 	return q
 }
 
-// ChainAffine picks for key with bounded load ε: the Prefer replica (by ID) first when it is
-// healthy and below Bound; else the first healthy replica in key's rendezvous order below Bound
-// (Spilled when that was not the first healthy one). The rest of Order is the healthy
-// replicas in rendezvous order, the failover order. When every healthy replica is at the bound
-// the key's first healthy choice takes the call (the bound is ≥ the mean, so this happens only
-// as in-flight counts change under the policy's feet). The result depends only on the
-// arguments.
-func ChainAffine(key, prefer string, cands []Candidate, eps float64) Pick {
+// Affinity is what ChainAffine knows of a call besides the candidates.
+type Affinity struct {
+	// Key is the chain's routing key (upstream.Route.Key).
+	Key string
+	// Prefer is the replica that served the chain's previous turn (upstream.Route.Prefer), and
+	// PreviousAt when that turn was created (upstream.Route.PreviousAt; zero: unknown).
+	Prefer     string
+	PreviousAt time.Time
+	// Epsilon is the load slack of Bound.
+	Epsilon float64
+	// Lag is how much later than this fleet another respgate replica may see a replica come
+	// back (its probe backoff and timeout, Fleet.returnLag): a turn it served that long after
+	// this fleet's UpSince may still have found the replica down.
+	Lag time.Duration
+}
+
+// returned reports whether c, the key's first healthy choice, came back after the chain's
+// previous turn was routed (or within Lag of it): the chain left c because c was down, and goes
+// back to it, as rendezvous hashing without a Prefer would send it. A chain that left c because
+// of the bound, while c was healthy, is not returned: its previous turn came after c's UpSince.
+func (a *Affinity) returned(c *Candidate) bool {
+	return !c.UpSince.IsZero() && !a.PreviousAt.IsZero() && a.PreviousAt.Before(c.UpSince.Add(a.Lag))
+}
+
+// ChainAffine picks for a.Key with bounded load a.Epsilon, in order:
+//
+//  1. the Prefer replica (by ID), when it is healthy and below Bound (Preferred, or FirstChoice
+//     when it is the first choice): it holds the chain's freshest prefix, also after a spill;
+//     but when the key's first healthy choice in rendezvous order is below Bound too and came
+//     back after the chain's previous turn (Affinity.returned), the first choice (Returned): the
+//     chain had left it only because it was down;
+//  2. else the first healthy replica in the key's rendezvous order below Bound (Spilled when
+//     that was not the first healthy one).
+//
+// The rest of Order is the healthy replicas in rendezvous order, the failover order. When every
+// healthy replica is at the bound the key's first healthy choice takes the call (the bound is ≥
+// the mean, so this happens only as in-flight counts change under the policy's feet). The
+// result depends only on the arguments.
+func ChainAffine(a Affinity, cands []Candidate) Pick {
 	ids := make([]string, len(cands))
 	for i, c := range cands {
 		ids[i] = c.ID
 	}
 	var order []int
-	for _, i := range Rendezvous(key, ids) {
+	for _, i := range Rendezvous(a.Key, ids) {
 		if cands[i].Healthy {
 			order = append(order, i)
 		}
@@ -182,11 +222,11 @@ func ChainAffine(key, prefer string, cands []Candidate, eps float64) Pick {
 	if len(order) == 0 {
 		return Pick{Outcome: NoReplica}
 	}
-	bound := Bound(cands, eps)
+	bound := Bound(cands, a.Epsilon)
 	choice, outcome := -1, FirstChoice
-	if prefer != "" {
+	if a.Prefer != "" {
 		for k, i := range order {
-			if cands[i].ID == prefer && cands[i].InFlight < bound {
+			if cands[i].ID == a.Prefer && cands[i].InFlight < bound {
 				choice = k
 				if k != 0 {
 					outcome = Preferred
@@ -194,6 +234,9 @@ func ChainAffine(key, prefer string, cands []Candidate, eps float64) Pick {
 				break
 			}
 		}
+	}
+	if first := &cands[order[0]]; choice > 0 && first.InFlight < bound && a.returned(first) {
+		choice, outcome = 0, Returned
 	}
 	if choice < 0 {
 		choice = 0

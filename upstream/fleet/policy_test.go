@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 func cands(spec ...any) []Candidate {
@@ -109,14 +110,47 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// The bound is the capacity of consistent hashing with bounded loads (Mirrokni, Thorup and
+// Zadimoghaddam): with m calls in flight on n replicas, a replica takes the new call when its load
+// with the call is within ⌈(1+ε)(m+1)/n⌉, the new call counted in m+1. Exhaustively over small
+// loads, where rounding matters most, the key's first choice takes the call exactly then.
+func TestChainAffineBoundIsThePapersCapacity(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	first := Rendezvous("k", ids)[0]
+	for l0 := range 7 {
+		for l1 := range 7 {
+			for l2 := range 7 {
+				loads := []int{l0, l1, l2}
+				c := make([]Candidate, len(ids))
+				m := 0
+				for i, id := range ids {
+					c[i] = Candidate{ID: id, Healthy: true, InFlight: loads[i]}
+					m += loads[i]
+				}
+				// ⌈(1+1/4)(m+1)/n⌉ in integers: ⌈5(m+1) / 4n⌉.
+				capacity := (5*(m+1) + 4*len(ids) - 1) / (4 * len(ids))
+				takes := ChainAffine(Affinity{Key: "k", Epsilon: 0.25}, c).Outcome == FirstChoice
+				if want := loads[first]+1 <= capacity; takes != want {
+					t.Fatalf("loads %v (first choice %s): first choice takes the call %v, want %v (capacity %d)", loads, ids[first], takes, want, capacity)
+				}
+			}
+		}
+	}
+}
+
 func TestChainAffine(t *testing.T) {
 	ids := []string{"a", "b", "c", "d"}
 	order := Rendezvous("k", ids)
 	first, second, third := ids[order[0]], ids[order[1]], ids[order[2]]
-	mk := func(load map[string]int, down ...string) []Candidate {
+	// The chain's previous turn was created at prev; back is a time after it, before a time
+	// before it, and lag how much later another respgate replica may see a return.
+	prev := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
+	back, before := prev.Add(time.Minute), prev.Add(-time.Minute)
+	const lag = 10 * time.Second
+	mk := func(load map[string]int, up map[string]time.Time, down ...string) []Candidate {
 		var out []Candidate
 		for _, id := range ids {
-			out = append(out, Candidate{ID: id, Healthy: !slices.Contains(down, id), InFlight: load[id]})
+			out = append(out, Candidate{ID: id, Healthy: !slices.Contains(down, id), InFlight: load[id], UpSince: up[id]})
 		}
 		return out
 	}
@@ -130,26 +164,43 @@ func TestChainAffine(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		prefer  string
+		prevAt  time.Time
 		c       []Candidate
 		eps     float64
 		first   string
 		outcome Outcome
 		n       int // replicas in the order
 	}{
-		{"idle: the key's first choice", "", mk(nil), 0.25, first, FirstChoice, 4},
-		{"prefer wins when healthy and within the bound", second, mk(nil), 0.25, second, Preferred, 4},
-		{"prefer equal to the first choice is a first choice", first, mk(nil), 0.25, first, FirstChoice, 4},
-		{"prefer over the bound falls back to rendezvous order", second, mk(map[string]int{second: 5, first: 0}), 0.25, first, FirstChoice, 4},
-		{"prefer down falls back", second, mk(nil, second), 0.25, first, FirstChoice, 3},
-		{"unknown prefer is ignored", "zzz", mk(nil), 0.25, first, FirstChoice, 4},
-		{"first choice over the bound spills to the next in order", "", mk(map[string]int{first: 4}), 0.25, second, Spilled, 4},
-		{"a spill walks past every full replica", "", mk(map[string]int{first: 4, second: 4}), 0.25, third, Spilled, 4},
-		{"first choice down: the next is the key's first healthy choice", "", mk(nil, first), 0.25, second, FirstChoice, 3},
-		{"all down: nothing", "", mk(nil, "a", "b", "c", "d"), 0.25, "", NoReplica, 0},
-		{"a large epsilon keeps affinity under load", "", mk(map[string]int{first: 4}), 4, first, FirstChoice, 4},
+		{"idle: the key's first choice", "", time.Time{}, mk(nil, nil), 0.25, first, FirstChoice, 4},
+		{"prefer wins when healthy and within the bound", second, prev, mk(nil, nil), 0.25, second, Preferred, 4},
+		{"prefer equal to the first choice is a first choice", first, prev, mk(nil, nil), 0.25, first, FirstChoice, 4},
+		{"prefer over the bound falls back to rendezvous order", second, prev, mk(map[string]int{second: 5, first: 0}, nil), 0.25, first, FirstChoice, 4},
+		{"prefer down falls back", second, prev, mk(nil, nil, second), 0.25, first, FirstChoice, 3},
+		{"unknown prefer is ignored", "zzz", prev, mk(nil, nil), 0.25, first, FirstChoice, 4},
+		{"first choice over the bound spills to the next in order", "", time.Time{}, mk(map[string]int{first: 4}, nil), 0.25, second, Spilled, 4},
+		{"a spill walks past every full replica", "", time.Time{}, mk(map[string]int{first: 4, second: 4}, nil), 0.25, third, Spilled, 4},
+		{"first choice down: the next is the key's first healthy choice", "", time.Time{}, mk(nil, nil, first), 0.25, second, FirstChoice, 3},
+		{"all down: nothing", "", time.Time{}, mk(nil, nil, "a", "b", "c", "d"), 0.25, "", NoReplica, 0},
+		{"a large epsilon keeps affinity under load", "", time.Time{}, mk(map[string]int{first: 4}, nil), 4, first, FirstChoice, 4},
+
+		// The return: the first choice came back after the chain's previous turn (it was down
+		// then, so the chain left it for that reason), and takes the chain back from Prefer.
+		{"first choice back after the previous turn: returned", second, prev, mk(nil, map[string]time.Time{first: back}), 0.25, first, Returned, 4},
+		{"first choice back within the lag before the previous turn: returned", second, prev, mk(nil, map[string]time.Time{first: prev.Add(-lag / 2)}), 0.25, first, Returned, 4},
+		{"first choice back long before the previous turn (a spill): prefer", second, prev, mk(nil, map[string]time.Time{first: before}), 0.25, second, Preferred, 4},
+		{"first choice back exactly a lag before the previous turn: prefer", second, prev, mk(nil, map[string]time.Time{first: prev.Add(-lag)}), 0.25, second, Preferred, 4},
+		{"first choice never down (zero UpSince): prefer", second, prev, mk(nil, nil), 0.25, second, Preferred, 4},
+		{"previous turn's time unknown: prefer", second, time.Time{}, mk(nil, map[string]time.Time{first: back}), 0.25, second, Preferred, 4},
+		{"returned first choice at the bound: prefer keeps the chain", second, prev, mk(map[string]int{first: 4}, map[string]time.Time{first: back}), 0.25, second, Preferred, 4},
+		{"returned first choice and prefer both at the bound: spill", second, prev, mk(map[string]int{first: 4, second: 4}, map[string]time.Time{first: back}), 0.25, third, Spilled, 4},
+		{"first choice back, prefer down: the first choice", second, prev, mk(nil, map[string]time.Time{first: back}, second), 0.25, first, FirstChoice, 3},
+		{"no prefer: a returned first choice is a first choice", "", prev, mk(nil, map[string]time.Time{first: back}), 0.25, first, FirstChoice, 4},
+		{"prefer is the returned first choice: a first choice", first, prev, mk(nil, map[string]time.Time{first: back}), 0.25, first, FirstChoice, 4},
+		{"only the first healthy choice returns a chain, not a replica behind it", third, prev, mk(nil, map[string]time.Time{second: back}), 0.25, third, Preferred, 4},
+		{"first choice still down, the second back: the second takes the chain", third, prev, mk(nil, map[string]time.Time{second: back}, first), 0.25, second, Returned, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := ChainAffine("k", tc.prefer, tc.c, tc.eps)
+			p := ChainAffine(Affinity{Key: "k", Prefer: tc.prefer, PreviousAt: tc.prevAt, Epsilon: tc.eps, Lag: lag}, tc.c)
 			got := idsOf(tc.c, p)
 			if p.Outcome != tc.outcome || len(got) != tc.n || (tc.n > 0 && got[0] != tc.first) {
 				t.Fatalf("pick %v (%s), want %s first (%s) of %d", got, p.Outcome, tc.first, tc.outcome, tc.n)
@@ -178,7 +229,7 @@ func TestChainAffineKeepsLoadWithinTheBound(t *testing.T) {
 	const eps = 0.25
 	for k := range 400 {
 		b := Bound(c, eps)
-		p := ChainAffine(fmt.Sprint("s", k), "", c, eps)
+		p := ChainAffine(Affinity{Key: fmt.Sprint("s", k), Epsilon: eps}, c)
 		c[p.Order[0]].InFlight++
 		total := 0
 		for _, x := range c {
