@@ -359,7 +359,6 @@ func uniqueToolCallIDs(msgs []Message) error {
 	return nil
 }
 
-
 // MessageParam rewrites a param about the translated input ("input[3].content") to the message
 // it came from ("messages[2]"), so a 400 from the Responses path names what the client sent.
 func MessageParam(param string, origin []int) string {

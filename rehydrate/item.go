@@ -392,7 +392,6 @@ func checkRole(v *view, w where) (string, error) {
 	return r, nil
 }
 
-
 // checkContent validates that a message has content that is a string or an array.
 func checkContent(v *view, w where) error {
 	b := v.b

@@ -187,7 +187,6 @@ func compactJSON(raw []byte) []byte {
 	return b.Bytes()
 }
 
-
 func (s *conversations) createConversation(c echo.Context) error {
 	body, err := s.readJSONBody(c)
 	if err != nil {
