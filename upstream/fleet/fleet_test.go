@@ -470,8 +470,13 @@ func TestStreamFailingBeforeItsFirstEventFailsOver(t *testing.T) {
 				c.Client.IdleTimeout = 300 * time.Millisecond
 			})
 			var released atomic.Int32
+			first := make(chan struct{})
 			s, got, err := f.StreamLent(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel, Key: keyFirstOn(ids, 0)},
-				[]byte(streamBody), func() { released.Add(1) })
+				[]byte(streamBody), func() {
+					if released.Add(1) == 1 {
+						close(first)
+					}
+				})
 			if err != nil {
 				t.Fatalf("stream: %v", err)
 			}
@@ -491,6 +496,12 @@ func TestStreamFailingBeforeItsFirstEventFailsOver(t *testing.T) {
 			_ = s.Close()
 			if len(types) < 2 || types[0] != "response.created" || types[len(types)-1] != "response.completed" {
 				t.Errorf("events %v, want the whole stream from response.created to response.completed", types)
+			}
+			// The transport gives the body back when it is done with it, which may come after
+			// the stream has ended: wait for that event (a minute only guards against a hang).
+			select {
+			case <-first:
+			case <-time.After(time.Minute):
 			}
 			if n := released.Load(); n != 1 {
 				t.Errorf("release called %d times, want 1", n)
