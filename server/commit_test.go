@@ -65,6 +65,18 @@ func newSimServer(t *testing.T, cfg Config, wrap func(store.Store) store.Store) 
 // server sent upstream.
 func newSimServerAndSim(t *testing.T, cfg Config, wrap func(store.Store) store.Store) (*Server, *vllmsim.Sim) {
 	t.Helper()
+	return newSimServerVia(t, cfg, wrap, nil)
+}
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// newSimServerVia is newSimServerAndSim whose upstream calls go through via(transport) when via
+// is not nil: a test holds or watches them there.
+func newSimServerVia(t *testing.T, cfg Config, wrap func(store.Store) store.Store, via func(http.RoundTripper) http.RoundTripper) (*Server, *vllmsim.Sim) {
+	t.Helper()
 	sq, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "respgate.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +87,11 @@ func newSimServerAndSim(t *testing.T, cfg Config, wrap func(store.Store) store.S
 	t.Cleanup(sim.Close)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
-	up, err := upstream.New(upstream.Config{BaseURL: sim.URL + "/v1", Transport: tr})
+	var rt http.RoundTripper = tr
+	if via != nil {
+		rt = via(tr)
+	}
+	up, err := upstream.New(upstream.Config{BaseURL: sim.URL + "/v1", Transport: rt})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,10 +131,18 @@ func TestContinuationRules(t *testing.T) {
 	}
 }
 
-// beginFails is the real store whose ResponseBegin fails.
-type beginFails struct{ store.Store }
+// beginFails is the real store whose ResponseBegin fails, then sends on failed (when it is not
+// nil and has room).
+type beginFails struct {
+	store.Store
+	failed chan struct{}
+}
 
-func (beginFails) ResponseBegin(context.Context, *store.ResponseBeginParams) error {
+func (b *beginFails) ResponseBegin(context.Context, *store.ResponseBeginParams) error {
+	select {
+	case b.failed <- struct{}{}:
+	default:
+	}
 	return errors.New("disk full (injected)")
 }
 
@@ -144,7 +152,22 @@ func (beginFails) ResponseBegin(context.Context, *store.ResponseBeginParams) err
 // are what the stored record says too.
 func TestTurnFailuresBeforeTheFirstEvent(t *testing.T) {
 	t.Run("begin fails", func(t *testing.T) {
-		s := newSimServer(t, Config{}, func(st store.Store) store.Store { return beginFails{st} })
+		// Upstream answers only once the begin has failed, so the failure is known before the
+		// client's stream would open (an answer first is answered in-band: engine/stream.go).
+		bf := &beginFails{failed: make(chan struct{}, 2)}
+		s, _ := newSimServerVia(t, Config{}, func(st store.Store) store.Store { bf.Store = st; return bf },
+			func(next http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					if r.URL.Path == "/v1/responses" {
+						select {
+						case <-bf.failed:
+						case <-r.Context().Done():
+							return nil, r.Context().Err()
+						}
+					}
+					return next.RoundTrip(r)
+				})
+			})
 		code, body := call(t, s, http.MethodPost, "/v1/conversations", `{}`)
 		var conv struct{ ID string }
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &conv) != nil {
