@@ -63,7 +63,7 @@ func defaultParams(o *options) params {
 		PaceMS: 20, Tokens: 256, ProbeDur: 2 * time.Second, ProbeTokens: 2, GapTokens: 128, GapStreams: 1,
 		Conc: 256, Spread: time.Second,
 		RampPaceMS: 40, RampTokens: 256, RampSpread: 2 * time.Second,
-		Depths: []int{1, 10, 100, 1000}, ItemBytes: 1024, BigDepth: 10, BigItem: 100 << 10, ChainN: 15, ColdChains: 3,
+		Depths: []int{1, 10, perfChainDepth, 100, 1000}, ItemBytes: 1024, BigDepth: 10, BigItem: 100 << 10, ChainN: 15, ColdChains: 3,
 		AgentTurns: 150, ToolBytes: 2048, AgentProbes: 10,
 		NSDur: 2 * time.Second, NSConc: 16, AllocN: 16,
 		FleetSessions: 64, FleetTurns: 30, FleetWords: 185, FleetAnswer: 16, FleetDecode: 2 * time.Millisecond, FleetSpread: 2 * time.Second,
@@ -71,7 +71,7 @@ func defaultParams(o *options) params {
 	if o.quick {
 		p.ProbeDur, p.GapTokens, p.Tokens, p.Conc = 500*time.Millisecond, 32, 64, 64
 		p.RampTokens, p.RampSpread = 64, 500*time.Millisecond
-		p.Depths, p.ChainN, p.AgentTurns, p.AgentProbes, p.ColdChains = []int{1, 10, 100}, 5, 20, 3, 2
+		p.Depths, p.ChainN, p.AgentTurns, p.AgentProbes, p.ColdChains = []int{1, 10, perfChainDepth, 100}, 5, 20, 3, 2
 		p.NSDur, p.AllocN = 500*time.Millisecond, 8
 		p.FleetSessions, p.FleetTurns = 16, 20
 	}

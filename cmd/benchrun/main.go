@@ -110,7 +110,7 @@ func runBench(args []string) error {
 	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(scenarioNames, ","))
 	rampArms := fs.String("ramp-arms", "A,B,D,D*", "arms of the capacity ramp (B the bare proxy, whose last step D should reach; D* is the diagnostic: D with synchronous_commit=off)")
 	ramp := fs.String("ramp", "256,512,1024,2048", "concurrent streams of the capacity ramp's steps")
-	depths := fs.String("depths", "", "chain depths of the chain scenario (default 1,10,100,1000; -quick 1,10,100)")
+	depths := fs.String("depths", "", "chain depths of the chain scenario (default 1,10,50,100,1000; -quick 1,10,50,100)")
 	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles of the gateway twin (c=1, c=256, non-streamed, the deepest warm chain) in the log folder")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs even when the run succeeds")
 	fs.Float64Var(&o.fleetEpsilon, "fleet-epsilon", 0, "the fleet scenario's chain-affine ε (default: respgate's default; docs/fleet.md \"Sizing ε\")")

@@ -28,6 +28,7 @@ func (r *report) allocFor(arm string) *allocArm {
 func (r *report) summaryMarkdown() string {
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	r.perfMarkdown(w)
 	w("| arm | added TTFB p50 / p99, c=1 | added TTFD p50 / p99, c=1 | added gap p50 / p99, c=1 | added relay latency per delta p50 / p99, c=1 | added gap jitter p99, c=1 | added TTFB p50 / p99, c=%d | added relay latency p50 / p99, c=%d | CPU µs / relayed event, c=%d | CPU × B | allocs / event (all in) | allocs / delta (marginal) | RSS KiB / open stream, c=%d (peak − RSS at start) | non-stream req/s, c=%d | failed requests |\n",
 		r.Params.Conc, r.Params.Conc, r.Params.Conc, r.Params.Conc, r.Params.NSConc)
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")

@@ -34,6 +34,7 @@ type report struct {
 	Capacity   *capResult         `json:"capacity,omitempty"`
 	Fleet      *fleetResult       `json:"fleet,omitempty"`
 	Targets    []target           `json:"targets"`
+	Perf       []perfRow          `json:"performance_round3,omitempty"`
 	Problems   []string           `json:"problems,omitempty"`
 	// Profiles are the CPU profiles -profile took (profileTwin).
 	Profiles []profileRef `json:"profiles,omitempty"`
@@ -310,6 +311,7 @@ func (b *bench) writeReport(runErr error) error {
 	r.WallSec = time.Since(b.started).Seconds()
 	r.Machine["loadavg_end"] = loadavg()
 	r.Targets = r.targets()
+	r.Perf = r.perfTable()
 	if runErr != nil && len(r.Errors) == 0 {
 		r.Errors = append(r.Errors, runErr.Error())
 	}

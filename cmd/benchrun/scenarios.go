@@ -168,6 +168,7 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 			}
 			t.addLatency(a.Name, &s, &s, rl)
 			t.add(a.Name, "max_gap", s.MaxGap.Max)
+			t.add(a.Name, "e2e_p50", s.E2E.P50)
 			if s.Events > 0 {
 				t.add(a.Name, "cpu_us_per_event", rs.GatewayCPU/float64(s.Events))
 				t.add(a.Name, "sim_cpu_us_per_event", rs.SimCPU/float64(s.Events))
