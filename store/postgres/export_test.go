@@ -31,3 +31,24 @@ func (s *Store) Exec(ctx context.Context, sql string, args ...any) error {
 
 // ListenerGoroutines is the number of listener goroutines that have not returned.
 func (s *Store) ListenerGoroutines() int { return int(s.watch.running.Load()) }
+
+// SynchronousCommitAfterAppend runs the event-log append statement for response id (with no
+// events) in a transaction whose synchronous_commit starts on, and returns the setting that
+// transaction then commits with.
+func (s *Store) SynchronousCommitAfterAppend(ctx context.Context, tenant, id string) (string, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		return "", err
+	}
+	var found bool
+	if err := tx.QueryRow(ctx, appendEventsSQL, tenant, id, []int64{}, []string{}, [][]byte{}).Scan(&found); err != nil {
+		return "", err
+	}
+	var v string
+	err = tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
+	return v, err
+}

@@ -139,3 +139,17 @@ func BenchmarkCommitParallel(b *testing.B) {
 	b.SetParallelism(8)
 	storetest.BenchmarkCommitParallel(b, newStore(b))
 }
+
+// A running stream's event-log append commits without waiting for the WAL flush, as the
+// in-progress record does: it must not hold a pooled connection through a flush (the final commit
+// flushes past it).
+func TestEventAppendCommitsAsynchronously(t *testing.T) {
+	s := newStore(t)
+	got, err := s.SynchronousCommitAfterAppend(t.Context(), "t", "resp_none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "off" {
+		t.Fatalf("the append's transaction commits with synchronous_commit=%s, want off", got)
+	}
+}

@@ -221,7 +221,10 @@ WHERE i.tenant = $1 AND i.response_id = $2 AND i.role = 'input'`
 	// insertEventsSQL adds events ($3..$5, parallel arrays) to response $2's log; an event whose
 	// seq is already logged is left as it is. appendEventsSQL does so only when the response
 	// exists, and says whether it does; its CTE's row lock keeps the response from being deleted
-	// before the insert's foreign key check.
+	// before the insert's foreign key check. Its transaction commits asynchronously (the set_config
+	// of CTE c, local to it), as the in-progress record's does (ResponseBegin): a running stream's
+	// log serves followers, so it must not hold a pooled connection through a WAL flush; the
+	// final commit, synchronous, flushes the WAL past every append before it.
 	insertEventsSQL = eventRowsSQL + onConflictEvents
 	eventRowsSQL    = `
 INSERT INTO response_events (tenant, response_id, seq, type, data)
@@ -229,9 +232,10 @@ SELECT $1, $2, u.seq, u.type, u.data FROM unnest($3::bigint[], $4::text[], $5::b
 	onConflictEvents = `
 ON CONFLICT (tenant, response_id, seq) DO NOTHING`
 	appendEventsSQL = `
-WITH r AS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2 FOR KEY SHARE),
+WITH c AS (SELECT set_config('synchronous_commit', 'off', true)),
+r AS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2 FOR KEY SHARE),
 ins AS (` + eventRowsSQL + ` WHERE EXISTS (SELECT 1 FROM r)` + onConflictEvents + `)
-SELECT EXISTS (SELECT 1 FROM r)`
+SELECT EXISTS (SELECT 1 FROM r) FROM c`
 
 	// responseLeaseHeldSQL is true when response $2 is unfinished and its lease is live at $3:
 	// the guard under which ResponseDelete deletes nothing. The delete statements run pipelined
