@@ -172,7 +172,7 @@ func (r *report) perfMarkdown(w writer) {
 		}
 		return map[bool]string{true: "met", false: "**not met**"}[*m]
 	}
-	w("Performance targets (round 3): Postgres (D) and SQLite (E) beside the floor from the same rounds; medians of the round figures, [min, max] over rounds where there are several.\n\n")
+	w("Performance targets (round 3): Postgres (D) and SQLite (E) beside the floor from the same rounds; medians of the round figures, (min … max) over the rounds where there are several.\n\n")
 	w("| figure | target | Postgres (D) | SQLite (E) | floor, same run |\n|---|---|---|---|---|\n")
 	for _, row := range rows {
 		w("| %s | %s | %s (%s) | %s (%s) | %s |\n", row.Figure, row.Limit, row.D, verdict(row.MetD), row.E, verdict(row.MetE), row.Floor)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -104,6 +105,24 @@ func TestPerfTableLeavesOutWhatDidNotRun(t *testing.T) {
 		}
 		if row.MetD == nil || !*row.MetD {
 			t.Errorf("%s: Postgres %q not met", row.Figure, row.D)
+		}
+	}
+}
+
+// The table prints each backend's figure with its verdict, and nothing when no row was measured.
+func TestPerfMarkdownPrintsEachVerdict(t *testing.T) {
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	(&report{}).perfMarkdown(w)
+	if sb.Len() != 0 {
+		t.Fatalf("a report without rows printed %q", sb.String())
+	}
+	r := &report{Perf: []perfRow{{Figure: "f", Limit: "≤ 1", D: "0.5", E: "2", Floor: "B 1", MetD: boolp(true), MetE: boolp(false)},
+		{Figure: "g", Limit: "≤ 1", D: "n/a", E: "n/a", Floor: "—"}}}
+	r.perfMarkdown(w)
+	for _, want := range []string{"| f | ≤ 1 | 0.5 (met) | 2 (**not met**) | B 1 |", "| g | ≤ 1 | n/a (not measured) | n/a (not measured) | — |"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, sb.String())
 		}
 	}
 }
