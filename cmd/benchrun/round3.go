@@ -82,10 +82,10 @@ func (r *report) perfTable() []perfRow {
 		}{{"ttfd_p50", "≤ +3 ms", 3000}, {"ttfd_p99", "≤ +10 ms", 10000}} {
 			d, e := both(func(a string) perfJudge { return judgeAtMost(t.diff(a, "B", q.metric), q.max, showUS) })
 			add(conc+": first delta "+strings.TrimPrefix(q.metric, "ttfd_")+" added over the floor", q.limit,
-				"B − A "+signed(fmtStatUS(t.diff("B", "A", q.metric)), t.diff("B", "A", q.metric).Median), d, e)
+				"B − A "+showUS(t.diff("B", "A", q.metric)), d, e)
 		}
 		d, e := both(func(a string) perfJudge { return judgeAtMost(t.diff(a, "B", "e2e_p50"), 10000, showUS) })
-		add(conc+": end to end p50 added over the floor", "≤ +10 ms", "B − A "+signed(fmtStatUS(t.diff("B", "A", "e2e_p50")), t.diff("B", "A", "e2e_p50").Median), d, e)
+		add(conc+": end to end p50 added over the floor", "≤ +10 ms", "B − A "+showUS(t.diff("B", "A", "e2e_p50")), d, e)
 		d, e = both(func(a string) perfJudge { return judgeAtMost(c.CPURatio[a], 1.5, showRatio) })
 		add(conc+": CPU per relayed event ÷ floor", "≤ 1.5×", "B "+fmtStat(t.stat("B", "cpu_us_per_event"), "%.1f")+" µs/event", d, e)
 	}
@@ -103,7 +103,7 @@ func (r *report) perfTable() []perfRow {
 		t := l.PerRound
 		for _, m := range []struct{ metric, name string }{{"ttfb_p50", "first byte"}, {"ttfd_p50", "first delta"}} {
 			d, e := both(func(a string) perfJudge { return judgeAtMost(t.diff(a, "B", m.metric), 250, showUS) })
-			add("c=1: "+m.name+" p50 added over the floor", "≤ +0.25 ms", "B − A "+signed(fmtStatUS(t.diff("B", "A", m.metric)), t.diff("B", "A", m.metric).Median), d, e)
+			add("c=1: "+m.name+" p50 added over the floor", "≤ +0.25 ms", "B − A "+showUS(t.diff("B", "A", m.metric)), d, e)
 		}
 	}
 	return rows
