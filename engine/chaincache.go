@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"time"
 
 	"github.com/maypok86/otter/v2"
 
 	"github.com/respgate/respgate/compact"
 	"github.com/respgate/respgate/rehydrate"
 	"github.com/respgate/respgate/store"
+	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -41,10 +41,8 @@ type chainEntry struct {
 	// usage is the response's own usage (JSON), which sizes its continuation for automatic
 	// compaction (server/tokens.go).
 	usage json.RawMessage
-	// replica is the upstream replica that served the response (store.Response.Replica), and at
-	// when the response was created (store.Response.CreatedAt).
-	replica string
-	at      time.Time
+	// served is where the response ran (store.Response.Replica and ReplicaAway).
+	served upstream.Served
 }
 
 // chainEntryOverhead is counted per item on top of its JSON (ids, slice headers).
@@ -74,7 +72,7 @@ func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string)
 		c.c.Invalidate(chainKey{tenant, id})
 		return nil, historyInfo{}, false
 	}
-	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage, prep: e.prep, replica: e.replica, at: e.at}, true // a caller's append copies
+	return slices.Clip(e.items), historyInfo{gen: gen, ok: true, usage: e.usage, prep: e.prep, served: e.served}, true // a caller's append copies
 }
 
 // put remembers the history a continuation of the response replays, read at generation gen,
@@ -82,7 +80,7 @@ func (c *chainCache) get(ctx context.Context, st store.Store, tenant, id string)
 // projection of a prefix of the history (nil if none). An entry
 // heavier than a quarter of the cache is not kept.
 func (c *chainCache) put(tenant, id string, gen int64, items []wire.Item, info historyInfo) {
-	e := &chainEntry{gen: gen, items: items, usage: info.usage, prep: info.prep, replica: info.replica, at: info.at}
+	e := &chainEntry{gen: gen, items: items, usage: info.usage, prep: info.prep, served: info.served}
 	for _, it := range items {
 		e.bytes += int64(len(it.JSON)) + chainEntryOverhead
 	}
@@ -102,7 +100,7 @@ func (c *chainCache) keepProjection(tenant, id string, gen int64, prep *rehydrat
 	if !ok || e.gen != gen || prep.Len() != len(e.items) || e.prep.Len() >= prep.Len() {
 		return
 	}
-	c.put(tenant, id, gen, e.items, historyInfo{usage: e.usage, prep: prep, replica: e.replica, at: e.at})
+	c.put(tenant, id, gen, e.items, historyInfo{usage: e.usage, prep: prep, served: e.served})
 }
 
 // appendTurnHistory appends what a continuation replays of one turn: its input, then its output,

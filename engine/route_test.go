@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/upstream"
@@ -16,26 +15,28 @@ import (
 )
 
 // recordingCaller is the simulator behind upstream.Single, answering as replica "replica-N" for
-// the Nth call and recording every route it was given.
+// the Nth call, away (upstream.Served.Away) when N is even, and recording every route it was
+// given.
 type recordingCaller struct {
 	upstream.Caller
 	mu     sync.Mutex
 	routes []upstream.Route
 }
 
-func (r *recordingCaller) served(rt upstream.Route) string {
+func (r *recordingCaller) served(rt upstream.Route) upstream.Served {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.routes = append(r.routes, rt)
-	return "replica-" + string(rune('0'+len(r.routes)))
+	n := len(r.routes)
+	return upstream.Served{Replica: "replica-" + string(rune('0'+n)), Away: n%2 == 0}
 }
 
-func (r *recordingCaller) Create(ctx context.Context, rt upstream.Route, body []byte) ([]byte, string, error) {
+func (r *recordingCaller) Create(ctx context.Context, rt upstream.Route, body []byte) ([]byte, upstream.Served, error) {
 	raw, _, err := r.Caller.Create(ctx, rt, body)
 	return raw, r.served(rt), err
 }
 
-func (r *recordingCaller) StreamLent(ctx context.Context, rt upstream.Route, body []byte, release func()) (*upstream.Stream, string, error) {
+func (r *recordingCaller) StreamLent(ctx context.Context, rt upstream.Route, body []byte, release func()) (*upstream.Stream, upstream.Served, error) {
 	s, _, err := r.Caller.StreamLent(ctx, rt, body, release)
 	return s, r.served(rt), err
 }
@@ -78,9 +79,11 @@ func TestTheTurnsOfAChainShareTheirKeyAndPreferTheLastReplica(t *testing.T) {
 	if len(routes) != 6 {
 		t.Fatalf("%d upstream calls, want 6", len(routes))
 	}
-	for i, want := range []string{"", "replica-1", "replica-2", "replica-1"} {
-		if routes[i].Key != routes[0].Key || routes[i].Model != "openai/gpt-oss-sim" || routes[i].Prefer != want {
-			t.Errorf("turn %d of the chain: route %+v, want key %q and prefer %q", i+1, routes[i], routes[0].Key, want)
+	// Each continuation carries where the turn it continues ran, replica and away, from the
+	// store or the chain cache: the fleet sends a chain that is away from its first choice back.
+	for i, want := range []upstream.Served{{}, {Replica: "replica-1"}, {Replica: "replica-2", Away: true}, {Replica: "replica-1"}} {
+		if routes[i].Key != routes[0].Key || routes[i].Model != "openai/gpt-oss-sim" || routes[i].Prefer != want.Replica || routes[i].Away != want.Away {
+			t.Errorf("turn %d of the chain: route %+v, want key %q, prefer %q and away %v", i+1, routes[i], routes[0].Key, want.Replica, want.Away)
 		}
 	}
 	if want := fleet.Key(fleet.KeyParams{Tenant: testTenant, PromptCacheKey: "user-42"}); routes[4].Key != want {
@@ -90,26 +93,8 @@ func TestTheTurnsOfAChainShareTheirKeyAndPreferTheLastReplica(t *testing.T) {
 		t.Errorf("another chain's key %q equals the first chain's", routes[5].Key)
 	}
 	r, _, err := st.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: testTenant, ID: other})
-	if err != nil || r.Replica != "replica-6" {
+	if err != nil || r.Replica != "replica-6" || !r.ReplicaAway {
 		t.Fatalf("the stored replica of the last turn: %v %+v", err, r)
-	}
-	// Each continuation carries when the turn it continues was created (upstream.Route.
-	// PreviousAt), from the store or the chain cache: the fleet tells a chain that left a replica
-	// that was down from one that spilled by it.
-	for i, prev := range []string{"", first, second, first} {
-		if prev == "" {
-			if !routes[i].PreviousAt.IsZero() {
-				t.Errorf("turn %d: PreviousAt %s on a first turn", i+1, routes[i].PreviousAt)
-			}
-			continue
-		}
-		r, _, err := st.ResponseGet(t.Context(), &store.ResponseGetParams{Tenant: testTenant, ID: prev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := routes[i].PreviousAt.Sub(r.CreatedAt).Abs(); d > time.Millisecond {
-			t.Errorf("turn %d: PreviousAt %s, want the created_at of %s, %s", i+1, routes[i].PreviousAt, prev, r.CreatedAt)
-		}
 	}
 }
 

@@ -145,8 +145,8 @@ func (e *Engine) connect(ctx, uctx context.Context, t *Turn, answered func()) (*
 		t.bodyBuf = nil
 		release = func() { e.putBodyBuf(buf) }
 	}
-	up, replica, upErr := e.upstream.StreamLent(uctx, e.route(t), t.body, release)
-	t.rec.Replica = replica
+	up, served, upErr := e.upstream.StreamLent(uctx, e.route(t), t.body, release)
+	t.rec.Replica, t.rec.ReplicaAway = served.Replica, served.Away
 	e.tel.UpstreamLatency.Record(ctx, time.Since(start).Seconds())
 	var beginErr error
 	select {

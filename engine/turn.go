@@ -141,10 +141,9 @@ type Turn struct {
 	// truncated counts the history items truncation:"auto" left out (X-Respgate-Truncated-Items).
 	truncated int
 	// routeKey keeps the turns of one chain on one upstream replica (upstream.Route.Key), and
-	// prefer names the replica that served the previous turn (upstream.Route.Prefer), created at
-	// preferAt (upstream.Route.PreviousAt).
-	routeKey, prefer string
-	preferAt         time.Time
+	// prev is where the previous turn ran (upstream.Route.Prefer and Away).
+	routeKey string
+	prev     upstream.Served
 	// prepend leads the output: the compaction item of automatic compaction (context.go),
 	// streamed before the model's items and stored as the first output item.
 	prepend []wire.Item
@@ -257,7 +256,7 @@ func (e *Engine) prepareTurn(ctx context.Context, tn string, req *Spec, local *S
 			CreatedAt:          time.Now(),
 			Echo:               req.Echo,
 		}}
-	t.prefer, t.preferAt = gen.replica, gen.at
+	t.prev = gen.served
 	switch {
 	case len(history) > 0:
 		t.routeKey = routeKey(tn, req, &history[0])
@@ -399,7 +398,7 @@ func (e *Engine) loadHistory(ctx context.Context, tn string, req *Spec, local *S
 	if err != nil {
 		return nil, historyInfo{}, err
 	}
-	e.chains.put(tn, req.PreviousResponseID, info.gen, history, historyInfo{usage: info.usage, replica: info.replica, at: info.at})
+	e.chains.put(tn, req.PreviousResponseID, info.gen, history, historyInfo{usage: info.usage, served: info.served})
 	span.SetAttributes(attribute.Int("respgate.history_items", len(history)))
 	return history, info, nil
 }
@@ -414,11 +413,9 @@ type historyInfo struct {
 	usage json.RawMessage
 	// prep is the projection of a prefix of the history, from the chain cache (chainEntry.prep).
 	prep *rehydrate.History
-	// replica is the upstream replica that served the previous response: its prefix cache holds
-	// the chain (upstream.Route.Prefer); at is when that response was created
-	// (upstream.Route.PreviousAt).
-	replica string
-	at      time.Time
+	// served is where the previous response ran: that replica's prefix cache holds the chain
+	// (upstream.Route.Prefer and Away).
+	served upstream.Served
 }
 
 // loadChain loads the history a continuation of id replays from the store, with the lineage
@@ -442,7 +439,7 @@ func (e *Engine) loadChain(ctx context.Context, tn, id string) ([]wire.Item, his
 	info := historyInfo{gen: chain.Generation, ok: true}
 	if n := len(chain.Turns); n > 0 {
 		last := &chain.Turns[n-1].Response
-		info.usage, info.replica, info.at = last.Usage, last.Replica, last.CreatedAt
+		info.usage, info.served = last.Usage, upstream.Served{Replica: last.Replica, Away: last.ReplicaAway}
 	}
 	return chainHistory(chain), info, nil
 }
@@ -546,7 +543,7 @@ var errStoreStalled = &wire.APIError{Status: http.StatusServiceUnavailable, Type
 
 // route is what the upstream is told of t's call (upstream.Route).
 func (e *Engine) route(t *Turn) upstream.Route {
-	return upstream.Route{Model: t.rec.Model, Key: t.routeKey, Prefer: t.prefer, PreviousAt: t.preferAt}
+	return upstream.Route{Model: t.rec.Model, Key: t.routeKey, Prefer: t.prev.Replica, Away: t.prev.Away}
 }
 
 func (e *Engine) accOptions(t *Turn) accumulator.Options {
@@ -595,15 +592,15 @@ func (e *Engine) failBeforeStream(ctx context.Context, t *Turn, cause error) err
 
 // createSync is one non-streamed upstream call, traced as span and timed, cut past SyncTimeout
 // (upstream maps the caller's deadline to 504 upstream_timeout).
-func (e *Engine) createSync(ctx context.Context, span string, rt upstream.Route, body []byte) ([]byte, string, error) {
+func (e *Engine) createSync(ctx context.Context, span string, rt upstream.Route, body []byte) ([]byte, upstream.Served, error) {
 	uctx, sp := e.tel.Tracer.Start(ctx, span)
 	defer sp.End()
 	uctx, cancel := context.WithTimeoutCause(uctx, e.cfg.SyncTimeout, errSyncTimeout)
 	defer cancel()
 	start := time.Now()
-	raw, replica, err := e.upstream.Create(uctx, rt, body)
+	raw, served, err := e.upstream.Create(uctx, rt, body)
 	e.tel.UpstreamLatency.Record(ctx, time.Since(start).Seconds())
-	return raw, replica, err
+	return raw, served, err
 }
 
 // syncTurn serves stream:false: one upstream call, normalised by the accumulator's FromResponse so
@@ -614,8 +611,8 @@ func (e *Engine) syncTurn(ctx context.Context, t *Turn) (*Outcome, error) {
 	// write. The conversation's turn lease (if any) is kept alive while vLLM generates.
 	t.keeper = e.startKeeper(t)
 	defer t.keeper.Stop()
-	raw, replica, upErr := e.createSync(ctx, "upstream.create", e.route(t), t.body)
-	t.rec.Replica = replica
+	raw, served, upErr := e.createSync(ctx, "upstream.create", e.route(t), t.body)
+	t.rec.Replica, t.rec.ReplicaAway = served.Replica, served.Away
 	if upErr != nil {
 		if ctx.Err() != nil {
 			_ = e.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,

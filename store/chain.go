@@ -38,7 +38,7 @@ const (
 //
 //	(depth, kind, id, tenant, status, model, previous_response_id, conversation_id, created_at,
 //	 completed_at, echo, usage, error, incomplete_details, item_id, item_type, data, position,
-//	 replica)
+//	 replica, replica_away)
 //
 // The text columns of the other kind are ” and the others NULL; depth and position only order
 // the rows.
@@ -57,7 +57,7 @@ func (rr *recordRow) scan(row Row) error {
 	return row.Scan(&rr.depth, &rr.kind, &rr.r.ID, &rr.r.Tenant, &rr.status, &rr.r.Model,
 		&rr.r.PreviousResponseID, &rr.r.ConversationID, &rr.created, &rr.completed,
 		&rr.echo, &rr.usage, &rr.errJSON, &rr.incomplete, &rr.item.ID, &rr.item.Type, &rr.data, &rr.position,
-		&rr.r.Replica)
+		&rr.r.Replica, &rr.r.ReplicaAway)
 }
 
 func (rr *recordRow) response() Response {

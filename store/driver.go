@@ -78,8 +78,8 @@ func exec(ctx context.Context, d Driver, what string, none error, sql string, ar
 // ResponseArgs are a response record's columns as query arguments, in the order both backends'
 // inserts take them: tenant, id, status, model, previous_response_id, conversation_id,
 // created_at (zero: now), completed_at, echo, usage, error, incomplete_details. The replica
-// column (migrations 008) is not among them: every statement writing it takes ReplicaArg as its
-// last argument, after whatever each backend appends (lease, lineage).
+// columns (migrations 008, 010) are not among them: every statement writing them takes
+// ReplicaArgs last, after whatever each backend appends (lease, lineage).
 func ResponseArgs(d Driver, r *Response, status wire.Status) []any {
 	var completed any
 	if r.CompletedAt != nil {
@@ -89,24 +89,25 @@ func ResponseArgs(d Driver, r *Response, status wire.Status) []any {
 		d.Time(NowOr(r.CreatedAt)), completed, d.JSON(r.Echo), d.JSON(r.Usage), d.JSON(r.Error), d.JSON(r.IncompleteDetails)}
 }
 
-// ReplicaArg is the replica column's argument: NULL when the response names no replica.
-func ReplicaArg(r *Response) any { return NullString(r.Replica) }
+// ReplicaArgs are the replica columns' arguments (migrations 008 and 010): replica, NULL when
+// the response names no replica, then replica_away.
+func ReplicaArgs(r *Response) []any { return []any{NullString(r.Replica), r.ReplicaAway} }
 
 // BeginArgs are ResponseBegin's arguments: ResponseArgs with the status beginStatus allows, then
-// lease_owner, lease_expires_at and the replica.
+// lease_owner, lease_expires_at and ReplicaArgs.
 func BeginArgs(d Driver, p *ResponseBeginParams) ([]any, error) {
 	status, err := beginStatus(p.Response.Status)
 	if err != nil {
 		return nil, fmt.Errorf("begin response: %w", err)
 	}
-	return append(ResponseArgs(d, &p.Response, status), p.LeaseOwner, d.Time(p.LeaseExpiresAt), ReplicaArg(&p.Response)), nil
+	return append(append(ResponseArgs(d, &p.Response, status), p.LeaseOwner, d.Time(p.LeaseExpiresAt)), ReplicaArgs(&p.Response)...), nil
 }
 
-// FinishArgs are ResponseArgs without created_at, then the replica: the columns a commit updates
+// FinishArgs are ResponseArgs without created_at, then ReplicaArgs: the columns a commit updates
 // on the record ResponseBegin wrote.
 func FinishArgs(d Driver, r *Response) []any {
 	a := ResponseArgs(d, r, r.Status)
-	return append(append(a[:6:6], a[7:]...), ReplicaArg(r))
+	return append(append(a[:6:6], a[7:]...), ReplicaArgs(r)...)
 }
 
 // NullString is s, or nil (SQL NULL) when empty.

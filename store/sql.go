@@ -50,10 +50,10 @@ WHERE tenant = $1 AND id = $2 AND lease_owner = $3 AND status IN ('queued', 'in_
 	responseGetSQL = `
 SELECT 0 AS depth, 0 AS kind, id, tenant, status, model, coalesce(previous_response_id, ''), coalesce(conversation_id, ''),
        created_at, completed_at, echo, usage, error, incomplete_details, '', '', NULL, -1 AS position,
-       coalesce(replica, '') AS replica
+       coalesce(replica, '') AS replica, replica_away
 FROM responses WHERE tenant = $1 AND id = $2
 UNION ALL
-SELECT 0, 2, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, id, type, data, position, ''
+SELECT 0, 2, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, id, type, data, position, '', false
 FROM items WHERE tenant = $1 AND response_id = $2 AND role = 'output'
 ORDER BY kind, position`
 	// chainGenerationSQL is the tenant's lineage generation (0 before any deletion).

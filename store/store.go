@@ -58,8 +58,12 @@ type Response struct {
 	// Replica names the upstream replica that served the response ("" when unknown, or a single
 	// upstream): the chain's next turn prefers it, since its prefix cache holds the chain
 	// (upstream.Route.Prefer, docs/fleet.md). It is never shown to clients. A commit with an
-	// empty Replica keeps the one ResponseBegin stored.
+	// empty Replica keeps the one ResponseBegin stored, with its ReplicaAway.
 	Replica string
+	// ReplicaAway says the chain was away from its routing key's first replica when the
+	// response ran, because that replica was down (upstream.Served.Away, migrations 010): its
+	// next turn goes back to it once it is healthy again.
+	ReplicaAway bool
 }
 
 // Conversation is a stored conversation.

@@ -58,11 +58,12 @@ func (s *Store) JobsStop(ctx context.Context) error { return s.jobs.Stop(ctx) }
 
 const (
 	// bgResponseInsertSQL inserts the queued record with its lineage, as any new response
-	// (lineageCTE, migrations/postgres/006), and the replica $13.
+	// (lineageCTE, migrations/postgres/006), and the replica $13 and replica_away $14.
 	bgResponseInsertSQL = lineageCTE + `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                       completed_at, echo, usage, error, incomplete_details, replica, branch, depth, fork_branch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, ` + lineageValues + `)`
+                       completed_at, echo, usage, error, incomplete_details, replica, replica_away,
+                       branch, depth, fork_branch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, ` + lineageValues + `)`
 )
 
 // ResponseEnqueueBackground stores a queued background response with its River job in one
@@ -71,7 +72,7 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 	r := &p.Response
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return store.EnqueueBackgroundTx(s.backgroundTx(ctx, tx), s.Driver, p, func() error {
-			if _, err := tx.Exec(ctx, bgResponseInsertSQL, append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), store.ReplicaArg(r))...); err != nil {
+			if _, err := tx.Exec(ctx, bgResponseInsertSQL, append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), store.ReplicaArgs(r)...)...); err != nil {
 				return interpretError(err)
 			}
 			if len(p.Input) > 0 {

@@ -43,17 +43,18 @@ WITH RECURSIVE seg (branch, top, n) AS (
 )
 SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL::timestamptz, NULL::timestamptz,
        NULL::json, NULL::json, NULL::json, NULL::json, '', '', NULL::json,
-       coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0) AS position, '' AS replica
+       coalesce((SELECT generation FROM lineage_generations WHERE tenant = $1), 0) AS position, '' AS replica,
+       false AS replica_away
 UNION ALL
 SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
        coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
-       r.incomplete_details, '', '', NULL, -1, coalesce(r.replica, '')
+       r.incomplete_details, '', '', NULL, -1, coalesce(r.replica, ''), r.replica_away
 FROM seg s CROSS JOIN LATERAL (
     SELECT * FROM responses r WHERE r.tenant = $1 AND r.branch = s.branch AND r.depth <= s.top OFFSET 0
 ) r
 UNION ALL
 SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
-       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position, ''
+       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position, '', false
 FROM seg s CROSS JOIN LATERAL (
     SELECT * FROM items i WHERE i.tenant = $1 AND i.branch = s.branch AND i.depth <= s.top OFFSET 0
 ) i
@@ -162,38 +163,43 @@ WITH parent AS (
         CASE WHEN EXISTS (SELECT 1 FROM head) THEN NULL ELSE (SELECT branch FROM parent) END`
 
 	// responseBeginSQL inserts an in-progress (or queued) record holding a lease ($13, $14),
-	// with the replica $15.
+	// with the replica $15 and replica_away $16.
 	responseBeginSQL = lineageCTE + `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
                        completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at,
-                       replica, branch, depth, fork_branch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, ` + lineageValues + `)`
+                       replica, replica_away, branch, depth, fork_branch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, ` + lineageValues + `)`
 
 	// upsertResponseInsertSQL (after lineageCTE) inserts the final record, or finishes the in-progress one (keeping its
 	// created_at, dropping its lease). It returns no row when the stored response is already
-	// terminal: the commit is then a no-op. $13 is the replica (kept when NULL).
+	// terminal: the commit is then a no-op. $13 is the replica and $14 replica_away (both kept
+	// when $13 is NULL).
 	upsertResponseInsertSQL = `
 INSERT INTO responses AS r (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                            completed_at, echo, usage, error, incomplete_details, replica, branch, depth, fork_branch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, ` + lineageValues + `)
+                            completed_at, echo, usage, error, incomplete_details, replica, replica_away,
+                            branch, depth, fork_branch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, ` + lineageValues + `)
 ON CONFLICT (tenant, id) DO UPDATE SET
     status = excluded.status, model = excluded.model,
     previous_response_id = excluded.previous_response_id, conversation_id = excluded.conversation_id,
     completed_at = excluded.completed_at, echo = excluded.echo, usage = excluded.usage,
     error = excluded.error, incomplete_details = excluded.incomplete_details,
     replica = coalesce(excluded.replica, r.replica),
+    replica_away = CASE WHEN excluded.replica IS NULL THEN r.replica_away ELSE excluded.replica_away END,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE r.status IN ('queued', 'in_progress')
 RETURNING 1`
 
 	// finishResponseSQL finishes the in-progress record ResponseBegin wrote, keeping its
 	// created_at and dropping its lease. It never inserts: it returns no row when the response is
-	// already terminal or no longer exists. $12 is the replica (kept when NULL).
+	// already terminal or no longer exists. $12 is the replica and $13 replica_away (both kept
+	// when $12 is NULL).
 	finishResponseSQL = `
 UPDATE responses SET
     status = $3, model = $4, previous_response_id = $5, conversation_id = $6,
     completed_at = $7, echo = $8, usage = $9, error = $10, incomplete_details = $11,
     replica = coalesce($12, replica),
+    replica_away = CASE WHEN $12::text IS NULL THEN replica_away ELSE $13 END,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE tenant = $1 AND id = $2 AND status IN ('queued', 'in_progress')
 RETURNING 1`

@@ -66,7 +66,7 @@ func (s *Store) ResponseCommit(ctx context.Context, p *store.ResponseCommitParam
 		b.Queue(mustWrite("WITH", finishResponseSQL, noResponseWritten), store.FinishArgs(s.Driver, r)...)
 	} else {
 		b.Queue(mustWrite(lineageCTE+",", upsertResponseInsertSQL, noResponseWritten),
-			append(store.ResponseArgs(s.Driver, r, r.Status), store.ReplicaArg(r))...)
+			append(store.ResponseArgs(s.Driver, r, r.Status), store.ReplicaArgs(r)...)...)
 	}
 	switch {
 	case conv != nil:

@@ -47,7 +47,7 @@ func (s *Store) ResponseEnqueueBackground(ctx context.Context, p *store.Response
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, responseInsertSQL, append(append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...), store.ReplicaArg(r))...); err != nil {
+			if _, err := tx.ExecContext(ctx, responseInsertSQL, append(append(store.ResponseArgs(s.Driver, r, wire.StatusQueued), l...), store.ReplicaArgs(r)...)...); err != nil {
 				return interpretError(err)
 			}
 			return insertItems(ctx, tx, r.Tenant, r.ID, store.RoleInput, p.Input, "", nil)

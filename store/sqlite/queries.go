@@ -35,15 +35,16 @@ WITH RECURSIVE seg (branch, top, n) AS (
     WHERE r.fork_branch IS NOT NULL AND s.n < ?3
 )
 SELECT -1 AS depth, 3 AS kind, '', '', '', '', '', '', NULL, NULL, NULL, NULL, NULL, NULL, '', '', NULL,
-       coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0) AS position, '' AS replica
+       coalesce((SELECT generation FROM lineage_generations WHERE tenant = ?1), 0) AS position, '' AS replica,
+       0 AS replica_away
 UNION ALL
 SELECT r.depth, 0, r.id, r.tenant, r.status, r.model, coalesce(r.previous_response_id, ''),
        coalesce(r.conversation_id, ''), r.created_at, r.completed_at, r.echo, r.usage, r.error,
-       r.incomplete_details, '', '', NULL, -1, coalesce(r.replica, '')
+       r.incomplete_details, '', '', NULL, -1, coalesce(r.replica, ''), r.replica_away
 FROM seg s CROSS JOIN responses r ON r.tenant = ?1 AND r.branch = s.branch AND r.depth <= s.top
 UNION ALL
 SELECT i.depth, CASE i.role WHEN 'input' THEN 1 ELSE 2 END, '', '', '', '', '', '', NULL, NULL,
-       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position, ''
+       NULL, NULL, NULL, NULL, i.id, i.type, i.data, i.position, '', 0
 FROM seg s CROSS JOIN items i ON i.tenant = ?1 AND i.branch = s.branch AND i.depth <= s.top
 ORDER BY depth, kind, position`,
 
@@ -114,17 +115,19 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,
 // Responses.
 const (
 	// responseBeginSQL inserts an in-progress (or queued) record holding a lease (?13, ?14)
-	// with the replica (?15, store.BeginArgs). Both inserts take the lineage (branch, depth,
-	// fork_branch) after that (lineage chooses it); responseInsertSQL takes the replica last.
+	// with the replica and replica_away (?15, ?16, store.BeginArgs). Both inserts take the
+	// lineage (branch, depth, fork_branch) after that (lineage chooses it); responseInsertSQL
+	// takes the replica columns last.
 	responseBeginSQL = `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
                        completed_at, echo, usage, error, incomplete_details, lease_owner, lease_expires_at,
-                       replica, branch, depth, fork_branch)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)`
+                       replica, replica_away, branch, depth, fork_branch)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)`
 	responseInsertSQL = `
 INSERT INTO responses (tenant, id, status, model, previous_response_id, conversation_id, created_at,
-                       completed_at, echo, usage, error, incomplete_details, branch, depth, fork_branch, replica)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
+                       completed_at, echo, usage, error, incomplete_details, branch, depth, fork_branch, replica,
+                       replica_away)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)`
 
 	// The lineage of a new response continuing ?2 (migrations/postgres/006): continueHeadSQL
 	// extends ?2's branch when ?2 is its head (marking it continued), else parentLineageSQL
@@ -133,11 +136,12 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)`
 	parentLineageSQL = `SELECT branch, depth FROM responses WHERE tenant = ?1 AND id = ?2`
 	nextBranchSQL    = `UPDATE lineage_counter SET next_branch = next_branch + 1 RETURNING next_branch - 1`
 	// responseFinishSQL finishes the in-progress record, keeping its created_at and dropping its
-	// lease; ?12 is the replica (kept when NULL).
+	// lease; ?12 is the replica and ?13 replica_away (both kept when ?12 is NULL).
 	responseFinishSQL = `
 UPDATE responses SET status = ?3, model = ?4, previous_response_id = ?5, conversation_id = ?6,
     completed_at = ?7, echo = ?8, usage = ?9, error = ?10, incomplete_details = ?11,
     replica = coalesce(?12, replica),
+    replica_away = CASE WHEN ?12 IS NULL THEN replica_away ELSE ?13 END,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE tenant = ?1 AND id = ?2`
 

@@ -112,7 +112,7 @@ func (s *Store) commitOne(ctx context.Context, tx *txn, p *store.ResponseCommitP
 	default:
 		var l []any
 		if l, err = lineage(ctx, tx, r.Tenant, r.PreviousResponseID); err == nil {
-			_, err = tx.ExecContext(ctx, responseInsertSQL, append(append(store.ResponseArgs(s.Driver, r, r.Status), l...), store.ReplicaArg(r))...)
+			_, err = tx.ExecContext(ctx, responseInsertSQL, append(append(store.ResponseArgs(s.Driver, r, r.Status), l...), store.ReplicaArgs(r)...)...)
 		}
 	}
 	if err != nil {

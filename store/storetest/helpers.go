@@ -196,7 +196,7 @@ func checkResponse(t testing.TB, got *store.Response, want store.Response) {
 	}
 	if got.ID != want.ID || got.Tenant != want.Tenant || got.Status != want.Status || got.Model != want.Model ||
 		got.PreviousResponseID != want.PreviousResponseID || got.ConversationID != want.ConversationID ||
-		got.Replica != want.Replica {
+		got.Replica != want.Replica || got.ReplicaAway != want.ReplicaAway {
 		t.Errorf("response %+v,\nwant %+v", *got, want)
 	}
 	checkTime(t, "created_at", got.CreatedAt, want.CreatedAt)

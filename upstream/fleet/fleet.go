@@ -74,9 +74,6 @@ type replica struct {
 
 	inFlight atomic.Int64
 	healthy  atomic.Bool
-	// upSince is when this fleet last saw the replica come back healthy after being down, in
-	// Unix nanoseconds (0: never): Candidate.UpSince. It is set before healthy turns true.
-	upSince  atomic.Int64
 	draining atomic.Bool
 	models   atomic.Pointer[[]modelEntry] // what its /v1/models said last; nil: never asked
 
@@ -298,31 +295,26 @@ func (p *pool) candidates() []Candidate {
 	c := make([]Candidate, len(p.replicas))
 	for i, r := range p.replicas {
 		c[i] = Candidate{ID: r.id, Healthy: r.healthy.Load(), InFlight: int(r.inFlight.Load())}
-		if ns := r.upSince.Load(); ns != 0 {
-			c[i].UpSince = time.Unix(0, ns)
-		}
 	}
 	return c
 }
 
-// pick applies p's policy to rt; lag is Fleet.returnLag.
-func (p *pool) pick(rt upstream.Route, lag time.Duration) Pick {
+// pick applies p's policy to rt, whose candidates it returns too.
+func (p *pool) pick(rt upstream.Route) (Pick, []Candidate) {
 	cands := p.candidates()
 	switch p.cfg.Policy {
 	case PolicyLeastLoaded:
-		return LeastLoaded(rt.Key, cands)
+		return LeastLoaded(rt.Key, cands), cands
 	case PolicyRoundRobin:
-		return RoundRobin(p.turn.Add(1)-1, cands)
+		return RoundRobin(p.turn.Add(1)-1, cands), cands
 	default:
-		return ChainAffine(Affinity{Key: rt.Key, Prefer: rt.Prefer, PreviousAt: rt.PreviousAt, Epsilon: p.cfg.Epsilon, Lag: lag}, cands)
+		return ChainAffine(affinity(rt, p.cfg.Epsilon), cands), cands
 	}
 }
 
-// returnLag is Affinity.Lag: how much later than this fleet another respgate replica, probing
-// with the same health settings, may see a replica come back: a down replica's next probe is at
-// most MaxBackoff away, and the probe may take Timeout.
-func (f *Fleet) returnLag() time.Duration {
-	return f.health.MaxBackoff + f.health.Timeout
+// affinity is what ChainAffine knows of rt.
+func affinity(rt upstream.Route, eps float64) Affinity {
+	return Affinity{Key: rt.Key, Prefer: rt.Prefer, Away: rt.Away, Epsilon: eps}
 }
 
 // retryAfter is the Retry-After of a 503 for a model whose replicas are all down: the next
@@ -386,25 +378,47 @@ func (p *pool) serves(model string) (serves, known bool) {
 	return false, known
 }
 
+// routing is a route's resolution: the pool, the replicas to try in order, and the key's
+// first choice (Pick.Home; nil without one) with whether it was healthy at the pick.
+type routing struct {
+	pool   *pool
+	order  []*replica
+	home   *replica
+	homeUp bool
+	rt     upstream.Route
+}
+
 // route resolves rt to its pool and the replicas to try, in order.
-func (f *Fleet) route(ctx context.Context, rt upstream.Route) (*pool, []*replica, error) {
+func (f *Fleet) route(ctx context.Context, rt upstream.Route) (*routing, error) {
 	p, maybe := f.gen.Load().poolFor(rt.Model)
 	if p == nil {
 		if maybe {
-			return nil, nil, f.unavailable(rt.Model)
+			return nil, f.unavailable(rt.Model)
 		}
-		return nil, nil, notFound(rt.Model)
+		return nil, notFound(rt.Model)
 	}
-	pk := p.pick(rt, f.returnLag())
+	pk, cands := p.pick(rt)
 	f.met.Load().routed(ctx, p.cfg.Name, pk.Outcome)
 	if len(pk.Order) == 0 {
-		return p, nil, f.unavailable(rt.Model)
+		return nil, f.unavailable(rt.Model)
 	}
-	rs := make([]*replica, len(pk.Order))
+	rg := &routing{pool: p, order: make([]*replica, len(pk.Order)), rt: rt}
 	for i, k := range pk.Order {
-		rs[i] = p.replicas[k]
+		rg.order[i] = p.replicas[k]
 	}
-	return p, rs, nil
+	if pk.Home >= 0 {
+		rg.home, rg.homeUp = p.replicas[pk.Home], cands[pk.Home].Healthy
+	}
+	return rg, nil
+}
+
+// served is where a call routed by rg ran, on r (Away): home counts as down if the pick or a
+// failed attempt of the call (passive marking) saw it down.
+func (rg *routing) served(r *replica) upstream.Served {
+	if rg.home == nil {
+		return upstream.Served{Replica: r.id}
+	}
+	return upstream.Served{Replica: r.id, Away: Away(rg.rt.Away, rg.home.id, r.id, rg.homeUp && rg.home.healthy.Load())}
 }
 
 // withAffinity adds the routing-key header when one is configured.
@@ -444,11 +458,12 @@ func failover(ctx context.Context, err error) (next, markDown bool) {
 // attempt runs call on each replica of the route in order until one answers or failover says
 // stop. It counts the replica's call in flight for call's duration unless keep is set (a
 // stream, which ends later: its Stream releases the count).
-func (f *Fleet) attempt(ctx context.Context, rt upstream.Route, call func(ctx context.Context, r *replica) (keep bool, err error)) (string, error) {
-	p, rs, err := f.route(ctx, rt)
+func (f *Fleet) attempt(ctx context.Context, rt upstream.Route, call func(ctx context.Context, r *replica) (keep bool, err error)) (upstream.Served, error) {
+	rg, err := f.route(ctx, rt)
 	if err != nil {
-		return "", err
+		return upstream.Served{}, err
 	}
+	p, rs := rg.pool, rg.order
 	ctx = f.withAffinity(ctx, rt)
 	span := trace.SpanFromContext(ctx)
 	m := f.met.Load()
@@ -461,18 +476,18 @@ func (f *Fleet) attempt(ctx context.Context, rt upstream.Route, call func(ctx co
 		}
 		if err == nil {
 			span.SetAttributes(attribute.String("respgate.upstream.pool", p.cfg.Name), attribute.String("respgate.upstream.replica", r.id))
-			return r.id, nil
+			return rg.served(r), nil
 		}
 		next, down := failover(ctx, err)
 		if upstream.IsClientGone(err) {
-			return r.id, err
+			return rg.served(r), err
 		}
 		m.failure(ctx, r, err)
 		if down {
 			f.markDown(r)
 		}
 		if !next {
-			return r.id, err
+			return rg.served(r), err
 		}
 		if i+1 < len(rs) {
 			m.failover(ctx, p.cfg.Name)
@@ -483,12 +498,12 @@ func (f *Fleet) attempt(ctx context.Context, rt upstream.Route, call func(ctx co
 		// Every replica failed: when none is healthy any more, the model is unavailable.
 		for _, c := range p.replicas {
 			if c.healthy.Load() {
-				return r.id, err
+				return rg.served(r), err
 			}
 		}
-		return r.id, f.unavailable(rt.Model)
+		return rg.served(r), f.unavailable(rt.Model)
 	}
-	return "", f.unavailable(rt.Model) // not reached: rs is never empty
+	return upstream.Served{}, f.unavailable(rt.Model) // not reached: rs is never empty
 }
 
 // done ends one call on r.
@@ -500,9 +515,9 @@ func (f *Fleet) done(r *replica) {
 
 // Create is upstream.Client.Create on the replica the route picks, failing over while no
 // replica has answered (upstream.Caller).
-func (f *Fleet) Create(ctx context.Context, rt upstream.Route, body []byte) ([]byte, string, error) {
+func (f *Fleet) Create(ctx context.Context, rt upstream.Route, body []byte) ([]byte, upstream.Served, error) {
 	var raw []byte
-	id, err := f.attempt(ctx, rt, func(ctx context.Context, r *replica) (bool, error) {
+	at, err := f.attempt(ctx, rt, func(ctx context.Context, r *replica) (bool, error) {
 		var err error
 		raw, err = r.client.Create(ctx, body)
 		if err == nil {
@@ -511,16 +526,16 @@ func (f *Fleet) Create(ctx context.Context, rt upstream.Route, body []byte) ([]b
 		return false, err
 	})
 	if err != nil {
-		return nil, id, err
+		return nil, at, err
 	}
-	return raw, id, nil
+	return raw, at, nil
 }
 
 // StreamLent is upstream.Client.StreamLent on the replica the route picks, failing over while
 // no replica has answered with a stream that began with an ordinary event (Stream.Peek; the
 // turn opens the client's stream only once it has the Stream) (upstream.Caller). Every attempt lends body to its
 // transport; release is called exactly once, after the last attempt's transport let go of it.
-func (f *Fleet) StreamLent(ctx context.Context, rt upstream.Route, body []byte, release func()) (*upstream.Stream, string, error) {
+func (f *Fleet) StreamLent(ctx context.Context, rt upstream.Route, body []byte, release func()) (*upstream.Stream, upstream.Served, error) {
 	var l *lender
 	if release != nil {
 		l = &lender{release: release}
@@ -528,7 +543,7 @@ func (f *Fleet) StreamLent(ctx context.Context, rt upstream.Route, body []byte, 
 		defer l.drop()
 	}
 	var st *upstream.Stream
-	id, err := f.attempt(ctx, rt, func(ctx context.Context, r *replica) (bool, error) {
+	at, err := f.attempt(ctx, rt, func(ctx context.Context, r *replica) (bool, error) {
 		var rel func()
 		if l != nil {
 			rel = l.hold()
@@ -549,9 +564,9 @@ func (f *Fleet) StreamLent(ctx context.Context, rt upstream.Route, body []byte, 
 		return true, nil
 	})
 	if err != nil {
-		return nil, id, err
+		return nil, at, err
 	}
-	return st, id, nil
+	return st, at, nil
 }
 
 // Tokenize is upstream.Client.Tokenize on a replica serving the route's model, in the route's

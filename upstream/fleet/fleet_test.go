@@ -207,22 +207,23 @@ func TestFailoverBeforeTheFirstByteAndRecovery(t *testing.T) {
 	order := Rendezvous(key, ids)
 	rt := upstream.Route{Model: vllmsim.HarmonyModel, Key: key}
 
-	// Healthy: the key's first choice answers.
+	// Healthy: the key's first choice answers, and the chain is at home.
 	_, got, err := f.Create(t.Context(), rt, []byte(createBody))
-	if err != nil || got != ids[0] {
-		t.Fatalf("create: replica %q, %v; want %s", got, err, ids[0])
+	if want := (upstream.Served{Replica: ids[0]}); err != nil || got != want {
+		t.Fatalf("create: %+v, %v; want %+v", got, err, want)
 	}
 
-	// The first choice dies: the call goes to the next replica in the key's order, and the
-	// lent body is released once, after the last attempt.
+	// The first choice dies: the call goes to the next replica in the key's order, which leaves
+	// the chain away from its first choice, and the lent body is released once, after the last
+	// attempt.
 	procs[0].kill()
 	var released atomic.Int32
 	s, got, err := f.StreamLent(t.Context(), rt, []byte(streamBody), func() { released.Add(1) })
 	if err != nil {
 		t.Fatalf("stream after the kill: %v", err)
 	}
-	if want := ids[order[1]]; got != want {
-		t.Errorf("failover to %s, want %s (the key's next replica)", got, want)
+	if want := (upstream.Served{Replica: ids[order[1]], Away: true}); got != want {
+		t.Errorf("failover to %+v, want %+v (the key's next replica, away)", got, want)
 	}
 	drain(t, s)
 	if n := released.Load(); n != 1 {
@@ -231,23 +232,26 @@ func TestFailoverBeforeTheFirstByteAndRecovery(t *testing.T) {
 	ev.wait(t, "down "+ids[0])
 
 	// While it is down, calls skip it without trying, also the chain's next turn, which
-	// prefers the replica of its last turn.
-	downTurn := time.Now()
-	if _, got, err = f.Create(t.Context(), rt, []byte(createBody)); err != nil || got != ids[order[1]] {
-		t.Errorf("create while down: %q, %v", got, err)
+	// prefers the replica of its last turn; the chain stays away.
+	away := upstream.Route{Model: vllmsim.HarmonyModel, Key: key, Prefer: ids[order[1]], Away: true}
+	if _, got, err = f.Create(t.Context(), away, []byte(createBody)); err != nil || got != (upstream.Served{Replica: ids[order[1]], Away: true}) {
+		t.Errorf("create while down: %+v, %v", got, err)
 	}
 
 	// It comes back at the same address: the probes see it, and the key returns to it, also a
-	// turn preferring the replica of its last turn, which was served while the first choice was
-	// down (the chain left it for that, not for the load bound).
+	// turn preferring the replica of its last turn, which ran while the first choice was down
+	// (away: the chain left it for that); a chain that left it for the load bound stays.
 	procs[0] = startSim(t, procs[0].addrs[0], 1)
 	ev.wait(t, "up "+ids[0])
-	if _, got, err = f.Create(t.Context(), rt, []byte(createBody)); err != nil || got != ids[0] {
-		t.Errorf("after recovery: %q, %v; want %s", got, err, ids[0])
+	if _, got, err = f.Create(t.Context(), rt, []byte(createBody)); err != nil || got != (upstream.Served{Replica: ids[0]}) {
+		t.Errorf("after recovery: %+v, %v; want %s", got, err, ids[0])
 	}
-	cont := upstream.Route{Model: vllmsim.HarmonyModel, Key: key, Prefer: ids[order[1]], PreviousAt: downTurn}
-	if _, got, err = f.Create(t.Context(), cont, []byte(createBody)); err != nil || got != ids[0] {
-		t.Errorf("the continuation of a turn served while it was down: %q, %v; want %s", got, err, ids[0])
+	if _, got, err = f.Create(t.Context(), away, []byte(createBody)); err != nil || got != (upstream.Served{Replica: ids[0]}) {
+		t.Errorf("the continuation of an away chain: %+v, %v; want %s, home", got, err, ids[0])
+	}
+	spilled := upstream.Route{Model: vllmsim.HarmonyModel, Key: key, Prefer: ids[order[1]]}
+	if _, got, err = f.Create(t.Context(), spilled, []byte(createBody)); err != nil || got != (upstream.Served{Replica: ids[order[1]]}) {
+		t.Errorf("the continuation of a spilled chain: %+v, %v; want %s, not away", got, err, ids[order[1]])
 	}
 }
 
@@ -327,8 +331,8 @@ func TestModelsAggregatesThePools(t *testing.T) {
 		}
 	}
 	// The harmony model routes to pool a (first in the file); the literal name to pool b.
-	if _, r, err := f.Create(t.Context(), upstream.Route{Model: vllmsim.ParserModel}, []byte(`{"model":"Qwen/Qwen3-sim","input":"hi"}`)); err != nil || !strings.HasPrefix(r, "http://"+strings.Split(two.addrs[0], ":")[0]) {
-		t.Errorf("parser model: %q, %v", r, err)
+	if _, r, err := f.Create(t.Context(), upstream.Route{Model: vllmsim.ParserModel}, []byte(`{"model":"Qwen/Qwen3-sim","input":"hi"}`)); err != nil || !strings.HasPrefix(r.Replica, "http://"+strings.Split(two.addrs[0], ":")[0]) {
+		t.Errorf("parser model: %+v, %v", r, err)
 	}
 }
 
@@ -394,14 +398,14 @@ func TestReloadDrainsRemovedReplicas(t *testing.T) {
 	f := newFleet(t, Topology{Pools: []Pool{{Name: "p", URLs: []string{a.url(0)}}}, Health: fastHealth}, nil)
 	// A stream runs on a; the reload removes a and adds b.
 	s, got, err := f.StreamLent(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel}, []byte(streamBody), nil)
-	if err != nil || got != ReplicaID(a.url(0)) {
-		t.Fatalf("stream on a: %q, %v", got, err)
+	if err != nil || got.Replica != ReplicaID(a.url(0)) {
+		t.Fatalf("stream on a: %+v, %v", got, err)
 	}
 	if err := f.Reload(t.Context(), Topology{Pools: []Pool{{Name: "p", URLs: []string{b.url(0)}}}, Health: fastHealth}); err != nil {
 		t.Fatal(err)
 	}
-	if _, got, err := f.Create(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel}, []byte(createBody)); err != nil || got != ReplicaID(b.url(0)) {
-		t.Errorf("after reload: %q, %v; want b", got, err)
+	if _, got, err := f.Create(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel}, []byte(createBody)); err != nil || got.Replica != ReplicaID(b.url(0)) {
+		t.Errorf("after reload: %+v, %v; want b", got, err)
 	}
 	// The running stream finishes on a.
 	drain(t, s)
@@ -433,9 +437,9 @@ func TestTwoFleetsAgreeAndChainsHitTheCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			if turn == 0 {
-				first = got
-			} else if got != first {
-				t.Fatalf("chain %d turn %d on %s, turn 0 on %s", c, turn, got, first)
+				first = got.Replica
+			} else if got.Replica != first {
+				t.Fatalf("chain %d turn %d on %s, turn 0 on %s", c, turn, got.Replica, first)
 			}
 			var resp struct {
 				Usage struct {
@@ -480,8 +484,8 @@ func TestStreamFailingBeforeItsFirstEventFailsOver(t *testing.T) {
 			if err != nil {
 				t.Fatalf("stream: %v", err)
 			}
-			if got != ids[1] {
-				t.Errorf("served by %s, want the next replica %s", got, ids[1])
+			if want := (upstream.Served{Replica: ids[1], Away: true}); got != want {
+				t.Errorf("served %+v, want the next replica, away from the failed first choice: %+v", got, want)
 			}
 			var types []string
 			for e, err := range s.Events() {
@@ -519,8 +523,8 @@ func TestStreamFailingAfterItsFirstEventIsNotRetried(t *testing.T) {
 	ids := []string{ReplicaID(urls[0]), ReplicaID(urls[1])}
 	f := newFleet(t, Topology{Pools: []Pool{{Name: "p", URLs: urls}}, Health: Health{Interval: time.Hour}}, nil)
 	s, got, err := f.StreamLent(t.Context(), upstream.Route{Model: vllmsim.HarmonyModel, Key: keyFirstOn(ids, 0)}, []byte(streamBody), nil)
-	if err != nil || got != ids[0] {
-		t.Fatalf("stream: %q, %v; want the first choice %s", got, err, ids[0])
+	if err != nil || got != (upstream.Served{Replica: ids[0]}) {
+		t.Fatalf("stream: %+v, %v; want the first choice %s", got, err, ids[0])
 	}
 	defer s.Close()
 	n, sawError := 0, false

@@ -87,10 +87,6 @@ func (f *Fleet) observe(ctx context.Context, r *replica, ok bool) time.Duration 
 	var d time.Duration
 	r.state, d = f.health.next(r.state, ok)
 	now := r.state.Healthy
-	if now && !was {
-		// Before healthy turns true, so that no pick sees it healthy with the old time.
-		r.upSince.Store(time.Now().UnixNano())
-	}
 	r.healthy.Store(now)
 	r.mu.Unlock()
 	if was != now {

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"slices"
 	"strings"
-	"time"
 )
 
 // Policy is how a pool picks the replica of a call.
@@ -15,9 +14,9 @@ type Policy int
 // Policies.
 const (
 	// PolicyChainAffine (the default) keeps every turn of a chain on one replica: the route's Prefer
-	// replica when it is healthy and within the load bound (unless the key's first choice came
-	// back after the chain's previous turn), else the first replica of the key's rendezvous order
-	// within the bound (ChainAffine).
+	// replica when it is healthy and within the load bound (unless the chain is away from the
+	// key's first choice, which is healthy again), else the first replica of the key's rendezvous
+	// order within the bound (ChainAffine).
 	PolicyChainAffine Policy = iota
 	// PolicyLeastLoaded picks the replica with the fewest calls in flight.
 	PolicyLeastLoaded
@@ -53,14 +52,11 @@ func ParsePolicy(s string) (Policy, error) {
 const DefaultEpsilon = 0.25
 
 // Candidate is a replica as a policy sees it: its identity (the same string on every respgate
-// replica: the pool's configuration gives it), whether it is healthy, its calls in flight, and
-// when this fleet last saw it come back healthy after being down (zero: never, since the fleet
-// started or the replica joined).
+// replica: the pool's configuration gives it), whether it is healthy, and its calls in flight.
 type Candidate struct {
 	ID       string
 	Healthy  bool
 	InFlight int
-	UpSince  time.Time
 }
 
 // Outcome says how a policy chose.
@@ -77,9 +73,9 @@ const (
 	Preferred
 	// Spilled: the first choice was over the load bound, and the walk went on.
 	Spilled
-	// Returned: the key's first choice, over the route's Prefer, because the first choice came
-	// back healthy after the chain's previous turn: the chain had left it because it was down,
-	// not because of the bound (ChainAffine).
+	// Returned: the key's first choice, over the route's Prefer, because the chain is away from
+	// it (Affinity.Away): it had left it because it was down, not because of the bound
+	// (ChainAffine).
 	Returned
 	// Balanced: a policy without affinity chose (LeastLoaded, RoundRobin).
 	Balanced
@@ -96,10 +92,14 @@ func (o Outcome) String() string {
 }
 
 // Pick is a policy's answer: the healthy candidates to try, by index, in order (the first is
-// the choice, the rest the failover order), and how the first was chosen.
+// the choice, the rest the failover order), and how the first was chosen. Home is the index of
+// the key's first choice among all the candidates, healthy or not (ChainAffine; -1 for the
+// policies without affinity): a call that runs elsewhere while it is down leaves the chain away
+// from it (Away).
 type Pick struct {
 	Order   []int
 	Outcome Outcome
+	Home    int
 }
 
 // score is the rendezvous (highest random weight) score of id for key: FNV-1a over
@@ -175,32 +175,31 @@ type Affinity struct {
 	// Key is the chain's routing key (upstream.Route.Key).
 	Key string
 	// Prefer is the replica that served the chain's previous turn (upstream.Route.Prefer), and
-	// PreviousAt when that turn was created (upstream.Route.PreviousAt; zero: unknown).
-	Prefer     string
-	PreviousAt time.Time
+	// Away whether that turn left the chain away from its key's first choice (upstream.Route.Away).
+	Prefer string
+	Away   bool
 	// Epsilon is the load slack of Bound.
 	Epsilon float64
-	// Lag is how much later than this fleet another respgate replica may see a replica come
-	// back (its probe backoff and timeout, Fleet.returnLag): a turn it served that long after
-	// this fleet's UpSince may still have found the replica down.
-	Lag time.Duration
 }
 
-// returned reports whether c, the key's first healthy choice, came back after the chain's
-// previous turn was routed (or within Lag of it): the chain left c because c was down, and goes
-// back to it, as rendezvous hashing without a Prefer would send it. A chain that left c because
-// of the bound, while c was healthy, is not returned: its previous turn came after c's UpSince.
-func (a *Affinity) returned(c *Candidate) bool {
-	return !c.UpSince.IsZero() && !a.PreviousAt.IsZero() && a.PreviousAt.Before(c.UpSince.Add(a.Lag))
+// Away is upstream.Served.Away of a call whose pick had home as the key's first choice
+// (Pick.Home; "" when the policy has none) and that ran on served: the chain is away when it
+// ran elsewhere than home while home was down (at the pick, or marked down by a failed attempt
+// of the call: homeUp is false if either saw it down), or when it was away already (wasAway,
+// upstream.Route.Away) and has not gone back. A chain that ran elsewhere only because of the load bound is
+// not away: it stays with its freshest prefix. Every respgate replica that sees home healthy
+// sends an away chain back, whichever routed its previous turns, so the return does not
+// depend on when each of them saw home come back.
+func Away(wasAway bool, home, served string, homeUp bool) bool {
+	return home != "" && served != home && (wasAway || !homeUp)
 }
 
 // ChainAffine picks for a.Key with bounded load a.Epsilon, in order:
 //
 //  1. the Prefer replica (by ID), when it is healthy and below Bound (Preferred, or FirstChoice
 //     when it is the first choice): it holds the chain's freshest prefix, also after a spill;
-//     but when the key's first healthy choice in rendezvous order is below Bound too and came
-//     back after the chain's previous turn (Affinity.returned), the first choice (Returned): the
-//     chain had left it only because it was down;
+//     but when the chain is away (Affinity.Away) and the key's first choice is healthy and below
+//     Bound, the first choice (Returned): the chain had left it only because it was down;
 //  2. else the first healthy replica in the key's rendezvous order below Bound (Spilled when
 //     that was not the first healthy one).
 //
@@ -214,13 +213,18 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 		ids[i] = c.ID
 	}
 	var order []int
-	for _, i := range Rendezvous(a.Key, ids) {
+	all := Rendezvous(a.Key, ids)
+	for _, i := range all {
 		if cands[i].Healthy {
 			order = append(order, i)
 		}
 	}
+	home := -1
+	if len(all) > 0 {
+		home = all[0]
+	}
 	if len(order) == 0 {
-		return Pick{Outcome: NoReplica}
+		return Pick{Outcome: NoReplica, Home: home}
 	}
 	bound := Bound(cands, a.Epsilon)
 	choice, outcome := -1, FirstChoice
@@ -235,7 +239,7 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 			}
 		}
 	}
-	if first := &cands[order[0]]; choice > 0 && first.InFlight < bound && a.returned(first) {
+	if choice > 0 && a.Away && order[0] == home && cands[home].InFlight < bound {
 		choice, outcome = 0, Returned
 	}
 	if choice < 0 {
@@ -254,7 +258,7 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 		c := order[choice]
 		order = append(append([]int{c}, order[:choice]...), order[choice+1:]...)
 	}
-	return Pick{Order: order, Outcome: outcome}
+	return Pick{Order: order, Outcome: outcome, Home: home}
 }
 
 // LeastLoaded orders the healthy replicas by calls in flight, ties in key's rendezvous order
@@ -275,7 +279,7 @@ func LeastLoaded(key string, cands []Candidate) Pick {
 		}
 	}
 	if len(order) == 0 {
-		return Pick{Outcome: NoReplica}
+		return Pick{Outcome: NoReplica, Home: -1}
 	}
 	slices.SortFunc(order, func(a, b int) int {
 		if c := cmp.Compare(cands[a].InFlight, cands[b].InFlight); c != 0 {
@@ -283,7 +287,7 @@ func LeastLoaded(key string, cands []Candidate) Pick {
 		}
 		return cmp.Compare(rank[a], rank[b])
 	})
-	return Pick{Order: order, Outcome: Balanced}
+	return Pick{Order: order, Outcome: Balanced, Home: -1}
 }
 
 // RoundRobin orders the healthy replicas starting at the turn-th of them, in configuration
@@ -296,8 +300,8 @@ func RoundRobin(turn uint64, cands []Candidate) Pick {
 		}
 	}
 	if len(healthy) == 0 {
-		return Pick{Outcome: NoReplica}
+		return Pick{Outcome: NoReplica, Home: -1}
 	}
 	start := int(turn % uint64(len(healthy))) //nolint:gosec // G115: less than len(healthy)
-	return Pick{Order: append(healthy[start:len(healthy):len(healthy)], healthy[:start]...), Outcome: Balanced}
+	return Pick{Order: append(healthy[start:len(healthy):len(healthy)], healthy[:start]...), Outcome: Balanced, Home: -1}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 )
 
 func cands(spec ...any) []Candidate {
@@ -142,15 +141,10 @@ func TestChainAffine(t *testing.T) {
 	ids := []string{"a", "b", "c", "d"}
 	order := Rendezvous("k", ids)
 	first, second, third := ids[order[0]], ids[order[1]], ids[order[2]]
-	// The chain's previous turn was created at prev; back is a time after it, before a time
-	// before it, and lag how much later another respgate replica may see a return.
-	prev := time.Date(2026, 12, 5, 7, 0, 0, 0, time.UTC)
-	back, before := prev.Add(time.Minute), prev.Add(-time.Minute)
-	const lag = 10 * time.Second
-	mk := func(load map[string]int, up map[string]time.Time, down ...string) []Candidate {
+	mk := func(load map[string]int, down ...string) []Candidate {
 		var out []Candidate
 		for _, id := range ids {
-			out = append(out, Candidate{ID: id, Healthy: !slices.Contains(down, id), InFlight: load[id], UpSince: up[id]})
+			out = append(out, Candidate{ID: id, Healthy: !slices.Contains(down, id), InFlight: load[id]})
 		}
 		return out
 	}
@@ -164,46 +158,45 @@ func TestChainAffine(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		prefer  string
-		prevAt  time.Time
+		away    bool
 		c       []Candidate
 		eps     float64
 		first   string
 		outcome Outcome
 		n       int // replicas in the order
 	}{
-		{"idle: the key's first choice", "", time.Time{}, mk(nil, nil), 0.25, first, FirstChoice, 4},
-		{"prefer wins when healthy and within the bound", second, prev, mk(nil, nil), 0.25, second, Preferred, 4},
-		{"prefer equal to the first choice is a first choice", first, prev, mk(nil, nil), 0.25, first, FirstChoice, 4},
-		{"prefer over the bound falls back to rendezvous order", second, prev, mk(map[string]int{second: 5, first: 0}, nil), 0.25, first, FirstChoice, 4},
-		{"prefer down falls back", second, prev, mk(nil, nil, second), 0.25, first, FirstChoice, 3},
-		{"unknown prefer is ignored", "zzz", prev, mk(nil, nil), 0.25, first, FirstChoice, 4},
-		{"first choice over the bound spills to the next in order", "", time.Time{}, mk(map[string]int{first: 4}, nil), 0.25, second, Spilled, 4},
-		{"a spill walks past every full replica", "", time.Time{}, mk(map[string]int{first: 4, second: 4}, nil), 0.25, third, Spilled, 4},
-		{"first choice down: the next is the key's first healthy choice", "", time.Time{}, mk(nil, nil, first), 0.25, second, FirstChoice, 3},
-		{"all down: nothing", "", time.Time{}, mk(nil, nil, "a", "b", "c", "d"), 0.25, "", NoReplica, 0},
-		{"a large epsilon keeps affinity under load", "", time.Time{}, mk(map[string]int{first: 4}, nil), 4, first, FirstChoice, 4},
+		{"idle: the key's first choice", "", false, mk(nil), 0.25, first, FirstChoice, 4},
+		{"prefer wins when healthy and within the bound", second, false, mk(nil), 0.25, second, Preferred, 4},
+		{"prefer equal to the first choice is a first choice", first, false, mk(nil), 0.25, first, FirstChoice, 4},
+		{"prefer over the bound falls back to rendezvous order", second, false, mk(map[string]int{second: 5, first: 0}), 0.25, first, FirstChoice, 4},
+		{"prefer down falls back", second, false, mk(nil, second), 0.25, first, FirstChoice, 3},
+		{"unknown prefer is ignored", "zzz", false, mk(nil), 0.25, first, FirstChoice, 4},
+		{"first choice over the bound spills to the next in order", "", false, mk(map[string]int{first: 4}), 0.25, second, Spilled, 4},
+		{"a spill walks past every full replica", "", false, mk(map[string]int{first: 4, second: 4}), 0.25, third, Spilled, 4},
+		{"first choice down: the next is the key's first healthy choice", "", false, mk(nil, first), 0.25, second, FirstChoice, 3},
+		{"all down: nothing", "", false, mk(nil, "a", "b", "c", "d"), 0.25, "", NoReplica, 0},
+		{"a large epsilon keeps affinity under load", "", false, mk(map[string]int{first: 4}), 4, first, FirstChoice, 4},
 
-		// The return: the first choice came back after the chain's previous turn (it was down
-		// then, so the chain left it for that reason), and takes the chain back from Prefer.
-		{"first choice back after the previous turn: returned", second, prev, mk(nil, map[string]time.Time{first: back}), 0.25, first, Returned, 4},
-		{"first choice back within the lag before the previous turn: returned", second, prev, mk(nil, map[string]time.Time{first: prev.Add(-lag / 2)}), 0.25, first, Returned, 4},
-		{"first choice back long before the previous turn (a spill): prefer", second, prev, mk(nil, map[string]time.Time{first: before}), 0.25, second, Preferred, 4},
-		{"first choice back exactly a lag before the previous turn: prefer", second, prev, mk(nil, map[string]time.Time{first: prev.Add(-lag)}), 0.25, second, Preferred, 4},
-		{"first choice never down (zero UpSince): prefer", second, prev, mk(nil, nil), 0.25, second, Preferred, 4},
-		{"previous turn's time unknown: prefer", second, time.Time{}, mk(nil, map[string]time.Time{first: back}), 0.25, second, Preferred, 4},
-		{"returned first choice at the bound: prefer keeps the chain", second, prev, mk(map[string]int{first: 4}, map[string]time.Time{first: back}), 0.25, second, Preferred, 4},
-		{"returned first choice and prefer both at the bound: spill", second, prev, mk(map[string]int{first: 4, second: 4}, map[string]time.Time{first: back}), 0.25, third, Spilled, 4},
-		{"first choice back, prefer down: the first choice", second, prev, mk(nil, map[string]time.Time{first: back}, second), 0.25, first, FirstChoice, 3},
-		{"no prefer: a returned first choice is a first choice", "", prev, mk(nil, map[string]time.Time{first: back}), 0.25, first, FirstChoice, 4},
-		{"prefer is the returned first choice: a first choice", first, prev, mk(nil, map[string]time.Time{first: back}), 0.25, first, FirstChoice, 4},
-		{"only the first healthy choice returns a chain, not a replica behind it", third, prev, mk(nil, map[string]time.Time{second: back}), 0.25, third, Preferred, 4},
-		{"first choice still down, the second back: the second takes the chain", third, prev, mk(nil, map[string]time.Time{second: back}, first), 0.25, second, Returned, 3},
+		// The return: a chain away from its first choice (it left it because it was down) goes
+		// back to it from Prefer once it is healthy and within the bound.
+		{"away, first choice healthy again: returned", second, true, mk(nil), 0.25, first, Returned, 4},
+		{"not away (a spill), first choice healthy: prefer keeps the chain", second, false, mk(nil), 0.25, second, Preferred, 4},
+		{"away, first choice at the bound: prefer keeps the chain", second, true, mk(map[string]int{first: 4}), 0.25, second, Preferred, 4},
+		{"away, first choice and prefer at the bound: spill", second, true, mk(map[string]int{first: 4, second: 4}), 0.25, third, Spilled, 4},
+		{"away, prefer down: the first choice", second, true, mk(nil, second), 0.25, first, FirstChoice, 3},
+		{"away without prefer: a first choice", "", true, mk(nil), 0.25, first, FirstChoice, 4},
+		{"away, prefer is the first choice: a first choice", first, true, mk(nil), 0.25, first, FirstChoice, 4},
+		{"away, first choice still down: prefer, not the second back before it", third, true, mk(nil, first), 0.25, third, Preferred, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := ChainAffine(Affinity{Key: "k", Prefer: tc.prefer, PreviousAt: tc.prevAt, Epsilon: tc.eps, Lag: lag}, tc.c)
+			p := ChainAffine(Affinity{Key: "k", Prefer: tc.prefer, Away: tc.away, Epsilon: tc.eps}, tc.c)
 			got := idsOf(tc.c, p)
 			if p.Outcome != tc.outcome || len(got) != tc.n || (tc.n > 0 && got[0] != tc.first) {
 				t.Fatalf("pick %v (%s), want %s first (%s) of %d", got, p.Outcome, tc.first, tc.outcome, tc.n)
+			}
+			// Home is the key's first choice whatever its health.
+			if p.Home != order[0] {
+				t.Errorf("home %d, want %d (%s)", p.Home, order[0], first)
 			}
 			// The failover order after the choice is the rendezvous order of the healthy rest.
 			var rest []string
@@ -216,6 +209,30 @@ func TestChainAffine(t *testing.T) {
 				t.Errorf("failover order %v, want %v", got[1:], rest)
 			}
 		})
+	}
+}
+
+// A call leaves its chain away from the key's first choice only when it ran elsewhere while
+// that replica was down, or the chain was away already and did not go back; the policies
+// without affinity (no home) never do.
+func TestAway(t *testing.T) {
+	for _, tc := range []struct {
+		wasAway      bool
+		home, served string
+		homeUp, want bool
+	}{
+		{false, "a", "b", false, true},  // left a down home
+		{false, "a", "b", true, false},  // a spill or a preferred replica: stays, not away
+		{false, "a", "a", false, false}, // ran at home
+		{true, "a", "b", true, true},    // away and not back yet (home at the bound)
+		{true, "a", "b", false, true},   // away, home still down
+		{true, "a", "a", true, false},   // back home
+		{true, "", "b", false, false},   // no home: least-loaded, round-robin
+		{false, "", "b", false, false},
+	} {
+		if got := Away(tc.wasAway, tc.home, tc.served, tc.homeUp); got != tc.want {
+			t.Errorf("Away(%v, %q, %q, %v) = %v, want %v", tc.wasAway, tc.home, tc.served, tc.homeUp, got, tc.want)
+		}
 	}
 }
 
