@@ -44,6 +44,10 @@ type fleetKill struct {
 	BackOf        int                `json:"back_of"`
 	HomeBack      int                `json:"home_back"`
 	HomeBackOf    int                `json:"home_back_of"`
+	// NotBack is, per chain of the victim that did not end on it, where its turns ran from the
+	// kill on: one letter per turn in order, V for the victim, a–z for the others, "." for a
+	// turn that failed, "|" where the victim came back.
+	NotBack []string `json:"not_back,omitempty"`
 	Spilled       float64            `json:"spilled"`
 	Failovers     float64            `json:"failovers"`
 	Routed        map[string]float64 `json:"routed"`
@@ -188,6 +192,8 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 				k.BackOf++
 				if last == k.Victim {
 					k.Back++
+				} else {
+					k.NotBack = append(k.NotBack, fmt.Sprintf("session %d: %s", s, trail(turns, s, k.Victim, killAt, backAt)))
 				}
 			}
 		}
@@ -213,6 +219,37 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 		return nil
 	}
 	return fr.conn.QueryRow(ctx, "SELECT count(*) FROM responses WHERE id = ANY($1) AND status = 'failed'", failedIDs).Scan(&k.StoredFailed)
+}
+
+// trail is where session s's turns ran from the kill on (fleetKill.NotBack), every attempt.
+func trail(turns []fleetTurn, s int, victim string, killAt, backAt time.Time) string {
+	var ts []fleetTurn
+	for _, t := range turns {
+		if t.session == s && t.start.After(killAt) {
+			ts = append(ts, t)
+		}
+	}
+	slices.SortFunc(ts, func(a, b fleetTurn) int { return a.start.Compare(b.start) })
+	letters := map[string]byte{victim: 'V'}
+	var sb strings.Builder
+	marked := false
+	for _, t := range ts {
+		if !marked && t.start.After(backAt) {
+			sb.WriteByte('|')
+			marked = true
+		}
+		switch l, ok := letters[t.replica]; {
+		case t.status != "completed":
+			sb.WriteByte('.')
+		case ok:
+			sb.WriteByte(l)
+		default:
+			l = byte('a' + len(letters) - 1)
+			letters[t.replica] = l
+			sb.WriteByte(l)
+		}
+	}
+	return sb.String()
 }
 
 // agreement opens fresh chains, one request each on both respgate replicas with nothing else

@@ -90,6 +90,13 @@ func (r *report) fleetMD(w writer) {
 	if k := f.Kill; k != nil {
 		w("Kill pass: %s was killed (SIGKILL) after a third of the turns and started again on its port after two thirds. Of %d sessions, %d were at home on it; %d of those moved, and %d others moved. %d turns failed before a stream started; %d streams ended response.failed (%d stored as failed) and %d were cut without a terminal event. After its return %d of the %d sessions whose key's first choice it is ran their last turn there again (%d of the %d that had lived on it at the kill).\n\n",
 			k.Victim, k.Sessions, k.HomeOnVictim, k.MovedVictim, k.MovedOther, k.FailedBefore, k.FailedStream, k.StoredFailed, k.Cut, k.Back, k.BackOf, k.HomeBack, k.HomeBackOf)
+		if len(k.NotBack) > 0 {
+			w("Where the chains that did not come back ran from the kill on (V the killed instance, a–c the others, . a failed turn, | its return):\n\n")
+			for _, nb := range k.NotBack {
+				w("- %s\n", nb)
+			}
+			w("\n")
+		}
 	}
 }
 
