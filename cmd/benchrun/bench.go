@@ -18,7 +18,6 @@ import (
 
 	"github.com/respgate/respgate/bench/loadgen"
 	"github.com/respgate/respgate/bench/stats"
-	"github.com/respgate/respgate/upstream/fleet"
 )
 
 // params are the scenario sizes. defaultParams keeps the whole run under ten minutes on a shared
@@ -78,7 +77,7 @@ func defaultParams(o *options) params {
 	if len(o.depths) > 0 {
 		p.Depths = o.depths
 	}
-	p.FleetEpsilon = fleet.DefaultEpsilon
+	p.FleetEpsilon = fleetEpsilon
 	if o.fleetEpsilon > 0 {
 		p.FleetEpsilon = o.fleetEpsilon
 	}

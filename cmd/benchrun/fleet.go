@@ -507,3 +507,8 @@ func (fr *fleetRun) replicas(ctx context.Context, turns []fleetTurn) error {
 	}
 	return nil
 }
+
+// fleetEpsilon is the fleet scenario's chain-affine ε: docs/fleet.md ("Sizing ε") sizes it 0.5
+// for two to four respgate replicas sharing a pool, as the scenario's two do (respgate's own
+// default, fleet.DefaultEpsilon, is for one).
+const fleetEpsilon = 0.5

@@ -39,18 +39,18 @@ type fleetKill struct {
 	// HomeBackOf count the same among the sessions at home on it before the kill, some of which
 	// lived there only after a spill (its own first choice is elsewhere) and have no reason to
 	// come back.
-	FirstOnVictim int                `json:"first_on_victim"`
-	Back          int                `json:"back"`
-	BackOf        int                `json:"back_of"`
-	HomeBack      int                `json:"home_back"`
-	HomeBackOf    int                `json:"home_back_of"`
+	FirstOnVictim int `json:"first_on_victim"`
+	Back          int `json:"back"`
+	BackOf        int `json:"back_of"`
+	HomeBack      int `json:"home_back"`
+	HomeBackOf    int `json:"home_back_of"`
 	// NotBack is, per chain of the victim that did not end on it, where its turns ran from the
 	// kill on: one letter per turn in order, V for the victim, a–z for the others, "." for a
 	// turn that failed, "|" where the victim came back.
-	NotBack []string `json:"not_back,omitempty"`
-	Spilled       float64            `json:"spilled"`
-	Failovers     float64            `json:"failovers"`
-	Routed        map[string]float64 `json:"routed"`
+	NotBack   []string           `json:"not_back,omitempty"`
+	Spilled   float64            `json:"spilled"`
+	Failovers float64            `json:"failovers"`
+	Routed    map[string]float64 `json:"routed"`
 }
 
 // killPass runs the kill pass and judges it.

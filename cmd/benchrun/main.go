@@ -87,7 +87,7 @@ type options struct {
 	depths   []int
 	profile  bool
 	keepLogs bool
-	// fleetEpsilon is the chain-affine pools' ε in the fleet scenario (0: the default).
+	// fleetEpsilon is the chain-affine pools' ε in the fleet scenario (0: fleetEpsilon).
 	fleetEpsilon float64
 }
 
@@ -113,7 +113,7 @@ func runBench(args []string) error {
 	depths := fs.String("depths", "", "chain depths of the chain scenario (default 1,10,50,100,1000; -quick 1,10,50,100)")
 	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles of the gateway twin (c=1, c=256, non-streamed, the deepest warm chain) in the log folder")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs even when the run succeeds")
-	fs.Float64Var(&o.fleetEpsilon, "fleet-epsilon", 0, "the fleet scenario's chain-affine ε (default: respgate's default; docs/fleet.md \"Sizing ε\")")
+	fs.Float64Var(&o.fleetEpsilon, "fleet-epsilon", fleetEpsilon, "the fleet scenario's chain-affine ε (docs/fleet.md \"Sizing ε\"; the default is what it sizes for the scenario's two respgate replicas)")
 	_ = fs.Parse(args)
 	if *only != "" {
 		o.only = map[string]bool{}
