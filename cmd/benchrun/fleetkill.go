@@ -244,7 +244,7 @@ func trail(turns []fleetTurn, s int, victim string, killAt, backAt time.Time) st
 		case ok:
 			sb.WriteByte(l)
 		default:
-			l = byte('a' + len(letters) - 1)
+			l = "abcdefghijklmnopqrstuvwxyz"[len(letters)-1]
 			letters[t.replica] = l
 			sb.WriteByte(l)
 		}

@@ -243,7 +243,7 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 			}
 		}
 	}
-	if choice > 0 && a.Away && order[0] == home && cands[home].InFlight < Bound(cands, 0) {
+	if first := &cands[order[0]]; choice > 0 && a.Away && order[0] == home && first.InFlight < Bound(cands, 0) {
 		choice, outcome = 0, Returned
 	}
 	if choice < 0 {
