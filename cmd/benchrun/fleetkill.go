@@ -44,6 +44,11 @@ type fleetKill struct {
 	BackOf        int `json:"back_of"`
 	HomeBack      int `json:"home_back"`
 	HomeBackOf    int `json:"home_back_of"`
+	// BackSteady and BackSteadyOf count Back and BackOf over the turns started before the first
+	// session ended (the pass still at full load), so that the drain at its end, where the
+	// bound moves chains between replicas as sessions stop, does not decide them.
+	BackSteady   int `json:"back_steady"`
+	BackSteadyOf int `json:"back_steady_of"`
 	// NotBack is, per chain of the victim that did not end on it, where its turns ran from the
 	// kill on: one letter per turn in order, V for the victim, a–z for the others, "." for a
 	// turn that failed, "|" where the victim came back.
@@ -172,9 +177,21 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 			failedIDs = append(failedIDs, t.id)
 		}
 	}
+	var firstDone time.Time
+	for _, ts := range bySession {
+		end := ts[0].end
+		for _, t := range ts {
+			if t.end.After(end) {
+				end = t.end
+			}
+		}
+		if firstDone.IsZero() || end.Before(firstDone) {
+			firstDone = end
+		}
+	}
 	for s, ts := range bySession {
 		slices.SortFunc(ts, func(a, b fleetTurn) int { return a.turn - b.turn })
-		home, during, last := "", "", ""
+		home, during, last, steady := "", "", "", ""
 		for _, t := range ts {
 			switch {
 			case t.end.Before(killAt):
@@ -184,6 +201,9 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 			}
 			if t.start.After(backAt.Add(settle)) {
 				last = t.replica
+				if t.start.Before(firstDone) {
+					steady = t.replica
+				}
 			}
 		}
 		if first[s] == k.Victim {
@@ -194,6 +214,12 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 					k.Back++
 				} else {
 					k.NotBack = append(k.NotBack, fmt.Sprintf("session %d: %s", s, trail(turns, s, k.Victim, killAt, backAt)))
+				}
+			}
+			if steady != "" {
+				k.BackSteadyOf++
+				if steady == k.Victim {
+					k.BackSteady++
 				}
 			}
 		}

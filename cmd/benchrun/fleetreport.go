@@ -42,8 +42,8 @@ func (r *report) fleetTargets() []target {
 				Met:    boolp(k.MovedVictim == k.HomeOnVictim && float64(k.MovedOther) <= allowance), Note: fmt.Sprintf("%.0f spilled routes in the pass", k.Spilled)},
 			target{Name: "Fleet kill: the instance's return brings its chains back", Limit: "all", Figure: fmt.Sprintf("%d of %d", k.Back, k.BackOf),
 				Met: boolp(k.BackOf > 0 && k.Back == k.BackOf),
-				Note: fmt.Sprintf("its chains: the sessions whose key's first choice it is (%d; the bound admits about %.0f chains a replica); of the %d sessions at home on it at the kill, %d",
-					k.FirstOnVictim, math.Ceil(float64(f.Sessions)/float64(f.Instances)*(1+r.Params.FleetEpsilon)), k.HomeBackOf, k.HomeBack)},
+				Note: fmt.Sprintf("its chains: the sessions whose key's first choice it is (%d; the bound admits about %.0f chains a replica); before the first session ended, %d of %d were on it; of the %d sessions at home on it at the kill, %d",
+					k.FirstOnVictim, math.Ceil(float64(f.Sessions)/float64(f.Instances)*(1+r.Params.FleetEpsilon)), k.BackSteady, k.BackSteadyOf, k.HomeBackOf, k.HomeBack)},
 		)
 	}
 	return ts

@@ -28,8 +28,10 @@ type Pool struct {
 	APIKey string
 	// Policy picks the replica of each call.
 	Policy Policy
-	// Epsilon is PolicyChainAffine's load slack (DefaultEpsilon when 0).
-	Epsilon float64
+	// Epsilon is PolicyChainAffine's load slack (DefaultEpsilon when 0), and MinSlack the least
+	// slack in calls above the mean (Bound; the file's default is DefaultMinSlack).
+	Epsilon  float64
+	MinSlack int
 }
 
 // String prints the pool without its API key or URL credentials.
@@ -42,7 +44,7 @@ func (p Pool) String() string {
 	if p.APIKey != "" {
 		key = " api_key=[redacted]"
 	}
-	return fmt.Sprintf("pool %s: %s policy=%s epsilon=%g models=%q%s", p.Name, strings.Join(ids, ","), p.Policy, p.Epsilon, p.Models, key)
+	return fmt.Sprintf("pool %s: %s policy=%s epsilon=%g min_slack=%d models=%q%s", p.Name, strings.Join(ids, ","), p.Policy, p.Epsilon, p.MinSlack, p.Models, key)
 }
 
 // Health configures the active probes of every replica's /health.
@@ -99,6 +101,7 @@ type filePool struct {
 	APIKeyEnv string   `yaml:"api_key_env"`
 	Policy    string   `yaml:"policy"`
 	Epsilon   *float64 `yaml:"epsilon"`
+	MinSlack  *int     `yaml:"min_slack"`
 }
 
 type fileHealth struct {
@@ -213,6 +216,13 @@ func (seen poolsSeen) pool(i int, fp filePool, getenv func(string) string, at li
 		}
 		p.Epsilon = *fp.Epsilon
 	}
+	p.MinSlack = DefaultMinSlack
+	if fp.MinSlack != nil {
+		if n := *fp.MinSlack; n < 0 || n > 1000 {
+			return Pool{}, at(here+".min_slack", "min_slack must be in [0, 1000]")
+		}
+		p.MinSlack = *fp.MinSlack
+	}
 	return p, nil
 }
 
@@ -250,7 +260,7 @@ func SingleTopology(baseURL, apiKey string) (Topology, error) {
 	if err := checkURL(baseURL); err != nil {
 		return Topology{}, fmt.Errorf("upstream URL: %w", err)
 	}
-	t := Topology{Pools: []Pool{{Name: "default", URLs: []string{baseURL}, Models: []string{"*"}, APIKey: apiKey, Epsilon: DefaultEpsilon}}}
+	t := Topology{Pools: []Pool{{Name: "default", URLs: []string{baseURL}, Models: []string{"*"}, APIKey: apiKey, Epsilon: DefaultEpsilon, MinSlack: DefaultMinSlack}}}
 	t.Health.defaults()
 	return t, nil
 }

@@ -16,6 +16,7 @@ pools:
     models: ["openai/*"]
     api_key_env: BIG_KEY
     epsilon: 0.5
+    min_slack: 0
   - name: small
     urls: [http://vllm-2:8000/v1]
     policy: least-loaded
@@ -37,10 +38,10 @@ health:
 		t.Fatalf("pools %+v", top.Pools)
 	}
 	big, small := top.Pools[0], top.Pools[1]
-	if big.Name != "big" || len(big.URLs) != 2 || big.APIKey != "sk-planted" || big.Epsilon != 0.5 || big.Policy != PolicyChainAffine {
+	if big.Name != "big" || len(big.URLs) != 2 || big.APIKey != "sk-planted" || big.Epsilon != 0.5 || big.MinSlack != 0 || big.Policy != PolicyChainAffine {
 		t.Errorf("big %+v", big)
 	}
-	if small.Policy != PolicyLeastLoaded || small.Epsilon != DefaultEpsilon || len(small.Models) != 0 {
+	if small.Policy != PolicyLeastLoaded || small.Epsilon != DefaultEpsilon || small.MinSlack != DefaultMinSlack || len(small.Models) != 0 {
 		t.Errorf("small %+v", small)
 	}
 	if h := top.Health; h.Interval != 2*time.Second || h.MaxBackoff != 10*time.Second || h.Fall != 3 || h.Timeout != 2*time.Second {
@@ -65,6 +66,8 @@ func TestParseTopologyErrorsNameTheLine(t *testing.T) {
 		{"duplicate replica", "pools:\n  - urls: [http://x/v1]\n  - urls: ['http://x/v1/']\n", "line 3: $.pools[1].urls[0]: replica http://x/v1 is listed twice"},
 		{"bad policy", "pools:\n  - urls: [http://x/v1]\n    policy: random\n", "line 3: $.pools[0].policy: unknown policy"},
 		{"bad epsilon", "pools:\n  - urls: [http://x/v1]\n    epsilon: 0\n", "line 3: $.pools[0].epsilon"},
+		{"negative min_slack", "pools:\n  - urls: [http://x/v1]\n    min_slack: -1\n", "line 3: $.pools[0].min_slack: min_slack must be in [0, 1000]"},
+		{"min_slack too large", "pools:\n  - urls: [http://x/v1]\n    min_slack: 1001\n", "line 3: $.pools[0].min_slack"},
 		{"bad pattern", "pools:\n  - urls: [http://x/v1]\n    models: ['[']\n", "line 3: $.pools[0].models[0]"},
 		{"bad duration", "pools:\n  - urls: [http://x/v1]\nhealth:\n  interval: 5x\n", "line 4: $.health.interval"},
 		{"key and env", "pools:\n  - urls: [http://x/v1]\n    api_key: a\n    api_key_env: B\n", "line 4: $.pools[0].api_key_env: set api_key or api_key_env"},

@@ -308,13 +308,13 @@ func (p *pool) pick(rt upstream.Route) (Pick, []Candidate) {
 	case PolicyRoundRobin:
 		return RoundRobin(p.turn.Add(1)-1, cands), cands
 	default:
-		return ChainAffine(affinity(rt, p.cfg.Epsilon), cands), cands
+		return ChainAffine(affinity(rt, p.cfg), cands), cands
 	}
 }
 
-// affinity is what ChainAffine knows of rt.
-func affinity(rt upstream.Route, eps float64) Affinity {
-	return Affinity{Key: rt.Key, Prefer: rt.Prefer, Away: rt.Away, Epsilon: eps}
+// affinity is what ChainAffine knows of rt in pool cfg.
+func affinity(rt upstream.Route, cfg Pool) Affinity {
+	return Affinity{Key: rt.Key, Prefer: rt.Prefer, Away: rt.Away, Epsilon: cfg.Epsilon, MinSlack: cfg.MinSlack}
 }
 
 // retryAfter is the Retry-After of a 503 for a model whose replicas are all down: the next

@@ -51,6 +51,10 @@ func ParsePolicy(s string) (Policy, error) {
 // its calls in flight stay within (1+ε) × the pool's mean (docs/fleet.md, "Sizing ε").
 const DefaultEpsilon = 0.25
 
+// DefaultMinSlack is the default least slack of ChainAffine in calls: a replica takes a key's
+// call while it runs fewer than two calls above the mean, whatever ε (Bound).
+const DefaultMinSlack = 2
+
 // Candidate is a replica as a policy sees it: its identity (the same string on every respgate
 // replica: the pool's configuration gives it), whether it is healthy, and its calls in flight.
 type Candidate struct {
@@ -145,9 +149,17 @@ func Rendezvous(key string, ids []string) []int {
 
 // Bound is the most calls in flight a replica may hold and still take a key's call under
 // ChainAffine: ⌈(1+ε) × (in flight + 1) / healthy replicas⌉, the mean counted with the new call
-// (consistent hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018), at least 1.
-// A replica whose in-flight count is below Bound can take the call.
-func Bound(cands []Candidate, eps float64) int {
+// (consistent hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018), but at least
+// minSlack calls above the mean (⌈mean⌉ + minSlack), and at least 1. A replica whose in-flight
+// count is below Bound can take the call.
+//
+// minSlack keeps chains on their cache at low load, where ε of a small mean is less than one
+// call: with 3 calls in flight over 4 replicas the paper's capacity with ε = 0.5 is 2, so a
+// replica running 2 calls would send a chain to an idle one to re-prefill its whole prefix,
+// for an imbalance of one call, which a vLLM replica batches at no cost. The cache-aware
+// routers hold off the same way (SGLang's model gateway balances only past an absolute
+// difference in requests, Ray Serve's prefix-aware router only past an imbalance threshold).
+func Bound(cands []Candidate, eps float64, minSlack int) int {
 	total, healthy := 1, 0
 	for _, c := range cands {
 		if c.Healthy {
@@ -159,7 +171,7 @@ func Bound(cands []Candidate, eps float64) int {
 		return 0
 	}
 	b := int(ceilDiv((1+eps)*float64(total), float64(healthy)))
-	return max(b, 1)
+	return max(b, int(ceilDiv(float64(total), float64(healthy)))+minSlack, 1)
 }
 
 func ceilDiv(a, b float64) float64 {
@@ -178,8 +190,9 @@ type Affinity struct {
 	// Away whether that turn left the chain away from its key's first choice (upstream.Route.Away).
 	Prefer string
 	Away   bool
-	// Epsilon is the load slack of Bound.
-	Epsilon float64
+	// Epsilon and MinSlack are the load slack of Bound.
+	Epsilon  float64
+	MinSlack int
 }
 
 // Away is upstream.Served.Away of a call whose pick had home as the key's first choice
@@ -230,7 +243,7 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 	if len(order) == 0 {
 		return Pick{Outcome: NoReplica, Home: home}
 	}
-	bound := Bound(cands, a.Epsilon)
+	bound := Bound(cands, a.Epsilon, a.MinSlack)
 	choice, outcome := -1, FirstChoice
 	if a.Prefer != "" {
 		for k, i := range order {
@@ -243,7 +256,7 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 			}
 		}
 	}
-	if first := &cands[order[0]]; choice > 0 && a.Away && order[0] == home && first.InFlight < Bound(cands, 0) {
+	if first := &cands[order[0]]; choice > 0 && a.Away && order[0] == home && first.InFlight < Bound(cands, 0, 0) {
 		choice, outcome = 0, Returned
 	}
 	if choice < 0 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/respgate/respgate/upstream"
 )
 
 func cands(spec ...any) []Candidate {
@@ -93,16 +95,23 @@ func TestBound(t *testing.T) {
 		name  string
 		cands []Candidate
 		eps   float64
+		slack int
 		want  int
 	}{
-		{"idle pool", cands("a", true, 0, "b", true, 0), 0.25, 1},
-		{"the new call counts in the mean", cands("a", true, 3, "b", true, 4), 0.25, 5},                 // 1.25×8/2 = 5
-		{"rounded up", cands("a", true, 1, "b", true, 1, "c", true, 1), 0.25, 2},                        // 1.25×4/3 = 1.67
-		{"unhealthy replicas count neither load nor share", cands("a", true, 2, "b", false, 9), 0.5, 5}, // 1.5×3/1 = 4.5
-		{"no healthy replica", cands("a", false, 0), 0.25, 0},
+		{"idle pool", cands("a", true, 0, "b", true, 0), 0.25, 0, 1},
+		{"the new call counts in the mean", cands("a", true, 3, "b", true, 4), 0.25, 0, 5},                 // 1.25×8/2 = 5
+		{"rounded up", cands("a", true, 1, "b", true, 1, "c", true, 1), 0.25, 0, 2},                        // 1.25×4/3 = 1.67
+		{"unhealthy replicas count neither load nor share", cands("a", true, 2, "b", false, 9), 0.5, 0, 5}, // 1.5×3/1 = 4.5
+		{"no healthy replica", cands("a", false, 0), 0.25, 0, 0},
+		{"no healthy replica, with a slack", cands("a", false, 0), 0.25, 2, 0},
+		// The least slack in calls: ⌈mean⌉ + slack when that is above the paper's capacity.
+		{"low load: the slack in calls wins", cands("a", true, 2, "b", true, 1, "c", true, 0, "d", true, 0), 0.5, 2, 3}, // max(⌈1.5×4/4⌉ = 2, ⌈4/4⌉ + 2 = 3)
+		{"the mean is rounded up before the slack", cands("a", true, 2, "b", true, 2, "c", true, 0), 0.01, 1, 3},        // max(⌈1.01×5/3⌉ = 2, ⌈5/3⌉ + 1 = 3)
+		{"higher load: ε wins", cands("a", true, 10, "b", true, 10, "c", true, 10, "d", true, 9), 0.5, 2, 15},           // max(⌈1.5×40/4⌉ = 15, 10 + 2 = 12)
+		{"idle pool with a slack", cands("a", true, 0, "b", true, 0), 0.25, 2, 3},                                       // max(1, ⌈1/2⌉ + 2 = 3)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Bound(tc.cands, tc.eps); got != tc.want {
+			if got := Bound(tc.cands, tc.eps, tc.slack); got != tc.want {
 				t.Errorf("Bound = %d, want %d", got, tc.want)
 			}
 		})
@@ -218,6 +227,34 @@ func TestChainAffine(t *testing.T) {
 	}
 }
 
+// At low load the least slack in calls keeps a chain home where ε alone would spill it: with 3
+// calls in flight over 4 replicas and ε = 0.5 the paper's capacity is 2, and the first choice
+// runs 2.
+func TestChainAffineMinSlackKeepsAChainHomeAtLowLoad(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	order := Rendezvous("k", ids)
+	c := make([]Candidate, len(ids))
+	for i, id := range ids {
+		c[i] = Candidate{ID: id, Healthy: true}
+	}
+	c[order[0]].InFlight, c[order[1]].InFlight = 2, 1
+	if p := ChainAffine(Affinity{Key: "k", Epsilon: 0.5}, c); p.Outcome != Spilled {
+		t.Errorf("without a slack in calls: %s, want spilled", p.Outcome)
+	}
+	if p := ChainAffine(Affinity{Key: "k", Epsilon: 0.5, MinSlack: 2}, c); p.Outcome != FirstChoice || p.Order[0] != order[0] {
+		t.Errorf("with min_slack 2: %s on %s, want the first choice %s", p.Outcome, c[p.Order[0]].ID, ids[order[0]])
+	}
+}
+
+// A pool's ε and least slack reach the policy with the route's affinity.
+func TestAffinityCarriesThePoolsSlack(t *testing.T) {
+	rt := upstream.Route{Model: "m", Key: "k", Prefer: "p", Away: true}
+	want := Affinity{Key: "k", Prefer: "p", Away: true, Epsilon: 0.5, MinSlack: 3}
+	if got := affinity(rt, Pool{Epsilon: 0.5, MinSlack: 3}); got != want {
+		t.Errorf("affinity %+v, want %+v", got, want)
+	}
+}
+
 // A call leaves its chain away from the key's first choice only when it ran elsewhere while
 // that replica was down, or the chain was away already and did not go back; the policies
 // without affinity (no home) never do.
@@ -251,7 +288,7 @@ func TestChainAffineKeepsLoadWithinTheBound(t *testing.T) {
 	}
 	const eps = 0.25
 	for k := range 400 {
-		b := Bound(c, eps)
+		b := Bound(c, eps, 0)
 		p := ChainAffine(Affinity{Key: fmt.Sprint("s", k), Epsilon: eps}, c)
 		c[p.Order[0]].InFlight++
 		total := 0
