@@ -108,3 +108,38 @@ func TestMatchesStarMatchesEveryModel(t *testing.T) {
 		t.Error("pattern semantics changed")
 	}
 }
+
+// A file without a health section gets the defaults; fall 0 is the default too; the limits of
+// ε and min_slack are in range.
+func TestParseTopologyDefaultsAndLimits(t *testing.T) {
+	top, err := ParseTopology([]byte("pools:\n  - urls: [http://x/v1]\n    epsilon: 10\n    min_slack: 1000\nhealth:\n  fall: 0\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Health{Interval: 5 * time.Second, Timeout: 2 * time.Second, MinBackoff: 500 * time.Millisecond, MaxBackoff: 30 * time.Second, Fall: 2}
+	if top.Health != want {
+		t.Errorf("health %+v, want the defaults %+v", top.Health, want)
+	}
+	if p := top.Pools[0]; p.Epsilon != 10 || p.MinSlack != 1000 {
+		t.Errorf("pool %+v, want epsilon 10 and min_slack 1000", p)
+	}
+	var h Health
+	h.defaults()
+	if h != want {
+		t.Errorf("zero health with defaults %+v, want %+v", h, want)
+	}
+	for _, bad := range []string{"interval: 0s", "timeout: 0s", "fall: -1"} {
+		if _, err := ParseTopology([]byte("pools:\n  - urls: [http://x/v1]\nhealth:\n  "+bad+"\n"), nil); err == nil {
+			t.Errorf("health %q accepted", bad)
+		}
+	}
+}
+
+// A pool's String says whether it has a key, never the key.
+func TestPoolStringRedactsTheKey(t *testing.T) {
+	with := Pool{Name: "p", URLs: []string{"http://x/v1"}, APIKey: "sk-1"}.String()
+	without := Pool{Name: "p", URLs: []string{"http://x/v1"}}.String()
+	if !strings.Contains(with, "api_key=[redacted]") || strings.Contains(with, "sk-1") || strings.Contains(without, "api_key") {
+		t.Errorf("with a key %q; without %q", with, without)
+	}
+}

@@ -179,6 +179,8 @@ func TestChainAffine(t *testing.T) {
 		{"prefer equal to the first choice is a first choice", first, false, mk(nil), 0.25, first, FirstChoice, 4},
 		{"prefer over the bound falls back to rendezvous order", second, false, mk(map[string]int{second: 5, first: 0}), 0.25, first, FirstChoice, 4},
 		{"prefer down falls back", second, false, mk(nil, second), 0.25, first, FirstChoice, 3},
+		// 1 in flight: the bound ⌈1.25×2/4⌉ = 1, which prefer's 1 call reaches.
+		{"prefer at the bound falls back", second, false, mk(map[string]int{second: 1}), 0.25, first, FirstChoice, 4},
 		{"unknown prefer is ignored", "zzz", false, mk(nil), 0.25, first, FirstChoice, 4},
 		{"first choice over the bound spills to the next in order", "", false, mk(map[string]int{first: 4}), 0.25, second, Spilled, 4},
 		{"a spill walks past every full replica", "", false, mk(map[string]int{first: 4, second: 4}), 0.25, third, Spilled, 4},
