@@ -212,11 +212,7 @@ func Away(wasAway bool, home, served string, homeUp bool) bool {
 //  1. the Prefer replica (by ID), when it is healthy and below Bound (Preferred, or FirstChoice
 //     when it is the first choice): it holds the chain's freshest prefix, also after a spill;
 //     but when the chain is away (Affinity.Away) and the key's first choice is healthy and below
-//     the mean (Bound with no slack), the first choice (Returned): the chain had left it only
-//     because it was down. A return is a move the chain can put off, so it takes only room below
-//     the mean: the replica that came back is cold, every chain going back re-prefills there,
-//     and returns up to the bound would push the chains already there over it (a spill, which
-//     is for good);
+//     Bound, the first choice (Returned): the chain had left it only because it was down;
 //  2. else the first healthy replica in the key's rendezvous order below Bound (Spilled when
 //     that was not the first healthy one).
 //
@@ -256,7 +252,7 @@ func ChainAffine(a Affinity, cands []Candidate) Pick {
 			}
 		}
 	}
-	if first := &cands[order[0]]; choice > 0 && a.Away && order[0] == home && first.InFlight < Bound(cands, 0, 0) {
+	if first := &cands[order[0]]; choice > 0 && a.Away && order[0] == home && first.InFlight < bound {
 		choice, outcome = 0, Returned
 	}
 	if choice < 0 {
