@@ -56,7 +56,10 @@ func TestFleetRetriesAStreamThatFailedBeforeItsFirstEvent(t *testing.T) {
 				}
 				p := startBinary(t, db, "--upstreams", file)
 				c := p.client()
-				for i := range 8 {
+				// Each opening's key picks the bad replica first with probability ½ (the replica
+				// ids carry the processes' random ports): with 8 turns none did 1 run in 256, and
+				// the failover this test needs never happened; with 32, 1 in 4·10⁹.
+				for i := range 32 {
 					stream := c.Responses.NewStreaming(t.Context(), responses.ResponseNewParams{
 						Model: harmony,
 						Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(fmt.Sprintf("opening number %d", i))},

@@ -177,18 +177,7 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 			failedIDs = append(failedIDs, t.id)
 		}
 	}
-	var firstDone time.Time
-	for _, ts := range bySession {
-		end := ts[0].end
-		for _, t := range ts {
-			if t.end.After(end) {
-				end = t.end
-			}
-		}
-		if firstDone.IsZero() || end.Before(firstDone) {
-			firstDone = end
-		}
-	}
+	firstDone := firstSessionEnd(bySession)
 	for s, ts := range bySession {
 		slices.SortFunc(ts, func(a, b fleetTurn) int { return a.turn - b.turn })
 		home, during, last, steady := "", "", "", ""
@@ -245,6 +234,23 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 		return nil
 	}
 	return fr.conn.QueryRow(ctx, "SELECT count(*) FROM responses WHERE id = ANY($1) AND status = 'failed'", failedIDs).Scan(&k.StoredFailed)
+}
+
+// firstSessionEnd is when the first session to finish ended its last completed turn.
+func firstSessionEnd(bySession map[int][]fleetTurn) time.Time {
+	var first time.Time
+	for _, ts := range bySession {
+		var end time.Time
+		for _, t := range ts {
+			if t.end.After(end) {
+				end = t.end
+			}
+		}
+		if first.IsZero() || end.Before(first) {
+			first = end
+		}
+	}
+	return first
 }
 
 // trail is where session s's turns ran from the kill on (fleetKill.NotBack), every attempt.

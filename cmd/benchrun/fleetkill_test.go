@@ -33,3 +33,18 @@ func TestTrailLettersTheSessionsTurnsFromTheKill(t *testing.T) {
 		t.Errorf("trail %q, want %q", got, want)
 	}
 }
+
+// The first session to finish is the one whose last turn ended first, whatever order its turns
+// are listed in.
+func TestFirstSessionEnd(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 13, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	got := firstSessionEnd(map[int][]fleetTurn{
+		1: {{end: at(9)}, {end: at(3)}},
+		2: {{end: at(5)}, {end: at(7)}},
+		3: {{end: at(8)}},
+	})
+	if !got.Equal(at(7)) {
+		t.Errorf("first session end %s, want %s", got, at(7))
+	}
+}

@@ -51,8 +51,8 @@ func ParsePolicy(s string) (Policy, error) {
 // its calls in flight stay within (1+ε) × the pool's mean (docs/fleet.md, "Sizing ε").
 const DefaultEpsilon = 0.25
 
-// DefaultMinSlack is the default least slack of ChainAffine in calls: a replica takes a key's
-// call while it runs fewer than two calls above the mean, whatever ε (Bound).
+// DefaultMinSlack is the default least slack of ChainAffine in calls: whatever ε, a replica
+// takes a key's call while its calls in flight are below ⌈mean⌉ + 2 (Bound).
 const DefaultMinSlack = 2
 
 // Candidate is a replica as a policy sees it: its identity (the same string on every respgate

@@ -195,6 +195,8 @@ func TestChainAffine(t *testing.T) {
 		{"away, first choice at the bound: prefer keeps the chain", second, true, mk(map[string]int{first: 4}), 0.25, second, Preferred, 4},
 		// 12 in flight: the bound ⌈1.25·13/4⌉ = 5, which the first choice's 4 calls are below.
 		{"away, first choice loaded but below the bound: returned", second, true, mk(map[string]int{first: 4, second: 3, third: 3, fourth: 2}), 0.25, first, Returned, 4},
+		// 13 in flight: the bound ⌈1.25·14/4⌉ = 5, which the first choice's 5 calls reach.
+		{"away, first choice exactly at the bound: prefer keeps the chain", second, true, mk(map[string]int{first: 5, second: 3, third: 3, fourth: 2}), 0.25, second, Preferred, 4},
 		{"not away, first choice below the bound: prefer keeps the chain", second, false, mk(map[string]int{first: 2, second: 2, third: 2, fourth: 2}), 0.25, second, Preferred, 4},
 		{"away, first choice and prefer at the bound: spill", second, true, mk(map[string]int{first: 4, second: 4}), 0.25, third, Spilled, 4},
 		{"away, prefer down: the first choice", second, true, mk(nil, second), 0.25, first, FirstChoice, 3},
