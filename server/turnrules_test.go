@@ -152,20 +152,23 @@ func (b *beginFails) ResponseBegin(context.Context, *store.ResponseBeginParams) 
 // are what the stored record says too.
 func TestTurnFailuresBeforeTheFirstEvent(t *testing.T) {
 	t.Run("begin fails", func(t *testing.T) {
-		// Upstream answers only once the begin has failed, so the failure is known before the
-		// client's stream would open (an answer first is answered in-band: engine/stream.go).
+		// Upstream fails too, once the begin has failed: the turn then waits for the begin's
+		// result before it answers (engine.connect), so the failure is known before any client
+		// stream could open, whatever the order of the two. An upstream that answered instead
+		// could win the race with the begin's result, and that answer is answered in-band
+		// (engine/stream.go); the begin's failure, not upstream's, is what the client gets.
 		bf := &beginFails{failed: make(chan struct{}, 2)}
 		s, _ := newSimServerVia(t, Config{}, func(st store.Store) store.Store { bf.Store = st; return bf },
-			func(next http.RoundTripper) http.RoundTripper {
+			func(http.RoundTripper) http.RoundTripper {
 				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 					if r.URL.Path == "/v1/responses" {
 						select {
 						case <-bf.failed:
 						case <-r.Context().Done():
-							return nil, r.Context().Err()
 						}
+						return nil, errors.New("upstream unreachable (injected)")
 					}
-					return next.RoundTrip(r)
+					return nil, errors.New("unexpected upstream call " + r.URL.Path)
 				})
 			})
 		code, body := call(t, s, http.MethodPost, "/v1/conversations", `{}`)
