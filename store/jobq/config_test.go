@@ -8,7 +8,7 @@ import (
 )
 
 // Start's River configuration: the client's schema; without a notifier a 100 ms poll unless one
-// is set; a 5 ms fetch cooldown (fetchCooldown), never longer than the poll, unless one is set;
+// is set; a 5 ms fetch cooldown (FetchCooldown), never longer than the poll, unless one is set;
 // the caller's config is left as it was.
 func TestWorkerConfigPollsOftenWithoutANotifier(t *testing.T) {
 	ms := time.Millisecond

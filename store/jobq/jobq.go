@@ -34,7 +34,7 @@ type Client[TTx any] struct {
 
 // New builds the insert-only client on driver; schema is River's (empty: the search_path).
 func New[TTx any](driver riverdriver.Driver[TTx], schema string) (*Client[TTx], error) {
-	c, err := river.NewClient(driver, &river.Config{Schema: schema, Logger: discard, FetchCooldown: fetchCooldown})
+	c, err := river.NewClient(driver, &river.Config{Schema: schema, Logger: discard, FetchCooldown: FetchCooldown})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
@@ -45,7 +45,7 @@ func New[TTx any](driver riverdriver.Driver[TTx], schema string) (*Client[TTx], 
 // drivers have one: Postgres's LISTEN/NOTIFY, and on SQLite River's notification table (riversqlite).
 const pollWithoutNotifier = 100 * time.Millisecond
 
-// fetchCooldown is the least time between two fetches of a worker client and between two insert
+// FetchCooldown is the least time between two fetches of a worker client and between two insert
 // notifications it sends (River uses FetchCooldown for both). River's default, 100 ms, was most of
 // a background turn's start (issue 41): an enqueue within 100 ms of this client's last insert
 // notification sent none, so its job waited for the fetch poll (1 s), and a notification landing
@@ -53,7 +53,7 @@ const pollWithoutNotifier = 100 * time.Millisecond
 // and narrows the first to two creates within 5 ms of each other (the later one's job may wait
 // for the poll when the earlier one's fetch ran before it committed). A replica then fetches at
 // most 200 times a second, which only that rate of creates reaches: fetches follow notifications.
-const fetchCooldown = 5 * time.Millisecond
+const FetchCooldown = 5 * time.Millisecond
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -170,7 +170,7 @@ func workerConfig(cfg *river.Config, schema string, listener bool) river.Config 
 		c.FetchPollInterval = pollWithoutNotifier
 	}
 	if c.FetchCooldown <= 0 {
-		c.FetchCooldown = fetchCooldown
+		c.FetchCooldown = FetchCooldown
 		if c.FetchPollInterval > 0 {
 			c.FetchCooldown = min(c.FetchCooldown, c.FetchPollInterval)
 		}
