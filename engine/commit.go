@@ -11,7 +11,6 @@ import (
 
 	"github.com/respgate/respgate/accumulator"
 	"github.com/respgate/respgate/store"
-	"github.com/respgate/respgate/upstream"
 	"github.com/respgate/respgate/wire"
 )
 
@@ -68,7 +67,7 @@ func (e *Engine) finish(ctx context.Context, t *Turn, r *accumulator.Result) err
 			// Its continuation replays this history: keep it (chainCache), right while the
 			// generation the turn's history was read at holds.
 			e.chains.put(t.rec.Tenant, t.rec.ID, t.chainGen, appendTurnHistory(slices.Clip(t.history), p.Response.Status, t.input, p.Output),
-				historyInfo{usage: p.Response.Usage, prep: t.projected, served: upstream.Served{Replica: p.Response.Replica, Away: p.Response.ReplicaAway}})
+				historyInfo{usage: p.Response.Usage, prep: t.projected, served: servedOf(&p.Response)})
 		}
 		if t.claimed {
 			e.bgWake.wake(t.rec.ID)

@@ -146,7 +146,7 @@ func (e *Engine) connect(ctx, uctx context.Context, t *Turn, answered func()) (*
 		release = func() { e.putBodyBuf(buf) }
 	}
 	up, served, upErr := e.upstream.StreamLent(uctx, e.route(t), t.body, release)
-	t.rec.Replica, t.rec.ReplicaAway = served.Replica, served.Away
+	setServed(&t.rec, served)
 	e.tel.UpstreamLatency.Record(ctx, time.Since(start).Seconds())
 	var beginErr error
 	select {

@@ -439,7 +439,7 @@ func (e *Engine) loadChain(ctx context.Context, tn, id string) ([]wire.Item, his
 	info := historyInfo{gen: chain.Generation, ok: true}
 	if n := len(chain.Turns); n > 0 {
 		last := &chain.Turns[n-1].Response
-		info.usage, info.served = last.Usage, upstream.Served{Replica: last.Replica, Away: last.ReplicaAway}
+		info.usage, info.served = last.Usage, servedOf(last)
 	}
 	return chainHistory(chain), info, nil
 }
@@ -541,6 +541,14 @@ func (e *Engine) begin(ctx context.Context, t *Turn) <-chan error {
 var errStoreStalled = &wire.APIError{Status: http.StatusServiceUnavailable, Type: wire.ErrServer, Code: "store_unavailable",
 	Message: "The gateway's store did not answer in time; nothing was stored. Retry shortly.", RetryAfter: retryAfter}
 
+// servedOf is where stored response r ran (upstream.Served), and setServed records on r where
+// its call ran: the two columns the next turn's route reads back.
+func servedOf(r *store.Response) upstream.Served {
+	return upstream.Served{Replica: r.Replica, Away: r.ReplicaAway}
+}
+
+func setServed(r *store.Response, s upstream.Served) { r.Replica, r.ReplicaAway = s.Replica, s.Away }
+
 // route is what the upstream is told of t's call (upstream.Route).
 func (e *Engine) route(t *Turn) upstream.Route {
 	return upstream.Route{Model: t.rec.Model, Key: t.routeKey, Prefer: t.prev.Replica, Away: t.prev.Away}
@@ -612,7 +620,7 @@ func (e *Engine) syncTurn(ctx context.Context, t *Turn) (*Outcome, error) {
 	t.keeper = e.startKeeper(t)
 	defer t.keeper.Stop()
 	raw, served, upErr := e.createSync(ctx, "upstream.create", e.route(t), t.body)
-	t.rec.Replica, t.rec.ReplicaAway = served.Replica, served.Away
+	setServed(&t.rec, served)
 	if upErr != nil {
 		if ctx.Err() != nil {
 			_ = e.finish(ctx, t, &accumulator.Result{Status: wire.StatusCancelled,

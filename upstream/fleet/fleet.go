@@ -385,7 +385,7 @@ type routing struct {
 	order  []*replica
 	home   *replica
 	homeUp bool
-	rt     upstream.Route
+	away   bool // the route's Away
 }
 
 // route resolves rt to its pool and the replicas to try, in order.
@@ -402,7 +402,7 @@ func (f *Fleet) route(ctx context.Context, rt upstream.Route) (*routing, error) 
 	if len(pk.Order) == 0 {
 		return nil, f.unavailable(rt.Model)
 	}
-	rg := &routing{pool: p, order: make([]*replica, len(pk.Order)), rt: rt}
+	rg := &routing{pool: p, order: make([]*replica, len(pk.Order)), away: rt.Away}
 	for i, k := range pk.Order {
 		rg.order[i] = p.replicas[k]
 	}
@@ -418,7 +418,7 @@ func (rg *routing) served(r *replica) upstream.Served {
 	if rg.home == nil {
 		return upstream.Served{Replica: r.id}
 	}
-	return upstream.Served{Replica: r.id, Away: Away(rg.rt.Away, rg.home.id, r.id, rg.homeUp && rg.home.healthy.Load())}
+	return upstream.Served{Replica: r.id, Away: Away(rg.away, rg.home.id, r.id, rg.homeUp && rg.home.healthy.Load())}
 }
 
 // withAffinity adds the routing-key header when one is configured.
