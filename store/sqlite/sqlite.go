@@ -40,9 +40,12 @@ import (
 const Memory = ":memory:"
 
 // connParams are applied to every connection: wait up to 10 s for a lock held by another
-// process, enforce foreign keys, and take the write lock at BEGIN so two processes sharing the
-// file cannot deadlock upgrading read locks.
-const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate"
+// process, enforce foreign keys, take the write lock at BEGIN so two processes sharing the
+// file cannot deadlock upgrading read locks, and keep temporary files in memory. The last
+// matters to every commit: each one of a group runs under a savepoint (commitGroup), whose
+// sub-journal holds a copy of every page the commit changes; on disk, that is a file created,
+// written and deleted per transaction once it passes 64 KiB (docs/scaling.md, "SQLite's CPU").
+const connParams = "_busy_timeout=10000&_foreign_keys=1&_txlock=immediate&_pragma=temp_store(memory)"
 
 // Store is the SQLite store.Store. Safe for concurrent use (calls are serialised).
 type Store struct {

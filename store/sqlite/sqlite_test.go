@@ -132,3 +132,25 @@ func BenchmarkCommitParallel(b *testing.B) {
 	b.SetParallelism(8)
 	storetest.BenchmarkCommitParallel(b, newStore(b))
 }
+
+// The connection settings a file store runs with (connName): WAL with synchronous=NORMAL,
+// foreign keys enforced, a busy timeout, and temporary files (the savepoints' sub-journals of
+// grouped commits) in memory.
+func TestConnectionSettings(t *testing.T) {
+	s := newStore(t)
+	for pragma, want := range map[string]string{
+		"journal_mode": "wal",
+		"synchronous":  "1", // NORMAL
+		"foreign_keys": "1",
+		"busy_timeout": "10000",
+		"temp_store":   "2", // MEMORY
+	} {
+		got, err := s.Pragma(t.Context(), pragma)
+		if err != nil {
+			t.Fatalf("PRAGMA %s: %v", pragma, err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s = %q, want %q", pragma, got, want)
+		}
+	}
+}
