@@ -3,7 +3,6 @@ package upstream
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/respgate/respgate/internal/jsonscan"
 )
 
 // Defaults of Config.
@@ -460,7 +461,9 @@ func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, bou
 		}
 		return nil, c.classify(ctx, cl.ctx, err, true)
 	}
-	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' || !json.Valid(b) {
+	// jsonscan's rules, as the accumulator's that reads a Create answer next (and at about a third
+	// of encoding/json.Valid's cost: 4.5% of a non-streamed turn's CPU was that scan).
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' || !jsonscan.Valid(b) {
 		return nil, &Error{Kind: KindBadBody, Status: resp.StatusCode, Message: "2xx answer is not a JSON object"}
 	}
 	return b, nil

@@ -231,6 +231,12 @@ var errorCases = []errorCase{
 		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 200)."},
 	},
 	{
+		name: "a 2xx body cut inside its object is a bad body", call: "create",
+		server: served(200, "application/json", `{"id":"resp_1","output":[`),
+		kind:   KindBadBody, status: 200,
+		api: wire.APIError{Status: 502, Type: "server_error", Code: "upstream_error", Message: "The upstream model server sent an answer the gateway cannot read (status 200)."},
+	},
+	{
 		name: "a 2xx JSON array is a bad body", call: "models",
 		server: served(200, "application/json", `[1,2]`),
 		kind:   KindBadBody, status: 200,
