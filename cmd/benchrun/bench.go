@@ -55,6 +55,8 @@ type params struct {
 	FleetDecode   time.Duration `json:"fleet_decode_ns"`
 	FleetSpread   time.Duration `json:"fleet_spread_ns"` // the sessions' starts are spread over it
 	FleetEpsilon  float64       `json:"fleet_epsilon"`   // chain-affine's ε (-fleet-epsilon)
+	// FleetMinSlack is chain-affine's min_slack (-fleet-min-slack); -1: respgate's default.
+	FleetMinSlack int `json:"fleet_min_slack"`
 }
 
 func defaultParams(o *options) params {
@@ -81,6 +83,7 @@ func defaultParams(o *options) params {
 	if o.fleetEpsilon > 0 {
 		p.FleetEpsilon = o.fleetEpsilon
 	}
+	p.FleetMinSlack = o.fleetMinSlack
 	return p
 }
 

@@ -229,7 +229,11 @@ func (fr *fleetRun) close(ctx context.Context) {
 // on a loaded machine a probe can wait long for a core, and a false "down" would move chains.
 func (fr *fleetRun) writeTopology(policy string, urls []string) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "pools:\n  - name: sim\n    models: [\"*\"]\n    policy: %s\n    epsilon: %g\n    urls:\n", policy, fr.b.p.FleetEpsilon)
+	fmt.Fprintf(&sb, "pools:\n  - name: sim\n    models: [\"*\"]\n    policy: %s\n    epsilon: %g\n", policy, fr.b.p.FleetEpsilon)
+	if fr.b.p.FleetMinSlack >= 0 {
+		fmt.Fprintf(&sb, "    min_slack: %d\n", fr.b.p.FleetMinSlack)
+	}
+	sb.WriteString("    urls:\n")
 	for _, u := range urls {
 		fmt.Fprintf(&sb, "      - %s\n", u)
 	}

@@ -34,12 +34,15 @@ type fleetKill struct {
 	Cut          int `json:"cut_streams"`
 	FailedStream int `json:"failed_streams"`
 	StoredFailed int `json:"stored_failed"`
-	// Back: of the sessions whose key's first choice is the victim (its chains: FirstOnVictim)
-	// that ran a turn after its return, how many ran their last turn on it again. HomeBack and
+	// CameBack: of the sessions whose key's first choice is the victim (its chains:
+	// FirstOnVictim) that ran a turn after its return (BackOf), how many ran a turn on it again;
+	// Back, how many ran their last turn on it (the drain at the pass's end, where the bound
+	// moves chains between replicas as sessions stop, can take a chain off again). HomeBack and
 	// HomeBackOf count the same among the sessions at home on it before the kill, some of which
 	// lived there only after a spill (its own first choice is elsewhere) and have no reason to
 	// come back.
 	FirstOnVictim int `json:"first_on_victim"`
+	CameBack      int `json:"came_back"`
 	Back          int `json:"back"`
 	BackOf        int `json:"back_of"`
 	HomeBack      int `json:"home_back"`
@@ -49,7 +52,7 @@ type fleetKill struct {
 	// bound moves chains between replicas as sessions stop, does not decide them.
 	BackSteady   int `json:"back_steady"`
 	BackSteadyOf int `json:"back_steady_of"`
-	// NotBack is, per chain of the victim that did not end on it, where its turns ran from the
+	// NotBack is, per chain of the victim that did not end on it (or never came back), where its turns ran from the
 	// kill on: one letter per turn in order, V for the victim, a–z for the others, "." for a
 	// turn that failed, "|" where the victim came back.
 	NotBack   []string           `json:"not_back,omitempty"`
@@ -123,7 +126,7 @@ func (fr *fleetRun) killPass(ctx context.Context) error {
 	}
 	fr.b.log.Info("fleet kill pass judged", "home_on_victim", k.HomeOnVictim, "moved_other", k.MovedOther,
 		"failed_before_stream", k.FailedBefore, "failed_streams", k.FailedStream, "stored_failed", k.StoredFailed, "back", k.Back, "back_of", k.BackOf,
-		"home_back", k.HomeBack, "home_back_of", k.HomeBackOf)
+		"came_back", k.CameBack, "home_back", k.HomeBack, "home_back_of", k.HomeBackOf)
 	return nil
 }
 
@@ -181,6 +184,7 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 	for s, ts := range bySession {
 		slices.SortFunc(ts, func(a, b fleetTurn) int { return a.turn - b.turn })
 		home, during, last, steady := "", "", "", ""
+		cameBack := false
 		for _, t := range ts {
 			switch {
 			case t.end.Before(killAt):
@@ -188,6 +192,9 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 			case during == "" && t.start.After(killAt.Add(settle)) && t.start.Before(backAt):
 				during = t.replica
 			}
+			// A turn on it from its return on brings the chain back, also one started before
+			// every respgate replica has seen it healthy again.
+			cameBack = cameBack || t.start.After(backAt) && t.replica == k.Victim
 			if t.start.After(backAt.Add(settle)) {
 				last = t.replica
 				if t.start.Before(firstDone) {
@@ -196,21 +203,7 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 			}
 		}
 		if first[s] == k.Victim {
-			k.FirstOnVictim++
-			if last != "" {
-				k.BackOf++
-				if last == k.Victim {
-					k.Back++
-				} else {
-					k.NotBack = append(k.NotBack, fmt.Sprintf("session %d: %s", s, trail(turns, s, k.Victim, killAt, backAt)))
-				}
-			}
-			if steady != "" {
-				k.BackSteadyOf++
-				if steady == k.Victim {
-					k.BackSteady++
-				}
-			}
+			k.countReturn(cameBack, last, steady, func() string { return fmt.Sprintf("session %d: %s", s, trail(turns, s, k.Victim, killAt, backAt)) })
 		}
 		if home == "" || during == "" {
 			continue
@@ -234,6 +227,30 @@ func (fr *fleetRun) judgeKill(ctx context.Context, k *fleetKill, turns []fleetTu
 		return nil
 	}
 	return fr.conn.QueryRow(ctx, "SELECT count(*) FROM responses WHERE id = ANY($1) AND status = 'failed'", failedIDs).Scan(&k.StoredFailed)
+}
+
+// countReturn counts one of the victim's chains: whether it came back after the return, where its
+// last turn ran (last, "" if none ran after the return) and its last turn started before the
+// first session ended (steady); trail describes it when it did not end on the victim.
+func (k *fleetKill) countReturn(cameBack bool, last, steady string, trail func() string) {
+	k.FirstOnVictim++
+	if last != "" {
+		k.BackOf++
+		if cameBack {
+			k.CameBack++
+		}
+		if last == k.Victim {
+			k.Back++
+		} else {
+			k.NotBack = append(k.NotBack, trail())
+		}
+	}
+	if steady != "" {
+		k.BackSteadyOf++
+		if steady == k.Victim {
+			k.BackSteady++
+		}
+	}
 }
 
 // firstSessionEnd is when the first session to finish ended its last completed turn.

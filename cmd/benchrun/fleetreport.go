@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/respgate/respgate/bench/stats"
+	"github.com/respgate/respgate/upstream/fleet"
 )
 
 // fleetTargets judges the fleet scenario against issue 39's figures.
@@ -40,10 +41,10 @@ func (r *report) fleetTargets() []target {
 			target{Name: "Fleet kill: only the killed instance's chains move", Limit: fmt.Sprintf("others ≤ ε × sessions/N = %.0f", allowance),
 				Figure: fmt.Sprintf("%d of %d chains at home on it moved; %d others moved", k.MovedVictim, k.HomeOnVictim, k.MovedOther),
 				Met:    boolp(k.MovedVictim == k.HomeOnVictim && float64(k.MovedOther) <= allowance), Note: fmt.Sprintf("%.0f spilled routes in the pass", k.Spilled)},
-			target{Name: "Fleet kill: the instance's return brings its chains back", Limit: "all", Figure: fmt.Sprintf("%d of %d", k.Back, k.BackOf),
-				Met: boolp(k.BackOf > 0 && k.Back == k.BackOf),
-				Note: fmt.Sprintf("its chains: the sessions whose key's first choice it is (%d; the bound admits about %.0f chains a replica); before the first session ended, %d of %d were on it; of the %d sessions at home on it at the kill, %d",
-					k.FirstOnVictim, math.Ceil(float64(f.Sessions)/float64(f.Instances)*(1+r.Params.FleetEpsilon)), k.BackSteady, k.BackSteadyOf, k.HomeBackOf, k.HomeBack)},
+			target{Name: "Fleet kill: the instance's return brings its chains back", Limit: "all", Figure: fmt.Sprintf("%d of %d", k.CameBack, k.BackOf),
+				Met: boolp(k.BackOf > 0 && k.CameBack == k.BackOf),
+				Note: fmt.Sprintf("its chains: the sessions whose key's first choice it is (%d; the bound admits about %.0f chains a replica) that ran a turn after its return, back on it for a turn or more; on it at their last turn %d, at the last turn started before the first session ended %d of %d; of the %d sessions at home on it at the kill, %d at their last turn",
+					k.FirstOnVictim, math.Ceil(float64(f.Sessions)/float64(f.Instances)*(1+r.Params.FleetEpsilon)), k.Back, k.BackSteady, k.BackSteadyOf, k.HomeBackOf, k.HomeBack)},
 		)
 	}
 	return ts
@@ -72,8 +73,8 @@ func (r *report) fleetMD(w writer) {
 	}
 	p := r.Params
 	w("## Fleet: routing by chain over simulated vLLM replicas\n\n")
-	w("%d agent sessions of %d turns (each turn about %d words of input, a user message asking for a tool call or the tool's output, and a %d-token answer at %s a token) run concurrently through two respgate replicas on one Postgres schema, alternating replicas turn by turn; %d `vllm-sim` instances, one process each, cache %d blocks of 16 tokens each (a quarter of the sessions' final prompts × 1.25, the load bound's slack), prefill %d µs per uncached token; chain-affine's ε is %g. The passes run one after the other; the policy is switched by SIGHUP. The floor is the same sessions against one more instance whose cache never evicts.\n\n",
-		f.Sessions, f.Turns, p.FleetWords, p.FleetAnswer, p.FleetDecode, f.Instances, f.CacheBlocks, f.PrefillUS, p.FleetEpsilon)
+	w("%d agent sessions of %d turns (each turn about %d words of input, a user message asking for a tool call or the tool's output, and a %d-token answer at %s a token) run concurrently through two respgate replicas on one Postgres schema, alternating replicas turn by turn; %d `vllm-sim` instances, one process each, cache %d blocks of 16 tokens each (a quarter of the sessions' final prompts × 1.25, the load bound's slack), prefill %d µs per uncached token; chain-affine's ε is %g, its min_slack %s. The passes run one after the other; the policy is switched by SIGHUP. The floor is the same sessions against one more instance whose cache never evicts.\n\n",
+		f.Sessions, f.Turns, p.FleetWords, p.FleetAnswer, p.FleetDecode, f.Instances, f.CacheBlocks, f.PrefillUS, p.FleetEpsilon, minSlackText(p.FleetMinSlack))
 	w("| pass | hit ratio (continuations) | TTFT turns 20–30 p50 / p99 | × floor p50 | load max ÷ mean | same replica as the turn before | routed | failed turns | wall |\n|---|---|---|---|---|---|---|---|---|\n")
 	floor := 0.0
 	if fl := f.Passes["floor"]; fl != nil {
@@ -110,4 +111,12 @@ func routedLine(m map[string]float64) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// minSlackText names the fleet scenario's min_slack (-1: respgate's default).
+func minSlackText(n int) string {
+	if n < 0 {
+		return fmt.Sprintf("respgate's default (%d)", fleet.DefaultMinSlack)
+	}
+	return fmt.Sprint(n)
 }

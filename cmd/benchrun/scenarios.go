@@ -490,8 +490,10 @@ func (b *bench) scenarioNonStream(ctx context.Context) error {
 		}
 	}
 	if b.opt.profile {
-		b.profileTwin(ctx, "twin-pg-nonstream", fmt.Sprintf("non-streamed turns at c=%d (CPU per non-streamed turn)", p.NSConc),
-			profileSeconds, false, loadgen.Config{Concurrency: p.NSConc, Requests: 20 * p.NSConc, Body: constBody((&arm{}).body(mdl, benchInput, false, nil))})
+		for _, twin := range []string{"pg", "sqlite"} {
+			b.profileTwinOf(ctx, twin, "twin-"+twin+"-nonstream", fmt.Sprintf("non-streamed turns at c=%d (CPU per non-streamed turn)", p.NSConc),
+				profileSeconds, false, loadgen.Config{Concurrency: p.NSConc, Requests: 20 * p.NSConc, Body: constBody((&arm{}).body(mdl, benchInput, false, nil))})
+		}
 	}
 	for _, name := range []string{"A", "D"} {
 		a := b.armByKey[name]
