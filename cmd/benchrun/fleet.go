@@ -124,7 +124,9 @@ func (b *bench) scenarioFleet(ctx context.Context) error {
 		if err := fr.reload(ctx, pol, fr.simURLs()); err != nil {
 			return err
 		}
+		stopProfile := fr.profilePass(ctx, pol)
 		pass, err := fr.pass(ctx, pol, nil)
+		stopProfile()
 		if err != nil {
 			return fmt.Errorf("%s: %w", pol, err)
 		}
@@ -203,6 +205,9 @@ func (fr *fleetRun) start(ctx context.Context) error {
 	conns := strconv.Itoa(max(b.pgConns, pgConnShare(b.rep.Postgres)))
 	for i := range fr.gws {
 		args := []string{"--listen", "ADDR", "--upstreams", fr.file, "--database-url", b.pgDSN, "--database-max-conns", conns}
+		if i == 0 && b.opt.profile {
+			args = append(args, "--debug-listen", "DEBUGADDR")
+		}
 		if fr.gws[i], err = startChild(ctx, b.logDir, fmt.Sprintf("fleet-respgate-%d", i), respgate, args, "/readyz"); err != nil {
 			return err
 		}
@@ -210,6 +215,33 @@ func (fr *fleetRun) start(ctx context.Context) error {
 	fr.conn, err = pgx.Connect(ctx, b.pgDSN)
 	return err
 }
+
+// profilePass, under -profile, takes a CPU profile of the first respgate replica over the first
+// fleetProfileSeconds of the chain-affine pass (what a fleet turn costs the gateway); the
+// returned func waits for it. Other passes, and runs without -profile, take none.
+func (fr *fleetRun) profilePass(ctx context.Context, pol string) (wait func()) {
+	if !fr.b.opt.profile || pol != "chain-affine" {
+		return func() {}
+	}
+	path := filepath.Join(fr.b.logDir, "fleet-respgate-0-chain-affine.cpu.pprof")
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() {
+		err = fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", fr.gws[0].debugAddr, fleetProfileSeconds), path)
+	})
+	return func() {
+		wg.Wait()
+		if err != nil {
+			fr.b.rep.Problems = append(fr.b.rep.Problems, fmt.Sprintf("profile the fleet's chain-affine pass: %v", err))
+			return
+		}
+		fr.b.rep.Profiles = append(fr.b.rep.Profiles, profileRef{Path: path,
+			What: fmt.Sprintf("one of the two respgate replicas over the first %d s of the fleet's chain-affine pass (CPU per fleet turn)", fleetProfileSeconds)})
+	}
+}
+
+// fleetProfileSeconds is how long profilePass profiles: within the chain-affine pass (about 10 s).
+const fleetProfileSeconds = 6
 
 func (fr *fleetRun) close(ctx context.Context) {
 	for _, c := range append([]*child{fr.gws[0], fr.gws[1], fr.floor}, fr.sims...) {
