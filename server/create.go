@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -79,7 +78,7 @@ func (s *Server) openStream(c echo.Context) *sseWriter {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	res.WriteHeader(http.StatusOK)
-	return &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: s.cfg.WriteTimeout, last: time.Now()}
+	return newSSEWriter(res, s.cfg.WriteTimeout)
 }
 
 // readView is the item view of a read route (GET of a response, input_items, conversation

@@ -388,7 +388,7 @@ func TestLogReplaySendsAKeepaliveAfterKeepAliveOfSilence(t *testing.T) {
 		const keepAlive = 15 * time.Second
 		rec := httptest.NewRecorder()
 		res := echo.NewResponse(rec, echo.New())
-		lr := &logReplay{w: &sseWriter{res: res, rc: http.NewResponseController(res), last: time.Now()},
+		lr := &logReplay{w: newSSEWriter(res, 0),
 			after: -1, last: -1, lastRun: -1, keepAlive: keepAlive}
 		sent := func() string {
 			s := rec.Body.String()

@@ -32,6 +32,15 @@ type sseWriter struct {
 	err          error
 }
 
+// newSSEWriter writes an event stream on res, each write within writeTimeout (0: none). Its
+// flushes go to the connection's own writer, not through res: echo's Response.Flush drops the
+// error of a flush, so a write that hit its deadline in the flush (where the bytes of a small
+// event reach the connection) would go unseen, and the turn would learn of the dead client only
+// from its cancelled context, as if the client had left (engine.Dropper).
+func newSSEWriter(res *echo.Response, writeTimeout time.Duration) *sseWriter {
+	return &sseWriter{res: res, rc: http.NewResponseController(res.Writer), writeTimeout: writeTimeout, last: time.Now()}
+}
+
 // SendHeaders sends the status line and headers now, before any event.
 func (w *sseWriter) SendHeaders() {
 	w.mu.Lock()

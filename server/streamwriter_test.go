@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"errors"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -38,8 +40,36 @@ func (d *deadlineWriter) SetWriteDeadline(t time.Time) error {
 
 func newDeadlineSSE(writeTimeout time.Duration) (*sseWriter, *deadlineWriter) {
 	d := &deadlineWriter{header: http.Header{}}
-	res := echo.NewResponse(d, echo.New())
-	return &sseWriter{res: res, rc: http.NewResponseController(res), writeTimeout: writeTimeout, last: time.Now()}, d
+	return newSSEWriter(echo.NewResponse(d, echo.New()), writeTimeout), d
+}
+
+// flushFailWriter is a connection whose flush fails as net/http's does when the bytes it pushes
+// to a client that stopped reading hit the write deadline.
+type flushFailWriter struct {
+	deadlineWriter
+	flushErr error
+}
+
+func (f *flushFailWriter) FlushError() error { return f.flushErr }
+
+// A write whose flush hits the write deadline fails, and the writer reports the client dropped:
+// the error reaches it through echo's Response, whose own Flush would drop it.
+func TestSSEWriterSeesAFlushThatHitItsDeadline(t *testing.T) {
+	f := &flushFailWriter{deadlineWriter: deadlineWriter{header: http.Header{}}}
+	w := newSSEWriter(echo.NewResponse(f, echo.New()), time.Second)
+	if err := w.Write([]byte("event: a\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	if w.Dropped() {
+		t.Fatal("dropped after a write that went through")
+	}
+	f.flushErr = &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	if err := w.Write([]byte("event: b\n\n")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write whose flush hit its deadline: %v, want the deadline error", err)
+	}
+	if !w.Dropped() {
+		t.Fatal("a flush that hit its deadline is not reported as a dropped client")
+	}
 }
 
 // The SSE writer's idle clock (what keepalives count from) moves at the header flush and at each
