@@ -92,17 +92,22 @@ type fleetTurn struct {
 
 // fleetRun holds the scenario's processes.
 type fleetRun struct {
-	b       *bench
-	bin     string // bin/vllm-sim
-	sims    []*child
-	simArgs []string
-	floor   *child
-	gws     [2]*child
-	file    string
-	reloads int
-	client  *http.Client
-	conn    *pgx.Conn
-	res     *fleetResult
+	b   *bench
+	bin string // bin/vllm-sim
+	// shared serves the instances of every pass but the kill pass, in one process (vllm-sim
+	// --instances), at sharedURLs; sims are the kill pass's, one process each so that one can be
+	// killed (startSeparate).
+	shared     *child
+	sharedURLs []string
+	sims       []*child
+	simArgs    []string
+	floor      *child
+	gws        [2]*child
+	file       string
+	reloads    int
+	client     *http.Client
+	conn       *pgx.Conn
+	res        *fleetResult
 }
 
 func (b *bench) scenarioFleet(ctx context.Context) error {
@@ -121,7 +126,7 @@ func (b *bench) scenarioFleet(ctx context.Context) error {
 		return err
 	}
 	for _, pol := range fleetPolicies {
-		if err := fr.reload(ctx, pol, fr.simURLs()); err != nil {
+		if err := fr.reload(ctx, pol, fr.sharedURLs); err != nil {
 			return err
 		}
 		stopProfile := fr.profilePass(ctx, pol)
@@ -145,6 +150,9 @@ func (b *bench) scenarioFleet(ctx context.Context) error {
 		return fmt.Errorf("floor: %w", err)
 	}
 	fr.res.Passes["floor"] = pass
+	if err := fr.startSeparate(ctx); err != nil {
+		return err
+	}
 	if err := fr.reload(ctx, "chain-affine", fr.simURLs()); err != nil {
 		return err
 	}
@@ -160,6 +168,20 @@ func (b *bench) stopArms() {
 			delete(m, k)
 		}
 	}
+}
+
+// startSeparate stops the shared instances and starts the kill pass's, one process each.
+func (fr *fleetRun) startSeparate(ctx context.Context) error {
+	fr.shared.stop()
+	fr.shared = nil
+	for i := range fr.res.Instances {
+		c, err := startChild(ctx, fr.b.logDir, fmt.Sprintf("fleet-sim-%d", i), fr.bin, fr.simArgs, "/health")
+		if err != nil {
+			return err
+		}
+		fr.sims = append(fr.sims, c)
+	}
+	return nil
 }
 
 func (fr *fleetRun) simURLs() []string {
@@ -182,12 +204,22 @@ func (fr *fleetRun) start(ctx context.Context) error {
 	}
 	costs := []string{"--prefill-per-token", "50us", "--decode-per-token", p.FleetDecode.String(), "--shutdown-timeout", "1s"}
 	fr.simArgs = append([]string{"--listen", "ADDR", "--prefix-cache-blocks", strconv.Itoa(fr.res.CacheBlocks)}, costs...)
+	// The instances in one process, as the floor's one instance is: with a process each, the
+	// chain-affine pass ran 1.34× and 1.64× the floor's time to first token where one process
+	// ran 1.01× and 1.08×, at the same hit ratio (docs/benchmarks.md, "Fleet"): four Go runtimes
+	// beside two respgate processes, Postgres and the client contend for two cores.
+	first, err := freeRun(fr.res.Instances)
+	if err != nil {
+		return err
+	}
+	sharedArgs := append(append([]string{}, fr.simArgs...), "--instances", strconv.Itoa(fr.res.Instances))
+	if fr.shared, err = startChildAt(ctx, b.logDir, "fleet-sims", fr.bin, sharedArgs, "/health", first); err != nil {
+		return err
+	}
+	host, port, _ := strings.Cut(first, ":")
+	base, _ := strconv.Atoi(port)
 	for i := range fr.res.Instances {
-		c, err := startChild(ctx, b.logDir, fmt.Sprintf("fleet-sim-%d", i), fr.bin, fr.simArgs, "/health")
-		if err != nil {
-			return err
-		}
-		fr.sims = append(fr.sims, c)
+		fr.sharedURLs = append(fr.sharedURLs, fmt.Sprintf("http://%s:%d/v1", host, base+i))
 	}
 	// The floor: one instance whose cache never evicts (2^24 blocks).
 	floorArgs := append([]string{"--listen", "ADDR", "--prefix-cache-blocks", strconv.Itoa(1 << 24)}, costs...)
@@ -195,7 +227,7 @@ func (fr *fleetRun) start(ctx context.Context) error {
 		return err
 	}
 	fr.file = filepath.Join(b.logDir, "upstreams.yaml")
-	if err := fr.writeTopology("chain-affine", fr.simURLs()); err != nil {
+	if err := fr.writeTopology("chain-affine", fr.sharedURLs); err != nil {
 		return err
 	}
 	respgate, err := filepath.Abs(filepath.Join(b.opt.binDir, "respgate"))
@@ -244,7 +276,7 @@ func (fr *fleetRun) profilePass(ctx context.Context, pol string) (wait func()) {
 const fleetProfileSeconds = 6
 
 func (fr *fleetRun) close(ctx context.Context) {
-	for _, c := range append([]*child{fr.gws[0], fr.gws[1], fr.floor}, fr.sims...) {
+	for _, c := range append([]*child{fr.gws[0], fr.gws[1], fr.floor, fr.shared}, fr.sims...) {
 		if c != nil {
 			c.stop()
 		}

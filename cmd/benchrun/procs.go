@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -43,6 +44,39 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// freeRun returns the first of n loopback addresses on consecutive ports, all free right now
+// (vllm-sim --instances listens on consecutive ports).
+func freeRun(n int) (string, error) {
+	for range 50 {
+		first, err := freeAddr()
+		if err != nil {
+			return "", err
+		}
+		port := first[len("127.0.0.1:"):]
+		base, err := strconv.Atoi(port)
+		if err != nil {
+			return "", err
+		}
+		free := true
+		var lns []net.Listener
+		for i := range n {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				free = false
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+		if free {
+			return first, nil
+		}
+	}
+	return "", fmt.Errorf("no %d consecutive free ports found", n)
 }
 
 // startChild runs bin with args (ADDR and DEBUGADDR in args are replaced by free loopback
