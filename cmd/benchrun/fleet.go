@@ -208,18 +208,16 @@ func (fr *fleetRun) start(ctx context.Context) error {
 	// chain-affine pass ran 1.34× and 1.64× the floor's time to first token where one process
 	// ran 1.01× and 1.08×, at the same hit ratio (docs/benchmarks.md, "Fleet"): four Go runtimes
 	// beside two respgate processes, Postgres and the client contend for two cores.
-	first, err := freeRun(fr.res.Instances)
+	addrs, err := freeRun(fr.res.Instances)
 	if err != nil {
 		return err
 	}
 	sharedArgs := append(append([]string{}, fr.simArgs...), "--instances", strconv.Itoa(fr.res.Instances))
-	if fr.shared, err = startChildAt(ctx, b.logDir, "fleet-sims", fr.bin, sharedArgs, "/health", first); err != nil {
+	if fr.shared, err = startChildAt(ctx, b.logDir, "fleet-sims", fr.bin, sharedArgs, "/health", addrs[0]); err != nil {
 		return err
 	}
-	host, port, _ := strings.Cut(first, ":")
-	base, _ := strconv.Atoi(port)
-	for i := range fr.res.Instances {
-		fr.sharedURLs = append(fr.sharedURLs, fmt.Sprintf("http://%s:%d/v1", host, base+i))
+	for _, a := range addrs {
+		fr.sharedURLs = append(fr.sharedURLs, "http://"+a+"/v1")
 	}
 	// The floor: one instance whose cache never evicts (2^24 blocks).
 	floorArgs := append([]string{"--listen", "ADDR", "--prefix-cache-blocks", strconv.Itoa(1 << 24)}, costs...)

@@ -46,37 +46,41 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// freeRun returns the first of n loopback addresses on consecutive ports, all free right now
-// (vllm-sim --instances listens on consecutive ports).
-func freeRun(n int) (string, error) {
+// freeRun returns n loopback addresses on consecutive ports, all free right now (vllm-sim
+// --instances listens on consecutive ports from its --listen address).
+func freeRun(n int) ([]string, error) {
 	for range 50 {
 		first, err := freeAddr()
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		port := first[len("127.0.0.1:"):]
+		_, port, err := net.SplitHostPort(first)
+		if err != nil {
+			return nil, err
+		}
 		base, err := strconv.Atoi(port)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		free := true
+		var addrs []string
 		var lns []net.Listener
 		for i := range n {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i))
+			ln, err := net.Listen("tcp", addr)
 			if err != nil {
-				free = false
 				break
 			}
 			lns = append(lns, ln)
+			addrs = append(addrs, addr)
 		}
 		for _, ln := range lns {
 			_ = ln.Close()
 		}
-		if free {
-			return first, nil
+		if len(addrs) == n {
+			return addrs, nil
 		}
 	}
-	return "", fmt.Errorf("no %d consecutive free ports found", n)
+	return nil, fmt.Errorf("no %d consecutive free ports found", n)
 }
 
 // startChild runs bin with args (ADDR and DEBUGADDR in args are replaced by free loopback
