@@ -113,7 +113,7 @@ func runBench(args []string) error {
 	rampArms := fs.String("ramp-arms", "A,B,D,D*", "arms of the capacity ramp (B the bare proxy, whose last step D should reach; D* is the diagnostic: D with synchronous_commit=off)")
 	ramp := fs.String("ramp", "256,512,1024,2048", "concurrent streams of the capacity ramp's steps")
 	depths := fs.String("depths", "", "chain depths of the chain scenario (default 1,10,50,100,1000; -quick 1,10,50,100)")
-	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles in the log folder: of the gateway twins (Postgres: c=1, c=256, non-streamed, the deepest warm chain; SQLite: c=256, non-streamed) and of a fleet respgate replica in the chain-affine pass")
+	fs.BoolVar(&o.profile, "profile", false, "also save CPU profiles in the log folder: of the gateway twins (Postgres: c=1, c=256, non-streamed, c=256 and non-streamed with store:false, the deepest warm chain; SQLite: c=256, non-streamed) and of a fleet respgate replica in the chain-affine pass")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs even when the run succeeds")
 	fs.Float64Var(&o.fleetEpsilon, "fleet-epsilon", fleetEpsilon, "the fleet scenario's chain-affine ε (docs/fleet.md \"Sizing ε\"; the default is what it sizes for the scenario's two respgate replicas)")
 	fs.IntVar(&o.fleetMinSlack, "fleet-min-slack", -1, "the fleet scenario's chain-affine min_slack (-1: respgate's default)")

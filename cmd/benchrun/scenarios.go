@@ -141,6 +141,15 @@ func (b *bench) poolAfter(ctx context.Context, a *arm, before poolCounters, t ta
 // profileSeconds is how long -profile samples each load but c=256's.
 const profileSeconds = 10
 
+// twinVariants are the loads -profile takes the c=256 and non-streamed profiles under: each twin
+// storing, and the Postgres twin with store:false, arm C's load, so that
+// `go tool pprof -diff_base twin-pg-nostore-… twin-pg-…` is what storing costs the gateway.
+var twinVariants = []struct{ twin, name, store, what string }{
+	{"pg", "pg", "", ""},
+	{"pg", "pg-nostore", "false", ", store:false"},
+	{"sqlite", "sqlite", "", ""},
+}
+
 // c256Result: Conc concurrent streams of Tokens tokens at the pace, one wave per arm and round.
 type c256Result struct {
 	PerRound table                              `json:"per_round"`
@@ -191,11 +200,11 @@ func (b *bench) scenarioC256(ctx context.Context) error {
 		res.CPURatio[a.Name] = res.PerRound.ratio(a.Name, "B", "cpu_us_per_event")
 	}
 	if b.opt.profile {
-		for _, twin := range []string{"pg", "sqlite"} {
-			b.profileTwinOf(ctx, twin, "twin-"+twin+"-c256", fmt.Sprintf("%d concurrent streams of %d tokens (CPU per relayed event)", p.Conc, p.Tokens),
+		for _, v := range twinVariants {
+			b.profileTwinOf(ctx, v.twin, "twin-"+v.name+"-c256", fmt.Sprintf("%d concurrent streams of %d tokens%s (CPU per relayed event)", p.Conc, p.Tokens, v.what),
 				int(p.Spread.Seconds())+p.Tokens*p.PaceMS/1000, false,
 				loadgen.Config{Stream: true, Concurrency: p.Conc, Requests: p.Conc, Spread: p.Spread,
-					Body: constBody((&arm{}).body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
+					Body: constBody((&arm{store: v.store}).body(model(p.PaceMS, p.Tokens, ""), benchInput, true, nil))})
 		}
 	}
 	return nil
@@ -490,9 +499,9 @@ func (b *bench) scenarioNonStream(ctx context.Context) error {
 		}
 	}
 	if b.opt.profile {
-		for _, twin := range []string{"pg", "sqlite"} {
-			b.profileTwinOf(ctx, twin, "twin-"+twin+"-nonstream", fmt.Sprintf("non-streamed turns at c=%d (CPU per non-streamed turn)", p.NSConc),
-				profileSeconds, false, loadgen.Config{Concurrency: p.NSConc, Requests: 20 * p.NSConc, Body: constBody((&arm{}).body(mdl, benchInput, false, nil))})
+		for _, v := range twinVariants {
+			b.profileTwinOf(ctx, v.twin, "twin-"+v.name+"-nonstream", fmt.Sprintf("non-streamed turns at c=%d%s (CPU per non-streamed turn)", p.NSConc, v.what),
+				profileSeconds, false, loadgen.Config{Concurrency: p.NSConc, Requests: 20 * p.NSConc, Body: constBody((&arm{store: v.store}).body(mdl, benchInput, false, nil))})
 		}
 	}
 	for _, name := range []string{"A", "D"} {

@@ -1,6 +1,10 @@
 package postgres
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // Hooks for the package's external tests (notify_test.go).
 
@@ -51,4 +55,47 @@ func (s *Store) SynchronousCommitAfterAppend(ctx context.Context, tenant, id str
 	var v string
 	err = tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
 	return v, err
+}
+
+// The statements of a turn's writes that look a response up by (tenant, id), for the plan test.
+var (
+	ResponseBeginSQL = responseBeginSQL
+	FinishSQL        = mustWrite("WITH", finishResponseSQL, noResponseWritten)
+	UpsertSQL        = mustWrite(lineageCTE+",", upsertResponseInsertSQL, noResponseWritten)
+	InsertItemsSQL   = insertItemsSQL
+	ResponseChainSQL = queries.ResponseChain
+	AppendEventsSQL  = appendEventsSQL
+)
+
+// GenericPlan is the text of the generic plan Postgres makes for sql, as a pooled connection's
+// cached statement is planned after its first executions: EXPLAIN EXECUTE of sql prepared on one
+// connection with plan_cache_mode=force_generic_plan, args being the EXECUTE's literal arguments.
+func (s *Store) GenericPlan(ctx context.Context, sql, args string) (string, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Release()
+	for _, q := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE plan_probe AS ` + sql} {
+		if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return "", err
+		}
+	}
+	defer func() {
+		_, _ = c.Exec(context.WithoutCancel(ctx), `DEALLOCATE plan_probe; RESET plan_cache_mode`, pgx.QueryExecModeSimpleProtocol)
+	}()
+	rows, err := c.Query(ctx, `EXPLAIN EXECUTE plan_probe(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var plan []byte
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "", err
+		}
+		plan = append(append(plan, line...), '\n')
+	}
+	return string(plan), rows.Err()
 }

@@ -3,6 +3,9 @@ package postgres_test
 import (
 	"fmt"
 	"net/url"
+	"regexp"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -75,6 +78,10 @@ func BenchmarkCommitTurn(b *testing.B) {
 	reportRoundTrips(b, rt, func() error { return s.ResponseCommit(b.Context(), storetest.BenchCommitParams(b, "resp_counted")) })
 }
 
+func BenchmarkBegin(b *testing.B) {
+	storetest.BenchmarkBegin(b, newStore(b))
+}
+
 func BenchmarkChainGet(b *testing.B) {
 	for _, depth := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
@@ -139,6 +146,66 @@ func BenchmarkCommitParallel(b *testing.B) {
 	b.SetParallelism(8)
 	storetest.BenchmarkCommitParallel(b, newStore(b))
 }
+
+// The statements of a turn find the response by its primary key, and a chain read goes by the
+// lineage indexes, in the generic plans a pooled connection's cached statements get, also while
+// the tables are young and not yet analyzed. An index that leads with tenant (before
+// migrations/postgres/011) was costed the same as the primary key on such a table, and a plan
+// through it read every response of the tenant until autovacuum's first ANALYZE: each turn's
+// round trips grew with the table.
+func TestTurnStatementsUseTheirIndexesOnAYoungTable(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	prev := ""
+	for i := range 100 {
+		p := storetest.BenchCommitParams(t, fmt.Sprintf("resp_%d", i))
+		p.Response.PreviousResponseID = prev
+		for j := range p.Input {
+			p.Input[j].ID = fmt.Sprintf("in_%d_%d", i, j)
+			p.Output[j].ID = fmt.Sprintf("out_%d_%d", i, j)
+		}
+		if err := s.ResponseCommit(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		prev = p.Response.ID
+	}
+	byKey := []string{"responses_pkey"}
+	for _, c := range []struct {
+		name, sql, args string
+		indexes         []string // the indexes its reads of responses and items may use
+	}{
+		{"begin", postgres.ResponseBeginSQL, `'tenant-a', 'resp_new', 'in_progress', 'm', 'resp_19', NULL, now(), NULL, '{}', NULL, NULL, NULL, 'o', now(), NULL, false`, byKey},
+		{"finish", postgres.FinishSQL, `'tenant-a', 'resp_1', 'completed', 'm', NULL, NULL, now(), '{}', NULL, NULL, NULL, NULL, false`, byKey},
+		{"upsert", postgres.UpsertSQL, `'tenant-a', 'resp_new', 'completed', 'm', 'resp_19', NULL, now(), now(), '{}', NULL, NULL, NULL, NULL, false`, byKey},
+		{"items", postgres.InsertItemsSQL, `'tenant-a', 'resp_1', '{input}', '{0}', '{msg_1}', '{message}', '{"{}"}', NULL`, byKey},
+		{"events", postgres.AppendEventsSQL, `'tenant-a', 'resp_1', '{1}', '{response.output_text.delta}', '{"\\x00"}'`, byKey},
+		{"chain", postgres.ResponseChainSQL, `'tenant-a', 'resp_19', 2000`, []string{"responses_pkey", "responses_branch_depth_idx", "items_branch_depth_idx"}},
+	} {
+		plan, err := s.GenericPlan(ctx, c.sql, c.args)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		reads := 0
+		for line := range strings.Lines(plan) {
+			m := planRead.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			reads++
+			if index := m[1] + m[2]; !slices.Contains(c.indexes, index) {
+				t.Errorf("%s: the generic plan reads %q, not by %v:\n%s", c.name, strings.TrimSpace(line), c.indexes, plan)
+				break
+			}
+		}
+		if reads == 0 {
+			t.Errorf("%s: no read of responses or items in the plan:\n%s", c.name, plan)
+		}
+	}
+}
+
+// planRead matches a plan line that reads responses or items: the index it goes by (submatch 1
+// or 2), none for a sequential scan.
+var planRead = regexp.MustCompile(`(?:Index(?: Only)? Scan(?: Backward)? using (\S+) on (?:responses|items)\b|Bitmap Index Scan on (\S+)|Seq Scan on (?:responses|items)\b)`)
 
 // A running stream's event-log append commits without waiting for the WAL flush, as the
 // in-progress record does: it must not hold a pooled connection through a flush (the final commit

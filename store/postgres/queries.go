@@ -23,8 +23,8 @@ ORDER BY kind, seq`,
 	// (migrations/postgres/006): seg walks the branches on the path, one index probe each (the
 	// lowest row of the branch at or below the depth reached; if it starts a fork, the next
 	// segment is its parent branch up to the fork depth), at most $3 of them; then each segment's
-	// responses and items come from one range scan each of responses_lineage_idx and
-	// items_lineage_idx. Record rows, oldest first: record, input items, output items, by
+	// responses and items come from one range scan each of responses_branch_depth_idx and
+	// items_branch_depth_idx. Record rows, oldest first: record, input items, output items, by
 	// position; the first row (kind 3) carries the tenant's lineage generation in position.
 	// store.AssembleChain cuts the chain at a deleted ancestor (the rows below a gap).
 	//

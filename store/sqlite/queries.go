@@ -22,8 +22,8 @@ ORDER BY kind, seq`,
 
 	// ResponseChain loads the chain ending at ?2 by lineage, as store/postgres's ResponseChain
 	// does (read its comment): seg walks the branches on the path (one index probe each, at most ?3), then
-	// each segment's responses and items come from one range scan of responses_lineage_idx and
-	// items_lineage_idx. CROSS JOIN keeps seg the outer loop.
+	// each segment's responses and items come from one range scan of responses_branch_depth_idx and
+	// items_branch_depth_idx. CROSS JOIN keeps seg the outer loop.
 	ResponseChain: `
 WITH RECURSIVE seg (branch, top, n) AS (
     SELECT branch, depth, 0 FROM responses WHERE tenant = ?1 AND id = ?2

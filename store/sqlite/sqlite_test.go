@@ -108,6 +108,10 @@ func BenchmarkCommitTurn(b *testing.B) {
 	storetest.BenchmarkCommit(b, newStore(b))
 }
 
+func BenchmarkBegin(b *testing.B) {
+	storetest.BenchmarkBegin(b, newStore(b))
+}
+
 func BenchmarkChainGet(b *testing.B) {
 	for _, depth := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {

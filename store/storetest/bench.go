@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/wire"
@@ -32,6 +33,24 @@ func BenchmarkCommit(b *testing.B, s store.Store) {
 		err := s.ResponseCommit(ctx, p)
 		if err != nil {
 			b.Fatalf("commit: %v", err)
+		}
+		i++
+	}
+}
+
+// BenchmarkBegin measures ResponseBegin of one turn's in-progress record with one input item of
+// about 400 bytes, on the given (empty) store: the write a streamed turn's response.created
+// waits for (docs/design.md §1).
+func BenchmarkBegin(b *testing.B, s store.Store) {
+	ctx := b.Context()
+	p := &store.ResponseBeginParams{Response: newResponse(tenantA, "", "", "", wire.StatusInProgress),
+		Input: benchItems(b, "in", 1), LeaseOwner: "bench", LeaseExpiresAt: now().Add(time.Hour)}
+	i := 0
+	for b.Loop() {
+		p.Response.ID = fmt.Sprintf("resp_begin_%d", i)
+		p.Input[0].ID = fmt.Sprintf("msg_begin_%d", i)
+		if err := s.ResponseBegin(ctx, p); err != nil {
+			b.Fatalf("begin: %v", err)
 		}
 		i++
 	}
