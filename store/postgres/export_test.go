@@ -57,7 +57,7 @@ func (s *Store) SynchronousCommitAfterAppend(ctx context.Context, tenant, id str
 	return v, err
 }
 
-// The statements of a turn's writes that look a response up by (tenant, id), for the plan test.
+// The statements of a turn that read responses and items, for the plan test.
 var (
 	ResponseBeginSQL = responseBeginSQL
 	FinishSQL        = mustWrite("WITH", finishResponseSQL, noResponseWritten)
