@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/respgate/respgate/store"
 )
 
 // Hooks for the package's external tests (notify_test.go).
@@ -51,6 +53,32 @@ func (s *Store) SynchronousCommitAfterAppend(ctx context.Context, tenant, id str
 	var found bool
 	if err := tx.QueryRow(ctx, appendEventsSQL, tenant, id, []int64{}, []string{}, [][]byte{}).Scan(&found); err != nil {
 		return "", err
+	}
+	var v string
+	err = tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
+	return v, err
+}
+
+// SynchronousCommitAfterBegin runs ResponseBegin's batch for p, statement by statement, in a
+// transaction whose synchronous_commit starts on, and returns the setting that transaction then
+// commits with.
+func (s *Store) SynchronousCommitAfterBegin(ctx context.Context, p *store.ResponseBeginParams) (string, error) {
+	b, err := s.beginBatch(p)
+	if err != nil {
+		return "", err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		return "", err
+	}
+	for _, q := range b.QueuedQueries {
+		if _, err := tx.Exec(ctx, q.SQL, q.Arguments...); err != nil {
+			return "", err
+		}
 	}
 	var v string
 	err = tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/respgate/respgate/internal/pgtest"
 	"github.com/respgate/respgate/store"
 	"github.com/respgate/respgate/store/postgres"
 	"github.com/respgate/respgate/store/storetest"
+	"github.com/respgate/respgate/wire"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -206,6 +208,23 @@ func TestTurnStatementsUseTheirIndexesOnAYoungTable(t *testing.T) {
 // planRead matches a plan line that reads responses or items: the index it goes by (submatch 1
 // or 2), none for a sequential scan.
 var planRead = regexp.MustCompile(`(?:Index(?: Only)? Scan(?: Backward)? using (\S+) on (?:responses|items)\b|Bitmap Index Scan on (\S+)|Seq Scan on (?:responses|items)\b)`)
+
+// The in-progress record commits without waiting for the WAL flush (docs/design.md §1: it must
+// not add a flush to time to first byte); the final commit is the durable one.
+func TestBeginCommitsAsynchronously(t *testing.T) {
+	s := newStore(t)
+	p := &store.ResponseBeginParams{Response: store.Response{ID: "resp_1", Tenant: "t", Status: wire.StatusInProgress,
+		Model: "m", CreatedAt: time.Now(), Echo: []byte(`{}`)}, Input: []wire.Item{{ID: "msg_1", Type: "message",
+		JSON: []byte(`{"id":"msg_1","type":"message","role":"user","content":[]}`)}},
+		LeaseOwner: "o", LeaseExpiresAt: time.Now().Add(time.Hour)}
+	got, err := s.SynchronousCommitAfterBegin(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "off" {
+		t.Fatalf("the in-progress record's transaction commits with synchronous_commit=%s, want off", got)
+	}
+}
 
 // A running stream's event-log append commits without waiting for the WAL flush, as the
 // in-progress record does: it must not hold a pooled connection through a flush (the final commit

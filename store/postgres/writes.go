@@ -23,11 +23,24 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 	// asynchronously: the in-progress record must not add a WAL flush to time-to-first-byte
 	// (docs/design.md §1). The final ResponseCommit is the durable one; only a crash of Postgres itself
 	// within wal_writer_delay could lose this row, and then no final commit happened either.
+	b, err := s.beginBatch(p)
+	if err != nil {
+		return err
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("begin response: %w", interpretError(err))
+	}
+	return nil
+}
+
+// beginBatch is ResponseBegin's batch: synchronous_commit off for its transaction, the record,
+// its input items.
+func (s *Store) beginBatch(p *store.ResponseBeginParams) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	args, err := store.BeginArgs(s.Driver, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.Queue(responseBeginSQL, args...)
 	if len(p.Input) > 0 {
@@ -35,10 +48,7 @@ func (s *Store) ResponseBegin(ctx context.Context, p *store.ResponseBeginParams)
 		items.add(store.RoleInput, p.Input)
 		queueInsertItems(b, p.Response.Tenant, p.Response.ID, nil, &items)
 	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("begin response: %w", interpretError(err))
-	}
-	return nil
+	return b, nil
 }
 
 // ResponseCommit stores a finished turn in one transaction and ONE round trip; see
