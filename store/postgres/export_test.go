@@ -42,31 +42,32 @@ func (s *Store) ListenerGoroutines() int { return int(s.watch.running.Load()) }
 // events) in a transaction whose synchronous_commit starts on, and returns the setting that
 // transaction then commits with.
 func (s *Store) SynchronousCommitAfterAppend(ctx context.Context, tenant, id string) (string, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
-		return "", err
-	}
-	var found bool
-	if err := tx.QueryRow(ctx, appendEventsSQL, tenant, id, []int64{}, []string{}, [][]byte{}).Scan(&found); err != nil {
-		return "", err
-	}
-	var v string
-	err = tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
-	return v, err
+	return s.synchronousCommitAfter(ctx, func(tx pgx.Tx) error {
+		var found bool
+		return tx.QueryRow(ctx, appendEventsSQL, tenant, id, []int64{}, []string{}, [][]byte{}).Scan(&found)
+	})
 }
 
-// SynchronousCommitAfterBegin runs ResponseBegin's batch for p, statement by statement, in a
-// transaction whose synchronous_commit starts on, and returns the setting that transaction then
-// commits with.
+// SynchronousCommitAfterBegin is SynchronousCommitAfterAppend for ResponseBegin's batch for p,
+// run statement by statement.
 func (s *Store) SynchronousCommitAfterBegin(ctx context.Context, p *store.ResponseBeginParams) (string, error) {
 	b, err := s.beginBatch(p)
 	if err != nil {
 		return "", err
 	}
+	return s.synchronousCommitAfter(ctx, func(tx pgx.Tx) error {
+		for _, q := range b.QueuedQueries {
+			if _, err := tx.Exec(ctx, q.SQL, q.Arguments...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// synchronousCommitAfter runs run in a transaction whose synchronous_commit starts on, and
+// returns the setting that transaction then commits with.
+func (s *Store) synchronousCommitAfter(ctx context.Context, run func(pgx.Tx) error) (string, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return "", err
@@ -75,10 +76,8 @@ func (s *Store) SynchronousCommitAfterBegin(ctx context.Context, p *store.Respon
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
 		return "", err
 	}
-	for _, q := range b.QueuedQueries {
-		if _, err := tx.Exec(ctx, q.SQL, q.Arguments...); err != nil {
-			return "", err
-		}
+	if err := run(tx); err != nil {
+		return "", err
 	}
 	var v string
 	err = tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&v)
