@@ -48,7 +48,6 @@ func BenchmarkBegin(b *testing.B, s store.Store) {
 	i := 0
 	for b.Loop() {
 		p.Response.ID = fmt.Sprintf("resp_begin_%d", i)
-		p.Input[0].ID = fmt.Sprintf("msg_begin_%d", i)
 		if err := s.ResponseBegin(ctx, p); err != nil {
 			b.Fatalf("begin: %v", err)
 		}
