@@ -163,6 +163,9 @@ type Engine struct {
 	// nil: not watching); watching is true while it runs, so followers poll only as a fallback.
 	bgWatch  *store.EventWatchParams
 	watching atomic.Bool
+	// appender flushes the event logs of the running foreground streams (appender.go); its
+	// goroutine is one of background.
+	appender *eventAppender
 }
 
 // New builds the engine over st and up, reporting to tel; cfg's zero fields get their defaults.
@@ -195,6 +198,7 @@ func New(ctx context.Context, cfg Config, st store.Store, up upstream.Caller, te
 		quit:     make(chan struct{}),
 	}
 	e.stopCtx, e.stopCancel = context.WithCancel(context.Background())
+	e.appender = newEventAppender(st, cfg.Logger, cfg.CommitTimeout, &e.background, e.quit)
 	if err := e.registerQueueGauge(); err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}

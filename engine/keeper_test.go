@@ -49,15 +49,20 @@ func (k *keeperStore) ConversationTurnExtend(_ context.Context, p *store.Convers
 	return nil
 }
 
-func (k *keeperStore) ResponseEventAppend(_ context.Context, p *store.ResponseEventAppendParams) error {
+// ResponseEventAppend records each call as the runs of its responses, in the order given.
+func (k *keeperStore) ResponseEventAppend(_ context.Context, ps []store.ResponseEventAppendParams) ([]int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.appends = append(k.appends, slices.Clone(p.Events))
+	var evs []store.Event
+	for _, p := range ps {
+		evs = append(evs, p.Events...)
+	}
+	k.appends = append(k.appends, evs)
 	if k.failAppend > 0 {
 		k.failAppend--
-		return errors.New("store unreachable (injected)")
+		return nil, errors.New("store unreachable (injected)")
 	}
-	return nil
+	return nil, nil
 }
 
 // appendCount is the number of ResponseEventAppend calls so far.
@@ -108,22 +113,22 @@ func TestLeaseKeeperStartsOnlyWithSomethingToKeep(t *testing.T) {
 	k.Stop() // a nil keeper's Stop is a no-op
 }
 
-func TestLeaseKeeperFlushesTheEventLogAndRetriesAFailedRunUnchanged(t *testing.T) {
+func TestLeaseKeeperFlushesABackgroundTurnsLogAndRetriesAFailedRunUnchanged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &keeperStore{failAppend: 1}
 		// A lease of an hour renews every 20 minutes: every tick here is an event flush.
 		s := keeperServer(st, time.Hour)
-		tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}}
+		tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1"}, events: &eventLog{}, claimed: true}
 		tr.keeper = s.startKeeper(tr)
 		defer tr.keeper.Stop()
 		tr.events.observe(0, "response.created", []byte(`{"a":0}`))
 		tr.events.observe(1, "response.in_progress", []byte(`{"a":1}`))
-		time.Sleep(eventFlushInterval) // the first flush fails
+		time.Sleep(bgFlushInterval) // the first flush fails
 		synctest.Wait()
 		tr.events.observe(2, "response.output_text.delta", []byte(`{"a":2}`))
-		time.Sleep(eventFlushInterval) // the second writes the failed run again, then the new one
+		time.Sleep(bgFlushInterval) // the second writes the failed run again, then the new one
 		synctest.Wait()
-		time.Sleep(3 * eventFlushInterval) // nothing new: no more writes
+		time.Sleep(3 * bgFlushInterval) // nothing new: no more writes
 		synctest.Wait()
 		tr.keeper.Stop()
 
@@ -208,10 +213,10 @@ func runs(evs []store.Event) string {
 	return "[" + strings.Join(out, " ") + "]"
 }
 
-// The keeper ticks at the shortest of its duties: a third of the lease TTL, the event log's
-// flush interval for a stream, the background flush interval for a claimed background turn. The
-// first flush of each kind of turn lands exactly one tick after the start, not a moment before.
-// A claimed turn's successful flush wakes the readers of its log; a failed one does not.
+// The keeper of a claimed background turn ticks at the shortest of its duties: a third of the
+// lease TTL, the background flush interval. The first flush lands exactly one tick after the
+// start, not a moment before. A successful flush wakes the readers of its log; a failed one does
+// not.
 func TestLeaseKeeperTicksAtItsShortestDutyAndWakesReadersOfAClaimedLog(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -221,8 +226,6 @@ func TestLeaseKeeperTicksAtItsShortestDutyAndWakesReadersOfAClaimedLog(t *testin
 		want     time.Duration
 		wantWake bool
 	}{
-		{name: "stream, long lease", ttl: time.Hour, want: eventFlushInterval},
-		{name: "stream, lease shorter than three flushes", ttl: 900 * time.Millisecond, want: 300 * time.Millisecond},
 		{name: "claimed background turn", ttl: time.Hour, claimed: true, want: bgFlushInterval, wantWake: true},
 		{name: "claimed background turn, short lease", ttl: 90 * time.Millisecond, claimed: true, want: 30 * time.Millisecond, wantWake: true},
 		{name: "claimed background turn whose flush fails", ttl: time.Hour, claimed: true, fail: true, want: bgFlushInterval},

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -38,8 +39,11 @@ func (l *lostLeases) ConversationTurnExtend(ctx context.Context, _ *store.Conver
 	return l.fail(ctx)
 }
 
-func (l *lostLeases) ResponseEventAppend(ctx context.Context, _ *store.ResponseEventAppendParams) error {
-	return l.fail(ctx)
+func (l *lostLeases) ResponseEventAppend(ctx context.Context, ps []store.ResponseEventAppendParams) ([]int, error) {
+	if err := l.fail(ctx); !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	return []int{0}, nil // the response is gone
 }
 
 // A renewal or an event flush that fails is a warning naming the response (and whether the
@@ -51,12 +55,12 @@ func TestLeaseKeeperWarnsOfFailedRenewalsButNotOfItsOwnStop(t *testing.T) {
 			s := keeperServer(&lostLeases{block: block}, 30*time.Second)
 			s.log = slog.New(logs)
 			tr := &Turn{rec: store.Response{ID: "resp_1", Tenant: "t1", ConversationID: "conv_1"}, leased: true,
-				events: &eventLog{}}
+				events: &eventLog{}, claimed: true}
 			tr.convTurn.Store(true)
 			tr.events.observe(0, "response.created", []byte(`{}`))
 			tr.keeper = s.startKeeper(tr)
 			if block {
-				time.Sleep(eventFlushInterval) // the first flush is under way and blocks
+				time.Sleep(bgFlushInterval) // the first flush is under way and blocks
 				synctest.Wait()
 				tr.keeper.Stop()
 				if got := logs.Snapshot(); len(got) != 0 {
@@ -64,7 +68,7 @@ func TestLeaseKeeperWarnsOfFailedRenewalsButNotOfItsOwnStop(t *testing.T) {
 				}
 				return
 			}
-			time.Sleep(10 * time.Second) // 20 flushes (the first fails) and one renewal of each lease
+			time.Sleep(10 * time.Second) // 200 flushes (the first fails) and one renewal of each lease
 			synctest.Wait()
 			tr.keeper.Stop()
 			want := []string{

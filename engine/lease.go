@@ -11,12 +11,14 @@ import (
 	"github.com/respgate/respgate/wire"
 )
 
-// eventFlushInterval is how often a running stream's new events are appended to its event log,
-// so that a GET ?stream=true on any replica can follow the stream while it runs.
+// eventFlushInterval is how often the running streams' new events are appended to their event
+// logs (eventAppender), so that a GET ?stream=true on any replica can follow a stream while it
+// runs.
 const eventFlushInterval = 500 * time.Millisecond
 
-// eventLog collects a stream's client events (accumulator.Options.Observe) until the lease keeper
-// flushes them to the store or the commit takes the rest. Events are logged in runs: each run is
+// eventLog collects a stream's client events (accumulator.Options.Observe) until they are flushed
+// to the store (by the engine's eventAppender; a background turn's by its lease keeper) or the
+// commit takes the rest. Events are logged in runs: each run is
 // one store.Event holding the SSE frames of consecutive sequence numbers, so a flush writes one
 // row however many tokens it covers. A run handed to the store is never merged with later events,
 // so a retried run is the same entry (idempotent by its first sequence number).
@@ -33,6 +35,8 @@ type eventLog struct {
 	pending bool
 	sealed  bool // the commit took the log: later events (the terminal one) are not logged
 	lastLen int  // the length the last run reached
+	// flushing counts the engine's flushes (eventAppender) that hold runs of this log.
+	flushing sync.WaitGroup
 }
 
 // A run's buffer starts at minRunCap, or a quarter over the last run's length, at most
@@ -99,7 +103,7 @@ func (l *eventLog) putBack(runs []store.Event) {
 	l.closed = append(runs, l.closed...)
 }
 
-// leaseKeeper keeps a turn's leases alive and flushes its event log while the turn runs. It talks
+// leaseKeeper keeps a turn's leases alive (and flushes a background turn's event log) while the turn runs. It talks
 // only to the store, never to the client: a client that stops reading must not let the lease
 // expire (renewal used to wait behind a blocked write). It is a timer, not a goroutine: its work
 // runs on a short-lived goroutine when due (issue 25: goroutines per open stream). Start it once
@@ -128,18 +132,19 @@ func (k *leaseKeeper) flushSoon() {
 	k.task.fireNow(func() bool { return time.Since(time.Unix(0, k.lastFlush.Load())) >= bgFlushInterval })
 }
 
-// startKeeper starts the keeper of t. It returns nil when t holds no lease and logs no events.
+// keeperFlushes: t's lease keeper flushes its event log, a claimed background turn's, whose
+// readers read only the log; a foreground stream's is flushed with the others (eventAppender).
+func (t *Turn) keeperFlushes() bool { return t.claimed && t.events != nil }
+
+// startKeeper starts the keeper of t. It returns nil when t holds no lease and flushes no log.
 func (e *Engine) startKeeper(t *Turn) *leaseKeeper {
-	if !t.leased && !t.convTurn.Load() && t.events == nil {
+	if !t.leased && !t.convTurn.Load() && !t.keeperFlushes() {
 		return nil
 	}
 	k := &leaseKeeper{s: e, t: t, renewEvery: e.cfg.LeaseTTL / 3}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.tick = k.renewEvery
-	if t.events != nil && eventFlushInterval < k.tick {
-		k.tick = eventFlushInterval
-	}
-	if t.claimed && t.events != nil {
+	if t.keeperFlushes() {
 		k.tick = min(k.tick, bgFlushInterval) // a background turn's readers read only the log
 	}
 	now := time.Now()
@@ -166,7 +171,7 @@ func (k *leaseKeeper) Stop() {
 // time.Ticker drops them).
 func (k *leaseKeeper) run() (time.Duration, bool) {
 	now := time.Now()
-	if k.t.events != nil {
+	if k.t.keeperFlushes() {
 		k.flush(k.ctx)
 	}
 	if now.Sub(k.lastRenew) >= k.renewEvery {
@@ -188,7 +193,7 @@ func (k *leaseKeeper) flush(ctx context.Context) {
 	if len(evs) == 0 { // nothing new
 		return
 	}
-	err := k.s.store.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{
+	err := store.AppendEvents(ctx, k.s.store, &store.ResponseEventAppendParams{
 		Tenant: k.t.rec.Tenant, ResponseID: k.t.rec.ID, Events: evs, Notify: k.t.claimed})
 	if err == nil && k.t.claimed {
 		k.s.bgWake.wake(k.t.rec.ID)

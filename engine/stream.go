@@ -72,6 +72,7 @@ func (e *Engine) streamTurn(reqCtx context.Context, t *Turn, open func() Sink) e
 		}
 	})
 	defer t.keeper.Stop()
+	defer e.appender.remove(t)
 	if err != nil {
 		if _, ok := w.(HeaderSink); ok {
 			return e.failOpenStream(w, err)
@@ -166,6 +167,9 @@ func (e *Engine) connect(ctx, uctx context.Context, t *Turn, answered func()) (*
 	t.leased = t.store
 	if t.store {
 		t.events = &eventLog{}
+		if !t.claimed {
+			e.appender.add(t) // a background turn's keeper flushes its log (startKeeper)
+		}
 	}
 	t.keeper = e.startKeeper(t)
 	if upErr == nil {

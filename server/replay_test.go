@@ -329,7 +329,7 @@ func (h *turnHarness) follow(t *testing.T, runs []store.Event, output []wire.Ite
 		t.Fatalf("the first read of a new log found %d runs", n)
 	}
 	if len(runs) > 0 {
-		if err := h.st.Store.ResponseEventAppend(t.Context(), &store.ResponseEventAppendParams{Tenant: tn, ResponseID: rec.ID, Events: runs}); err != nil {
+		if err := store.AppendEvents(t.Context(), h.st.Store, &store.ResponseEventAppendParams{Tenant: tn, ResponseID: rec.ID, Events: runs}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/respgate/respgate/wire"
@@ -149,9 +150,13 @@ type Store interface {
 	// Begun and the response no longer exists (it was deleted), nothing is written and the error
 	// is ErrNotFound: a commit never resurrects a deleted response.
 	ResponseCommit(ctx context.Context, p *ResponseCommitParams) error
-	// ResponseEventAppend adds events to a response's event log (idempotent by Seq: an event
-	// already stored is left as it is). ErrNotFound if the response does not exist.
-	ResponseEventAppend(ctx context.Context, p *ResponseEventAppendParams) error
+	// ResponseEventAppend adds events to the event logs of the responses ps name, in one round
+	// trip however many there are (a gateway appends the logs of all its running streams at
+	// once), idempotently by Seq: an event already stored is left as it is. missing holds, in
+	// order, the indexes in ps of the responses that do not exist: nothing is logged for them,
+	// and the others' events are logged. On an error nothing is logged. AppendEvents is the call
+	// for one response.
+	ResponseEventAppend(ctx context.Context, ps []ResponseEventAppendParams) (missing []int, err error)
 	// ResponseEventList returns the response's logged events with Seq > After in Seq order, at
 	// most Limit (0: all). ErrNotFound if the response does not exist for the tenant.
 	ResponseEventList(ctx context.Context, p *ResponseEventListParams) ([]Event, error)
@@ -330,6 +335,34 @@ type ResponseCommitParams struct {
 	// ended, in the commit's transaction: its followers on other replicas read it at once. Set
 	// for background turns; a backend without watchers ignores it.
 	Notify bool
+}
+
+// AppendEvents appends p's events with st.ResponseEventAppend: ErrNotFound when the response
+// does not exist.
+func AppendEvents(ctx context.Context, st Store, p *ResponseEventAppendParams) error {
+	missing, err := st.ResponseEventAppend(ctx, []ResponseEventAppendParams{*p})
+	if err == nil && len(missing) > 0 {
+		err = fmt.Errorf("append response events: %w", ErrNotFound)
+	}
+	return err
+}
+
+// Missing is the indexes in [0, n) that found (1-based places, as SQL's ordinality counts)
+// does not hold, in order: a backend's answer to ResponseEventAppend.
+func Missing(n int, found []int64) []int {
+	seen := make([]bool, n)
+	for _, f := range found {
+		if f >= 1 && f <= int64(n) {
+			seen[f-1] = true
+		}
+	}
+	var missing []int
+	for i, ok := range seen {
+		if !ok {
+			missing = append(missing, i)
+		}
+	}
+	return missing
 }
 
 type ResponseEventAppendParams struct {

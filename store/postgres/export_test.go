@@ -43,8 +43,8 @@ func (s *Store) ListenerGoroutines() int { return int(s.watch.running.Load()) }
 // transaction then commits with.
 func (s *Store) SynchronousCommitAfterAppend(ctx context.Context, tenant, id string) (string, error) {
 	return s.synchronousCommitAfter(ctx, func(tx pgx.Tx) error {
-		var found bool
-		return tx.QueryRow(ctx, appendEventsSQL, tenant, id, []int64{}, []string{}, [][]byte{}).Scan(&found)
+		var found []int64
+		return tx.QueryRow(ctx, appendEventsSQL, []string{tenant}, []string{id}, []int64{}, []int64{}, []string{}, [][]byte{}).Scan(&found)
 	})
 }
 

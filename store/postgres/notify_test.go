@@ -59,10 +59,10 @@ func TestEventNotificationsReachAnotherStoreOnTheDatabase(t *testing.T) {
 	}
 	// Without Notify: silence. Notifications arrive in commit order, so a wake for resp_0 would
 	// come before the one of resp_1's notified append.
-	if err := writer.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_0", Events: ev(0)}); err != nil {
+	if err := store.AppendEvents(ctx, writer, &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_0", Events: ev(0)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := writer.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_1", Events: ev(1), Notify: true}); err != nil {
+	if err := store.AppendEvents(ctx, writer, &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_1", Events: ev(1), Notify: true}); err != nil {
 		t.Fatal(err)
 	}
 	if id := wakeOf(t, wakes); id != "resp_1" {
@@ -329,7 +329,7 @@ func BenchmarkEventAppend(b *testing.B) {
 	var seq int64
 	appendOne := func(notify bool) {
 		seq++
-		err := writer.ResponseEventAppend(b.Context(), &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_1", Notify: notify,
+		err := store.AppendEvents(b.Context(), writer, &store.ResponseEventAppendParams{Tenant: "t", ResponseID: "resp_1", Notify: notify,
 			Events: []store.Event{{Seq: seq, Type: "response.output_text.delta", Data: []byte("event: response.output_text.delta\ndata: {}\n\n")}}})
 		if err != nil {
 			b.Fatal(err)

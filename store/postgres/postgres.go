@@ -252,6 +252,12 @@ func queueInsertItems(b *pgx.Batch, tenant string, responseID, conversationID an
 
 // eventArrays spreads events over the parallel arrays insertEventsSQL unnests.
 func eventArrays(events []store.Event) (seqs []int64, types []string, data [][]byte) {
+	n := len(events)
+	return appendEventArrays(make([]int64, 0, n), make([]string, 0, n), make([][]byte, 0, n), events)
+}
+
+// appendEventArrays appends events to the parallel arrays of eventArrays.
+func appendEventArrays(seqs []int64, types []string, data [][]byte, events []store.Event) ([]int64, []string, [][]byte) {
 	for _, e := range events {
 		d := e.Data
 		if d == nil {

@@ -180,7 +180,7 @@ func TestTurnStatementsUseTheirIndexesOnAYoungTable(t *testing.T) {
 		{"finish", postgres.FinishSQL, `'tenant-a', 'resp_1', 'completed', 'm', NULL, NULL, now(), '{}', NULL, NULL, NULL, NULL, false`, byKey},
 		{"upsert", postgres.UpsertSQL, `'tenant-a', 'resp_new', 'completed', 'm', 'resp_19', NULL, now(), now(), '{}', NULL, NULL, NULL, NULL, false`, byKey},
 		{"items", postgres.InsertItemsSQL, `'tenant-a', 'resp_1', '{input}', '{0}', '{msg_1}', '{message}', '{"{}"}', NULL`, byKey},
-		{"events", postgres.AppendEventsSQL, `'tenant-a', 'resp_1', '{1}', '{response.output_text.delta}', '{"\\x00"}'`, byKey},
+		{"events", postgres.AppendEventsSQL, `'{tenant-a}', '{resp_1}', '{1}', '{1}', '{response.output_text.delta}', '{"\\x00"}'`, byKey},
 		{"chain", postgres.ResponseChainSQL, `'tenant-a', 'resp_19', 2000`, []string{"responses_pkey", "responses_branch_depth_idx", "items_branch_depth_idx"}},
 	} {
 		plan, err := s.GenericPlan(ctx, c.sql, c.args)

@@ -225,23 +225,32 @@ FROM items i, (SELECT coalesce(max(seq), -1) + 1 AS next FROM conversation_items
 WHERE i.tenant = $1 AND i.response_id = $2 AND i.role = 'input'`
 
 	// insertEventsSQL adds events ($3..$5, parallel arrays) to response $2's log; an event whose
-	// seq is already logged is left as it is. appendEventsSQL does so only when the response
-	// exists, and says whether it does; its CTE's row lock keeps the response from being deleted
-	// before the insert's foreign key check. Its transaction commits asynchronously (the set_config
-	// of CTE c, local to it), as the in-progress record's does (ResponseBegin): a running stream's
-	// log serves followers, so it must not hold a pooled connection through a WAL flush; the
-	// final commit, synchronous, flushes the WAL past every append before it.
-	insertEventsSQL = eventRowsSQL + onConflictEvents
-	eventRowsSQL    = `
+	// seq is already logged is left as it is.
+	insertEventsSQL = `
 INSERT INTO response_events (tenant, response_id, seq, type, data)
-SELECT $1, $2, u.seq, u.type, u.data FROM unnest($3::bigint[], $4::text[], $5::bytea[]) AS u(seq, type, data)`
+SELECT $1, $2, u.seq, u.type, u.data FROM unnest($3::bigint[], $4::text[], $5::bytea[]) AS u(seq, type, data)` + onConflictEvents
 	onConflictEvents = `
 ON CONFLICT (tenant, response_id, seq) DO NOTHING`
+	// appendEventsSQL adds events to the logs of several responses ($1 tenants and $2 ids, one
+	// per response; the events in the parallel arrays $3..$6, each naming its response by its
+	// 1-based place in $1 and $2) and returns the places of the responses that exist; the events
+	// of the others are not logged, and an event whose seq is already logged is left as it is.
+	// CTE r's row locks keep the responses from being deleted before the insert's foreign key
+	// check; a lookup of each by its primary key (the lateral subquery, which its lock keeps from
+	// being flattened), never a join a young table's planner may make a scan of every response. Its transaction commits asynchronously (the set_config of CTE c, local to it), as the
+	// in-progress record's does (ResponseBegin): a running stream's log serves followers, so it
+	// must not hold a pooled connection through a WAL flush; the final commit, synchronous,
+	// flushes the WAL past every append before it.
 	appendEventsSQL = `
 WITH c AS (SELECT set_config('synchronous_commit', 'off', true)),
-r AS (SELECT 1 FROM responses WHERE tenant = $1 AND id = $2 FOR KEY SHARE),
-ins AS (` + eventRowsSQL + ` WHERE EXISTS (SELECT 1 FROM r)` + onConflictEvents + `)
-SELECT EXISTS (SELECT 1 FROM r) FROM c`
+k AS (SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(tenant, id, n)),
+r AS (SELECT k.n, k.tenant, k.id FROM k, LATERAL (
+      SELECT 1 FROM responses WHERE responses.tenant = k.tenant AND responses.id = k.id FOR KEY SHARE) AS l),
+ins AS (
+INSERT INTO response_events (tenant, response_id, seq, type, data)
+SELECT r.tenant, r.id, u.seq, u.type, u.data
+FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::bytea[]) AS u(n, seq, type, data) JOIN r ON r.n = u.n` + onConflictEvents + `)
+SELECT coalesce((SELECT array_agg(n) FROM r), '{}') FROM c`
 
 	// responseLeaseHeldSQL is true when response $2 is unfinished and its lease is live at $3:
 	// the guard under which ResponseDelete deletes nothing. The delete statements run pipelined

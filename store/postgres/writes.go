@@ -145,27 +145,57 @@ func (s *Store) commitNoop(ctx context.Context, p *store.ResponseCommitParams) e
 	return nil
 }
 
-// ResponseEventAppend logs events of an existing response, idempotently by seq, in one statement
-// (with Notify, pipelined with the notification in one implicit transaction: one round trip).
-func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
-	seqs, types, data := eventArrays(p.Events)
-	var found bool
+// ResponseEventAppend logs the events of several responses, idempotently by seq, in one
+// statement (with notifications, pipelined with them in one implicit transaction: one round
+// trip).
+func (s *Store) ResponseEventAppend(ctx context.Context, ps []store.ResponseEventAppendParams) ([]int, error) {
+	args := appendArgs(ps)
+	var found []int64
+	scan := func(row pgx.Row) error { return row.Scan(&found) }
 	var err error
-	if p.Notify {
+	if notify := notifyIDs(ps); len(notify) > 0 {
 		b := &pgx.Batch{}
-		b.Queue(appendEventsSQL, p.Tenant, p.ResponseID, seqs, types, data).QueryRow(func(row pgx.Row) error { return row.Scan(&found) })
-		b.Queue(notifySQL, s.channel, p.ResponseID)
+		b.Queue(appendEventsSQL, args...).QueryRow(scan)
+		for _, id := range notify {
+			b.Queue(notifySQL, s.channel, id)
+		}
 		err = s.pool.SendBatch(ctx, b).Close()
 	} else {
-		err = s.pool.QueryRow(ctx, appendEventsSQL, p.Tenant, p.ResponseID, seqs, types, data).Scan(&found)
+		err = scan(s.pool.QueryRow(ctx, appendEventsSQL, args...))
 	}
 	if err != nil {
-		return fmt.Errorf("append response events: %w", interpretError(err))
+		return nil, fmt.Errorf("append response events: %w", interpretError(err))
 	}
-	if !found {
-		return fmt.Errorf("append response events: %w", store.ErrNotFound)
+	return store.Missing(len(ps), found), nil
+}
+
+// appendArgs are appendEventsSQL's arguments for ps.
+func appendArgs(ps []store.ResponseEventAppendParams) []any {
+	n := 0
+	for i := range ps {
+		n += len(ps[i].Events)
 	}
-	return nil
+	tenants, ids := make([]string, len(ps)), make([]string, len(ps))
+	places, seqs, types, data := make([]int64, 0, n), make([]int64, 0, n), make([]string, 0, n), make([][]byte, 0, n)
+	for i := range ps {
+		tenants[i], ids[i] = ps[i].Tenant, ps[i].ResponseID
+		for range ps[i].Events {
+			places = append(places, int64(i+1))
+		}
+		seqs, types, data = appendEventArrays(seqs, types, data, ps[i].Events)
+	}
+	return []any{tenants, ids, places, seqs, types, data}
+}
+
+// notifyIDs are the ids of the responses of ps whose readers are to be notified.
+func notifyIDs(ps []store.ResponseEventAppendParams) []string {
+	var ids []string
+	for i := range ps {
+		if ps[i].Notify {
+			ids = append(ids, ps[i].ResponseID)
+		}
+	}
+	return ids
 }
 
 // ResponseDelete deletes a response, its items and (by cascade) its event log, detaching

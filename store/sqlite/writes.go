@@ -223,8 +223,7 @@ func appendStoredInput(ctx context.Context, tx *txn, tenant, responseID, conv st
 }
 
 // insertEvents logs events of a response, leaving an already logged seq as it is. The caller
-// runs it inside a transaction and has checked that the response exists. No prepared statement:
-// the server appends one event row per flush (store.Event), so there is nothing to reuse it for.
+// runs it inside a transaction and has checked that the response exists.
 func insertEvents(ctx context.Context, tx *txn, tenant, responseID string, events []store.Event) error {
 	for _, e := range events {
 		data := e.Data
@@ -238,19 +237,31 @@ func insertEvents(ctx context.Context, tx *txn, tenant, responseID string, event
 	return nil
 }
 
-// ResponseEventAppend logs events of an existing response, idempotently by seq, in one
+// ResponseEventAppend logs the events of several responses, idempotently by seq, in one
 // transaction.
-func (s *Store) ResponseEventAppend(ctx context.Context, p *store.ResponseEventAppendParams) error {
+func (s *Store) ResponseEventAppend(ctx context.Context, ps []store.ResponseEventAppendParams) ([]int, error) {
+	var missing []int
 	err := s.inTx(ctx, func(tx *txn) error {
-		if err := exists(ctx, tx, store.ResponseExistsSQL, p.Tenant, p.ResponseID); err != nil {
-			return err
+		for i := range ps {
+			p := &ps[i]
+			err := exists(ctx, tx, store.ResponseExistsSQL, p.Tenant, p.ResponseID)
+			if errors.Is(err, store.ErrNotFound) {
+				missing = append(missing, i)
+				continue
+			}
+			if err == nil {
+				err = insertEvents(ctx, tx, p.Tenant, p.ResponseID, p.Events)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		return insertEvents(ctx, tx, p.Tenant, p.ResponseID, p.Events)
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("append response events: %w", err)
+		return nil, fmt.Errorf("append response events: %w", err)
 	}
-	return nil
+	return missing, nil
 }
 
 // ResponseDelete deletes a response, its items and (by cascade) its event log, detaching

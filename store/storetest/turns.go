@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ var turnCases = []storeCase{
 	{"event append is idempotent by seq and keeps the bytes exactly", testEventAppendIdempotent},
 	{"event list returns events after a seq in order up to a limit", testEventListPages},
 	{"events of an unknown or another tenant's response are not found", testEventUnknown},
+	{"one append logs several responses' events and names the missing ones", testEventAppendMany},
 	{"deleting or purging a response deletes its events", testEventsDeletedWithResponse},
 	{"context of a chain turn is each ancestor's items then its own input", testContextChain},
 	{"context of a conversation turn is what preceded its input then its input", testContextConversation},
@@ -262,7 +264,7 @@ func testCommitLogsEvents(t *testing.T, s store.Store) {
 	// Begun: the events appended while streaming, then the rest with the commit (one overlapping,
 	// as a retry would send it).
 	begun := beginTurn(t, s, tenantA, "resp_2", "", msgs(t, "in", 1), now().Add(time.Hour))
-	noErr(t, "append", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_2", Events: events(0, 3)}))
+	noErr(t, "append", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_2", Events: events(0, 3)}))
 	noErr(t, "commit", s.ResponseCommit(ctx, &store.ResponseCommitParams{Response: finalOf(begun), Output: msgs(t, "o2", 1), Begun: true, Events: events(2, 3)}))
 	checkEvents(t, "log of a begun commit", listEvents(t, s, tenantA, "resp_2", -1, 0), events(0, 5))
 
@@ -282,12 +284,12 @@ func testEventAppendIdempotent(t *testing.T, s store.Store) {
 	beginTurn(t, s, tenantA, "resp_1", "", nil, now().Add(time.Hour))
 	first := events(0, 3)
 	first = append(first, store.Event{Seq: 3, Type: "x", Data: []byte("{ \"a\" :\t[1,2] , \"a\":null }\n")})
-	noErr(t, "append", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: first}))
+	noErr(t, "append", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: first}))
 	// Again, with seqs already logged but other data: the logged events stay as they are.
 	again := events(2, 3)
 	again[0].Data, again[1].Data = []byte(`{"changed":true}`), []byte(`{"changed":true}`)
-	noErr(t, "append overlapping", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: again}))
-	noErr(t, "append nothing", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1"}))
+	noErr(t, "append overlapping", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: again}))
+	noErr(t, "append nothing", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1"}))
 	checkEvents(t, "log", listEvents(t, s, tenantA, "resp_1", -1, 0), append(first, again[2]))
 }
 
@@ -297,8 +299,8 @@ func testEventListPages(t *testing.T, s store.Store) {
 	checkEvents(t, "empty log", listEvents(t, s, tenantA, "resp_1", -1, 0), nil)
 	// Appended out of order, listed in seq order.
 	all := events(0, 12)
-	noErr(t, "append late", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: all[6:]}))
-	noErr(t, "append early", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: all[:6]}))
+	noErr(t, "append late", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: all[6:]}))
+	noErr(t, "append early", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: all[:6]}))
 	checkEvents(t, "all", listEvents(t, s, tenantA, "resp_1", -1, 0), all)
 	checkEvents(t, "after 0", listEvents(t, s, tenantA, "resp_1", 0, 0), all[1:])
 	checkEvents(t, "after 4, limit 3", listEvents(t, s, tenantA, "resp_1", 4, 3), all[5:8])
@@ -309,19 +311,48 @@ func testEventListPages(t *testing.T, s store.Store) {
 
 func testEventUnknown(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	isNotFound(t, "append to an unknown response", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_none", Events: events(0, 1)}))
+	isNotFound(t, "append to an unknown response", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_none", Events: events(0, 1)}))
 	_, err := s.ResponseEventList(ctx, &store.ResponseEventListParams{Tenant: tenantA, ResponseID: "resp_none", After: -1})
 	isNotFound(t, "list of an unknown response", err)
 
 	beginTurn(t, s, tenantA, "resp_a", "", nil, now().Add(time.Hour))
-	noErr(t, "append", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_a", Events: events(0, 2)}))
-	isNotFound(t, "B appends to A's response", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantB, ResponseID: "resp_a", Events: events(2, 1)}))
+	noErr(t, "append", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_a", Events: events(0, 2)}))
+	isNotFound(t, "B appends to A's response", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantB, ResponseID: "resp_a", Events: events(2, 1)}))
 	_, err = s.ResponseEventList(ctx, &store.ResponseEventListParams{Tenant: tenantB, ResponseID: "resp_a", After: -1})
 	isNotFound(t, "B lists A's response", err)
 	checkEvents(t, "A's log", listEvents(t, s, tenantA, "resp_a", -1, 0), events(0, 2))
 	// B's own response of the same id has its own log.
 	beginTurn(t, s, tenantB, "resp_a", "", nil, now().Add(time.Hour))
 	checkEvents(t, "B's log", listEvents(t, s, tenantB, "resp_a", -1, 0), nil)
+}
+
+func testEventAppendMany(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	beginTurn(t, s, tenantA, "resp_1", "", nil, now().Add(time.Hour))
+	beginTurn(t, s, tenantA, "resp_2", "", nil, now().Add(time.Hour))
+	beginTurn(t, s, tenantB, "resp_3", "", nil, now().Add(time.Hour))
+	noErr(t, "append", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_2", Events: events(0, 2)}))
+	missing, err := s.ResponseEventAppend(ctx, []store.ResponseEventAppendParams{
+		{Tenant: tenantA, ResponseID: "resp_1", Events: events(0, 3)},
+		{Tenant: tenantA, ResponseID: "resp_none", Events: events(0, 1)},
+		{Tenant: tenantA, ResponseID: "resp_2", Events: events(1, 4)}, // seq 1 is logged already
+		{Tenant: tenantA, ResponseID: "resp_3", Events: events(0, 1)}, // B's
+		{Tenant: tenantB, ResponseID: "resp_3", Events: events(5, 2)},
+		{Tenant: tenantB, ResponseID: "resp_1"},                       // nothing to log, and not B's
+		{Tenant: tenantB, ResponseID: "resp_3", Events: events(0, 1)}, // the same response twice
+	})
+	noErr(t, "append many", err)
+	if !slices.Equal(missing, []int{1, 3, 5}) {
+		t.Errorf("missing %v, want [1 3 5] (an unknown id, another tenant's twice)", missing)
+	}
+	checkEvents(t, "resp_1", listEvents(t, s, tenantA, "resp_1", -1, 0), events(0, 3))
+	checkEvents(t, "resp_2", listEvents(t, s, tenantA, "resp_2", -1, 0), events(0, 5))
+	checkEvents(t, "B's resp_3", listEvents(t, s, tenantB, "resp_3", -1, 0), append(events(0, 1), events(5, 2)...))
+
+	missing, err = s.ResponseEventAppend(ctx, nil)
+	if err != nil || len(missing) != 0 {
+		t.Errorf("an empty append: missing %v, error %v; want none", missing, err)
+	}
 }
 
 func testEventsDeletedWithResponse(t *testing.T, s store.Store) {
@@ -454,7 +485,7 @@ func testResponseDeleteLiveLease(t *testing.T, s store.Store) {
 	lease := now().Add(time.Hour)
 	in := msgs(t, "in", 2)
 	beginTurn(t, s, tenantA, "resp_1", "", in, lease)
-	noErr(t, "append", s.ResponseEventAppend(ctx, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: events(0, 2)}))
+	noErr(t, "append", store.AppendEvents(ctx, s, &store.ResponseEventAppendParams{Tenant: tenantA, ResponseID: "resp_1", Events: events(0, 2)}))
 	if err := s.ResponseDelete(ctx, &store.ResponseDeleteParams{Tenant: tenantA, ID: "resp_1", Now: now()}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("delete under a live lease: %v, want ErrConflict", err)
 	}

@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/respgate/respgate/store"
+)
+
+// eventAppender appends the event logs of the engine's running foreground streams to the store,
+// every eventFlushInterval, all of them in one store call (store.Store.ResponseEventAppend: one
+// statement on Postgres, one transaction on SQLite). A store round trip per stream and flush
+// was most of what storing cost a relayed event at 256 streams (docs/scaling.md, "The event
+// log"); one for all of them costs the bytes. A background turn's log is not here: its readers
+// read only the log, so its lease keeper flushes it at once and wakes them (bgFlushInterval).
+//
+// One goroutine, started with the first stream and owned by the engine (Stop ends it and waits
+// for it), runs the flushes; while no stream is logged it waits without a timer.
+type eventAppender struct {
+	st      store.Store
+	log     *slog.Logger
+	timeout time.Duration // bounds each store call
+	every   time.Duration
+
+	// The loop runs on a goroutine counted in owner until quit closes.
+	owner *sync.WaitGroup
+	quit  <-chan struct{}
+
+	mu      sync.Mutex
+	turns   map[*Turn]struct{}
+	started bool
+	wake    chan struct{} // a stream was added to none: the loop starts its ticker
+}
+
+func newEventAppender(st store.Store, log *slog.Logger, timeout time.Duration, owner *sync.WaitGroup, quit <-chan struct{}) *eventAppender {
+	return &eventAppender{st: st, log: log, timeout: timeout, every: eventFlushInterval, owner: owner, quit: quit,
+		turns: map[*Turn]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+// add logs t's events from the next flush on, starting the loop with the first stream. t.events
+// must be set and not change until remove.
+func (a *eventAppender) add(t *Turn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started {
+		a.started = true
+		a.owner.Add(1)
+		go func() {
+			defer a.owner.Done()
+			a.loop()
+		}()
+	}
+	a.turns[t] = struct{}{}
+	if len(a.turns) == 1 {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// remove stops logging t's events and waits for a flush that holds some of them to end: what it
+// could not store is back in t.events, for the commit. Removing a turn not added does nothing.
+func (a *eventAppender) remove(t *Turn) {
+	a.mu.Lock()
+	_, ok := a.turns[t]
+	delete(a.turns, t)
+	a.mu.Unlock()
+	if ok {
+		t.events.flushing.Wait()
+	}
+}
+
+// loop flushes every a.every while streams are logged, until quit closes.
+func (a *eventAppender) loop() {
+	quit := a.quit
+	for {
+		select {
+		case <-quit:
+			return
+		case <-a.wake:
+		}
+		tick := time.NewTicker(a.every)
+		for more := true; more; {
+			select {
+			case <-quit:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			more = a.flush()
+		}
+		tick.Stop()
+	}
+}
+
+// flush appends the events every logged stream gathered since the last flush, in one store call,
+// and says whether streams are still logged. The runs of a failed call go back to their logs,
+// unchanged, for the next flush or the commit (appending is idempotent by sequence number); the
+// runs of a response that no longer exists are dropped (its commit will find it gone too).
+func (a *eventAppender) flush() (more bool) {
+	a.mu.Lock()
+	var ps []store.ResponseEventAppendParams
+	var logs []*eventLog
+	for t := range a.turns {
+		if runs := t.events.take(); len(runs) > 0 {
+			t.events.flushing.Add(1) // under a.mu, while t is here: remove waits for it
+			ps = append(ps, store.ResponseEventAppendParams{Tenant: t.rec.Tenant, ResponseID: t.rec.ID, Events: runs})
+			logs = append(logs, t.events)
+		}
+	}
+	more = len(a.turns) > 0
+	a.mu.Unlock()
+	if len(ps) == 0 {
+		return more
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	missing, err := a.st.ResponseEventAppend(ctx, ps)
+	cancel()
+	if err != nil {
+		a.log.Warn("append stream events", "streams", len(ps), "error", err)
+	}
+	for _, i := range missing {
+		a.log.Warn("append stream events", "response_id", ps[i].ResponseID, "events", len(ps[i].Events), "error", store.ErrNotFound)
+	}
+	for i, l := range logs {
+		if err != nil {
+			l.putBack(ps[i].Events)
+		}
+		l.flushing.Done()
+	}
+	return more
+}
