@@ -17,12 +17,15 @@ import (
 // read only the log, so its lease keeper flushes it at once and wakes them (bgFlushInterval).
 //
 // One goroutine, started with the first stream and owned by the engine (Stop ends it and waits
-// for it), runs the flushes; while no stream is logged it waits without a timer.
+// for it), runs the flushes; while no stream is logged it waits without a timer. A flush with
+// more than maxAppendBytes of events makes several calls, one after another, so that no
+// statement holds more.
 type eventAppender struct {
-	st      store.Store
-	log     *slog.Logger
-	timeout time.Duration // bounds each store call
-	every   time.Duration
+	st       store.Store
+	log      *slog.Logger
+	timeout  time.Duration // bounds each store call
+	every    time.Duration
+	maxBytes int // of events per store call (a call has at least one stream's runs)
 
 	// The loop runs on a goroutine counted in owner until quit closes.
 	owner *sync.WaitGroup
@@ -35,7 +38,7 @@ type eventAppender struct {
 }
 
 func newEventAppender(st store.Store, log *slog.Logger, timeout time.Duration, owner *sync.WaitGroup, quit <-chan struct{}) *eventAppender {
-	return &eventAppender{st: st, log: log, timeout: timeout, every: eventFlushInterval, owner: owner, quit: quit,
+	return &eventAppender{st: st, log: log, timeout: timeout, every: eventFlushInterval, maxBytes: maxAppendBytes, owner: owner, quit: quit,
 		turns: map[*Turn]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
@@ -96,40 +99,67 @@ func (a *eventAppender) loop() {
 	}
 }
 
-// flush appends the events every logged stream gathered since the last flush, in one store call,
-// and says whether streams are still logged. The runs of a failed call go back to their logs,
-// unchanged, for the next flush or the commit (appending is idempotent by sequence number); the
-// runs of a response that no longer exists are dropped (its commit will find it gone too).
+// flush appends the events every logged stream gathered since the last flush, in one store call
+// per maxBytes of them, and says whether streams are still logged. The runs of a failed call go
+// back to their logs, unchanged, for the next flush or the commit (appending is idempotent by
+// sequence number); the runs of a response that no longer exists are dropped (its commit will
+// find it gone too).
 func (a *eventAppender) flush() (more bool) {
 	a.mu.Lock()
-	var ps []store.ResponseEventAppendParams
-	var logs []*eventLog
+	var calls []appendCall
+	var c appendCall
 	for t := range a.turns {
-		if runs := t.events.take(); len(runs) > 0 {
-			t.events.flushing.Add(1) // under a.mu, while t is here: remove waits for it
-			ps = append(ps, store.ResponseEventAppendParams{Tenant: t.rec.Tenant, ResponseID: t.rec.ID, Events: runs})
-			logs = append(logs, t.events)
+		runs := t.events.take()
+		if len(runs) == 0 {
+			continue
 		}
+		t.events.flushing.Add(1) // under a.mu, while t is here: remove waits for it
+		c.ps = append(c.ps, store.ResponseEventAppendParams{Tenant: t.rec.Tenant, ResponseID: t.rec.ID, Events: runs})
+		c.logs = append(c.logs, t.events)
+		for _, r := range runs {
+			c.bytes += len(r.Data)
+		}
+		if c.bytes >= a.maxBytes {
+			calls, c = append(calls, c), appendCall{}
+		}
+	}
+	if len(c.ps) > 0 {
+		calls = append(calls, c)
 	}
 	more = len(a.turns) > 0
 	a.mu.Unlock()
-	if len(ps) == 0 {
-		return more
+	for _, c := range calls {
+		a.append(c)
 	}
+	return more
+}
+
+// maxAppendBytes bounds the events of one store call of the appender (a few hundred streams'
+// half second).
+const maxAppendBytes = 4 << 20
+
+// appendCall is one store call of a flush: its streams' runs, their logs and their size.
+type appendCall struct {
+	ps    []store.ResponseEventAppendParams
+	logs  []*eventLog
+	bytes int
+}
+
+// append makes c's store call, gives the runs of a failed one back and releases the logs.
+func (a *eventAppender) append(c appendCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-	missing, err := a.st.ResponseEventAppend(ctx, ps)
+	missing, err := a.st.ResponseEventAppend(ctx, c.ps)
 	cancel()
 	if err != nil {
-		a.log.Warn("append stream events", "streams", len(ps), "error", err)
+		a.log.Warn("append stream events", "streams", len(c.ps), "error", err)
 	}
 	for _, i := range missing {
-		a.log.Warn("append stream events", "response_id", ps[i].ResponseID, "events", len(ps[i].Events), "error", store.ErrNotFound)
+		a.log.Warn("append stream events", "response_id", c.ps[i].ResponseID, "events", len(c.ps[i].Events), "error", store.ErrNotFound)
 	}
-	for i, l := range logs {
+	for i, l := range c.logs {
 		if err != nil {
-			l.putBack(ps[i].Events)
+			l.putBack(c.ps[i].Events)
 		}
 		l.flushing.Done()
 	}
-	return more
 }

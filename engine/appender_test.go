@@ -244,3 +244,37 @@ func TestEventAppenderGoroutineStartsWithTheFirstStreamAndStops(t *testing.T) {
 		r.stop() // returns only once the goroutine ended (synctest reports a leaked one)
 	})
 }
+
+// A flush with more events than a call may hold makes several calls, each with whole streams,
+// together holding every stream's runs once.
+func TestEventAppenderSplitsAFlushIntoCallsOfBoundedSize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &appendStore{}
+		r := newAppenderRig(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		defer r.stop()
+		var turns []*Turn
+		for _, id := range []string{"resp_1", "resp_2", "resp_3"} {
+			tr := loggedTurn(id)
+			tr.events.observe(0, "response.created", []byte(`{"same":"size"}`))
+			turns = append(turns, tr)
+		}
+		r.a.maxBytes = 2 * len(turns[0].events.open.Data) // two streams reach it
+		for _, tr := range turns {
+			r.a.add(tr)
+		}
+		time.Sleep(eventFlushInterval)
+		synctest.Wait()
+		calls := st.snapshot()
+		var all []string
+		var sizes []int
+		for _, c := range calls {
+			all = append(all, c...)
+			sizes = append(sizes, len(c))
+		}
+		slices.Sort(all)
+		if !slices.Equal(sizes, []int{2, 1}) || !slices.Equal(all, []string{
+			"resp_1:0-response.created", "resp_2:0-response.created", "resp_3:0-response.created"}) {
+			t.Fatalf("calls %q, want one of two streams then one of the third", calls)
+		}
+	})
+}

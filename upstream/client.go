@@ -193,14 +193,27 @@ const (
 	untilWritten headersBound = false // Create: vLLM answers only after generating
 )
 
+// smallBody is the largest request body sent as a copy rather than lent (lentBody): net/http
+// writes the request line, the headers and a body it knows to be in memory in one write, where
+// it flushes the headers before a body of any other type, the lent one's included. The upstream
+// then gets the headers and the body in two segments, and its reader may wake twice to read them
+// (docs/scaling.md, "The request in one segment"). The transport's write buffer is 4 KiB: a
+// longer body takes one write more per 4 KiB through it as an in-memory reader, and one write in
+// all when lent, so a longer body is lent.
+const smallBody = 3 << 10
+
 // do sends one request and returns a 2xx response, whose body the caller reads through an
 // idleReader and releases with call.end; any other answer becomes an *Error here, after reading
 // at most maxErrorBody bytes of it to find vLLM's envelope.
 func (c *Client) do(ctx context.Context, method, u string, body []byte, accept string, bound headersBound, release func()) (*http.Response, *call, error) {
 	// A lent body (release set) goes to the transport through a lentBody, which releases it; one
 	// never handed over (an empty body, sent as none, or a call that ends before sending) is the
-	// caller's again when do returns.
-	lend := release != nil && len(body) > 0
+	// caller's again when do returns. A small one is sent as a copy (smallBody), and is the
+	// caller's again at once.
+	lend := release != nil && len(body) > smallBody
+	if release != nil && len(body) > 0 && !lend {
+		body = bytes.Clone(body)
+	}
 	var lent *lentBody
 	if release != nil {
 		defer func() {

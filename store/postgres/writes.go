@@ -146,24 +146,18 @@ func (s *Store) commitNoop(ctx context.Context, p *store.ResponseCommitParams) e
 }
 
 // ResponseEventAppend logs the events of several responses, idempotently by seq, in one
-// statement (with notifications, pipelined with them in one implicit transaction: one round
-// trip).
+// statement, pipelined with the notifications of those that ask for them in one implicit
+// transaction: one round trip.
 func (s *Store) ResponseEventAppend(ctx context.Context, ps []store.ResponseEventAppendParams) ([]int, error) {
-	args := appendArgs(ps)
 	var found []int64
-	scan := func(row pgx.Row) error { return row.Scan(&found) }
-	var err error
-	if notify := notifyIDs(ps); len(notify) > 0 {
-		b := &pgx.Batch{}
-		b.Queue(appendEventsSQL, args...).QueryRow(scan)
-		for _, id := range notify {
-			b.Queue(notifySQL, s.channel, id)
+	b := &pgx.Batch{}
+	b.Queue(appendEventsSQL, appendArgs(ps)...).QueryRow(func(row pgx.Row) error { return row.Scan(&found) })
+	for i := range ps {
+		if ps[i].Notify {
+			b.Queue(notifySQL, s.channel, ps[i].ResponseID)
 		}
-		err = s.pool.SendBatch(ctx, b).Close()
-	} else {
-		err = scan(s.pool.QueryRow(ctx, appendEventsSQL, args...))
 	}
-	if err != nil {
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("append response events: %w", interpretError(err))
 	}
 	return store.Missing(len(ps), found), nil
@@ -185,17 +179,6 @@ func appendArgs(ps []store.ResponseEventAppendParams) []any {
 		seqs, types, data = appendEventArrays(seqs, types, data, ps[i].Events)
 	}
 	return []any{tenants, ids, places, seqs, types, data}
-}
-
-// notifyIDs are the ids of the responses of ps whose readers are to be notified.
-func notifyIDs(ps []store.ResponseEventAppendParams) []string {
-	var ids []string
-	for i := range ps {
-		if ps[i].Notify {
-			ids = append(ids, ps[i].ResponseID)
-		}
-	}
-	return ids
 }
 
 // ResponseDelete deletes a response, its items and (by cascade) its event log, detaching
