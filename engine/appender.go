@@ -12,8 +12,8 @@ import (
 // eventAppender appends the event logs of the engine's running foreground streams to the store,
 // every eventFlushInterval, all of them in one store call (store.Store.ResponseEventAppend: one
 // statement on Postgres, one transaction on SQLite). A store round trip per stream and flush
-// was most of what storing cost a relayed event at 256 streams (docs/scaling.md, "The event
-// log"); one for all of them costs the bytes. A background turn's log is not here: its readers
+// was most of what storing cost a relayed event at 256 streams; one for all of them costs the
+// bytes (docs/scaling.md, "One append for every stream"). A background turn's log is not here: its readers
 // read only the log, so its lease keeper flushes it at once and wakes them (bgFlushInterval).
 //
 // One goroutine, started with the first stream and owned by the engine (Stop ends it and waits

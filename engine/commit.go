@@ -26,9 +26,9 @@ const (
 
 // finish applies the upstream result to the record and commits it. It first stops the turn's
 // lease keeper and the engine's flushes of its event log and waits for them, so no renewal or
-// event flush can run after the commit. On failure
-// the result becomes failed with the reason, so the client is told the truth (docs/design.md §1 invariant
-// 2), a failed record is stored as soon as the store takes it, and the error is returned.
+// event flush can run after the commit. On failure the result becomes failed with the reason, so
+// the client is told the truth (docs/design.md §1 invariant 2), a failed record is stored as soon
+// as the store takes it, and the error is returned.
 func (e *Engine) finish(ctx context.Context, t *Turn, r *accumulator.Result) error {
 	t.keeper.Stop()
 	e.appender.remove(t)

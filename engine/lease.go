@@ -103,9 +103,9 @@ func (l *eventLog) putBack(runs []store.Event) {
 	l.closed = append(runs, l.closed...)
 }
 
-// leaseKeeper keeps a turn's leases alive (and flushes a background turn's event log) while the turn runs. It talks
-// only to the store, never to the client: a client that stops reading must not let the lease
-// expire (renewal used to wait behind a blocked write). It is a timer, not a goroutine: its work
+// leaseKeeper keeps a turn's leases alive (and flushes a background turn's event log) while the
+// turn runs. It talks only to the store, never to the client: a client that stops reading must
+// not let the lease expire (renewal used to wait behind a blocked write). It is a timer, not a goroutine: its work
 // runs on a short-lived goroutine when due (issue 25: goroutines per open stream). Start it once
 // the leases are held; Stop it, which waits for work in progress, before the commit, so no
 // renewal can run after the turn has released its leases.
