@@ -24,8 +24,7 @@ type eventAppender struct {
 	st       store.Store
 	log      *slog.Logger
 	timeout  time.Duration // bounds each store call
-	every    time.Duration
-	maxBytes int // of events per store call (a call has at least one stream's runs)
+	maxBytes int           // of events per store call (a call has at least one stream's runs)
 
 	// The loop runs on a goroutine counted in owner until quit closes.
 	owner *sync.WaitGroup
@@ -38,7 +37,7 @@ type eventAppender struct {
 }
 
 func newEventAppender(st store.Store, log *slog.Logger, timeout time.Duration, owner *sync.WaitGroup, quit <-chan struct{}) *eventAppender {
-	return &eventAppender{st: st, log: log, timeout: timeout, every: eventFlushInterval, maxBytes: maxAppendBytes, owner: owner, quit: quit,
+	return &eventAppender{st: st, log: log, timeout: timeout, maxBytes: maxAppendBytes, owner: owner, quit: quit,
 		turns: map[*Turn]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
@@ -76,19 +75,18 @@ func (a *eventAppender) remove(t *Turn) {
 	}
 }
 
-// loop flushes every a.every while streams are logged, until quit closes.
+// loop flushes every eventFlushInterval while streams are logged, until quit closes.
 func (a *eventAppender) loop() {
-	quit := a.quit
 	for {
 		select {
-		case <-quit:
+		case <-a.quit:
 			return
 		case <-a.wake:
 		}
-		tick := time.NewTicker(a.every)
+		tick := time.NewTicker(eventFlushInterval)
 		for more := true; more; {
 			select {
-			case <-quit:
+			case <-a.quit:
 				tick.Stop()
 				return
 			case <-tick.C:

@@ -67,7 +67,7 @@ func (s *appendStore) snapshot() [][]string {
 }
 
 // appenderRig is an appender over st, its owner's WaitGroup and quit channel; stop closes quit
-// and waits for the appender's goroutine.
+// and waits for the appender's goroutine. A nil log discards.
 type appenderRig struct {
 	a    *eventAppender
 	wg   sync.WaitGroup
@@ -75,6 +75,9 @@ type appenderRig struct {
 }
 
 func newAppenderRig(st store.Store, log *slog.Logger) *appenderRig {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	r := &appenderRig{quit: make(chan struct{})}
 	r.a = newEventAppender(st, log, time.Second, &r.wg, r.quit)
 	return r
@@ -101,7 +104,7 @@ func checkCalls(t *testing.T, when string, got [][]string, want ...[]string) {
 func TestEventAppenderAppendsEveryStreamInOneCallPerInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &appendStore{}
-		r := newAppenderRig(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r := newAppenderRig(st, nil)
 		defer r.stop()
 		t1, t2 := loggedTurn("resp_1"), loggedTurn("resp_2")
 		r.a.add(t1)
@@ -197,7 +200,7 @@ func TestEventAppenderRemoveWaitsForAFlushHoldingTheStreamsRuns(t *testing.T) {
 				if fail {
 					st.fail = 1
 				}
-				r := newAppenderRig(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				r := newAppenderRig(st, nil)
 				defer r.stop()
 				tr := loggedTurn("resp_1")
 				r.a.add(tr)
@@ -230,7 +233,7 @@ func TestEventAppenderRemoveWaitsForAFlushHoldingTheStreamsRuns(t *testing.T) {
 // while streams are logged.
 func TestEventAppenderGoroutineStartsWithTheFirstStreamAndStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newAppenderRig(&appendStore{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r := newAppenderRig(&appendStore{}, nil)
 		if r.a.started {
 			t.Fatal("the appender started before any stream")
 		}
@@ -250,7 +253,7 @@ func TestEventAppenderGoroutineStartsWithTheFirstStreamAndStops(t *testing.T) {
 func TestEventAppenderSplitsAFlushIntoCallsOfBoundedSize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &appendStore{}
-		r := newAppenderRig(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r := newAppenderRig(st, nil)
 		defer r.stop()
 		var turns []*Turn
 		for _, id := range []string{"resp_1", "resp_2", "resp_3"} {

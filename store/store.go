@@ -347,24 +347,6 @@ func AppendEvents(ctx context.Context, st Store, p *ResponseEventAppendParams) e
 	return err
 }
 
-// Missing is the indexes in [0, n) that found (1-based places, as SQL's ordinality counts)
-// does not hold, in order: a backend's answer to ResponseEventAppend.
-func Missing(n int, found []int64) []int {
-	seen := make([]bool, n)
-	for _, f := range found {
-		if f >= 1 && f <= int64(n) {
-			seen[f-1] = true
-		}
-	}
-	var missing []int
-	for i, ok := range seen {
-		if !ok {
-			missing = append(missing, i)
-		}
-	}
-	return missing
-}
-
 type ResponseEventAppendParams struct {
 	Tenant     string
 	ResponseID string

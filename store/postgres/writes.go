@@ -160,7 +160,25 @@ func (s *Store) ResponseEventAppend(ctx context.Context, ps []store.ResponseEven
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("append response events: %w", interpretError(err))
 	}
-	return store.Missing(len(ps), found), nil
+	return missing(len(ps), found), nil
+}
+
+// missing is the indexes in [0, n) that found (appendEventsSQL's 1-based places of the responses
+// that exist) does not hold, in order.
+func missing(n int, found []int64) []int {
+	seen := make([]bool, n)
+	for _, f := range found {
+		if f >= 1 && f <= int64(n) {
+			seen[f-1] = true
+		}
+	}
+	var out []int
+	for i, ok := range seen {
+		if !ok {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // appendArgs are appendEventsSQL's arguments for ps.
